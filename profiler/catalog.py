@@ -1,0 +1,233 @@
+"""Model, GPU, deployment and cluster catalog: typed, frozen specs loaded from configs/.
+
+Units: GB = 1e9 bytes, TFLOPS = 1e12 FLOP/s, GB/s = 1e9 bytes/s, params in billions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
+
+
+class CatalogError(ValueError):
+    """A catalog file is missing or invalid; the message names the file and the field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSpec(_Frozen):
+    """Architecture of one transformer LLM (numbers from its config.json)."""
+
+    name: str
+    hf_id: str
+    family: str
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    ffn: int = Field(gt=0, description="MLP intermediate size (per expert for MoE)")
+    vocab: int = Field(gt=0)
+    experts: int = Field(default=1, ge=1)
+    experts_per_token: int = Field(default=1, ge=1)
+    total_params_b: float = Field(gt=0)
+    active_params_b: float = Field(gt=0)
+    tie_embeddings: bool = False
+    max_context: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if self.heads % self.kv_heads:
+            raise ValueError("heads must be a multiple of kv_heads")
+        if self.experts_per_token > self.experts:
+            raise ValueError("experts_per_token > experts")
+        if self.active_params_b > self.total_params_b:
+            raise ValueError("active_params_b > total_params_b")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """KV-cache bytes per token, all layers, K and V together (no TP replication)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+    def weight_bytes(self, dtype_bytes: int = 2) -> float:
+        """Bytes of all weights (all experts, embeddings once if tied)."""
+        return self.total_params_b * 1e9 * dtype_bytes
+
+    def arch_params(self) -> float:
+        """Parameter count implied by the architecture (for consistency checks)."""
+        q = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        attn = self.hidden * (q + 2 * kv) + q * self.hidden
+        mlp = 3 * self.hidden * self.ffn * self.experts + self.hidden * (self.experts if self.is_moe else 0)
+        emb = self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
+        return self.layers * (attn + mlp + 2 * self.hidden) + emb + self.hidden
+
+
+class GpuSpec(_Frozen):
+    """One GPU type: capacity, peak dense BF16 compute, DRAM and intra-node link bandwidth."""
+
+    name: str
+    description: str = ""
+    mem_gb: float = Field(gt=0)
+    bf16_tflops: float = Field(gt=0)
+    mem_bw_gbps: float = Field(gt=0)
+    link: Literal["nvlink", "pcie"]
+    link_bw_gbps: float = Field(gt=0, description="per-GPU unidirectional bandwidth")
+    link_latency_us: float = Field(ge=0)
+
+
+class ClusterGpu(_Frozen):
+    id: int = Field(ge=0)
+    gpu: str
+    mem_gb: float = Field(gt=0)
+
+
+class ClusterNode(_Frozen):
+    name: str
+    gpus: list[ClusterGpu]
+
+
+class ClusterSpec(_Frozen):
+    """A set of GPUs grouped in nodes; `instances` lists pre-deployed instances (opaque here)."""
+
+    name: str
+    nodes: list[ClusterNode]
+    instances: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def gpus(self) -> list[ClusterGpu]:
+        return [g for n in self.nodes for g in n.gpus]
+
+    def node_of(self, gpu_id: int) -> str:
+        """Name of the node holding GPU `gpu_id` (KeyError if absent)."""
+        for n in self.nodes:
+            if any(g.id == gpu_id for g in n.gpus):
+                return n.name
+        raise KeyError(f"unknown gpu id {gpu_id}")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "ClusterSpec":
+        ids = [g.id for g in self.gpus]
+        if len(ids) != len(set(ids)):
+            raise ValueError("duplicate gpu id")
+        return self
+
+
+class DeployConfig(_Frozen):
+    tp: Literal[1, 2, 4, 8]
+    pp: Literal[1, 2, 4, 8]
+
+    @model_validator(mode="after")
+    def _fits_node(self) -> "DeployConfig":
+        if self.tp * self.pp > 8:
+            raise ValueError("tp*pp must be <= 8")
+        return self
+
+
+def repo_root() -> Path:
+    """The repository root (the folder holding configs/ and profiler/)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def shared_data_dir() -> Path | None:
+    """Third-party data folder: $FLOWMAKER_SHARED_DATA, else <repo>/../shared/data; None if absent."""
+    env = os.environ.get(SHARED_DATA_ENV)
+    path = Path(env) if env else repo_root().parent / "shared" / "data"
+    return path if path.is_dir() else None
+
+
+def configs_dir() -> Path:
+    return repo_root() / "configs"
+
+
+def _read_yaml(path: Path, key: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict) or key not in doc:
+        raise CatalogError(f"{path}: missing top-level field '{key}'")
+    return doc[key]
+
+
+def _parse(cls: type[BaseModel], raw: Any, path: Path, where: str) -> Any:
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(entry)"
+        raise CatalogError(f"{path}: {where}: field '{field}': {err['msg']}") from None
+
+
+def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, Any]:
+    if not isinstance(raw, list):
+        raise CatalogError(f"{path}: field '{key}' must be a list")
+    out: dict[str, Any] = {}
+    for i, item in enumerate(raw):
+        spec = _parse(cls, item, path, f"{key}[{i}]")
+        if spec.name in out:
+            raise CatalogError(f"{path}: {key}[{i}]: field 'name': duplicate '{spec.name}'")
+        out[spec.name] = spec
+    return out
+
+
+def load_models(path: Path | None = None) -> dict[str, ModelSpec]:
+    """Models by short name from `path` (default configs/models.yaml)."""
+    path = Path(path) if path else configs_dir() / "models.yaml"
+    return _named(ModelSpec, _read_yaml(path, "models"), path, "models")
+
+
+def load_gpus(path: Path | None = None) -> dict[str, GpuSpec]:
+    """GPU types by name from `path` (default configs/gpus.yaml)."""
+    path = Path(path) if path else configs_dir() / "gpus.yaml"
+    return _named(GpuSpec, _read_yaml(path, "gpus"), path, "gpus")
+
+
+def load_accuracy(path: Path | None = None) -> dict[str, float]:
+    """Model short name -> accuracy score (default: Open LLM Leaderboard v2 average, 0-100)."""
+    path = Path(path) if path else configs_dir() / "accuracy" / "open_llm_leaderboard_v2.yaml"
+    raw = _read_yaml(path, "scores")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: field 'scores' must be a mapping name -> number")
+    out: dict[str, float] = {}
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CatalogError(f"{path}: field 'scores.{name}': not a number")
+        out[str(name)] = float(value)
+    return out
+
+
+def load_deploy_configs(path: Path | None = None) -> list[tuple[int, int]]:
+    """Allowed (tp, pp) pairs (default configs/deploy_configs.yaml), in file order."""
+    path = Path(path) if path else configs_dir() / "deploy_configs.yaml"
+    raw = _read_yaml(path, "deploy_configs")
+    if not isinstance(raw, list):
+        raise CatalogError(f"{path}: field 'deploy_configs' must be a list")
+    pairs = [_parse(DeployConfig, item, path, f"deploy_configs[{i}]") for i, item in enumerate(raw)]
+    out = [(c.tp, c.pp) for c in pairs]
+    if len(out) != len(set(out)):
+        raise CatalogError(f"{path}: field 'deploy_configs': duplicate (tp, pp)")
+    return out
+
+
+def load_cluster(path: Path | str) -> ClusterSpec:
+    """A cluster file (e.g. configs/clusters/a6000x8.yaml)."""
+    path = Path(path)
+    _read_yaml(path, "nodes")
+    with open(path, encoding="utf-8") as fh:
+        return _parse(ClusterSpec, yaml.safe_load(fh), path, "cluster")
