@@ -1,0 +1,5 @@
+import sys
+
+from selector.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""Why a problem is infeasible (spec section 6): the first constraint of section 4 after
+which no variant survives, with the best value the survivors of the earlier ones reached.
+
+Shared by every exact solver so their reasons read the same.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from selector.index import Compiled
+from selector.space import TOL, chunks
+
+
+def empty_space_reason(cp: Compiled) -> str | None:
+    """Names a stage with no option when the variant space is empty."""
+    if cp.variant_space > 0:
+        return None
+    if not cp.workflows:
+        return "variant space is empty: no workflows"
+    for wf in cp.workflows:
+        for st in wf.stages:
+            if not st.options:
+                return (f"variant space is empty: stage '{st.name}' of workflow '{wf.name}' has no option "
+                        f"(no perf row with a deployment or a reusable instance)")
+    return "variant space is empty"
+
+
+def infeasibility_reason(cp: Compiled, *, deadline: float | None = None) -> str:
+    """The reason string for an infeasible problem (call only when no variant is feasible)."""
+    empty = empty_space_reason(cp)
+    if empty:
+        return empty
+    task = cp.problem.task
+    best_acc = max(min(float(st.arrays["acc"].max()) for st in wf.stages) for wf in cp.workflows)
+    if best_acc < task.accuracy_slo - TOL:
+        return f"accuracy: no variant reaches accuracy_slo {task.accuracy_slo} (best {best_acc})"
+    best_lat = np.inf
+    for wf in cp.workflows:
+        lat = 0.0
+        for st in wf.stages:
+            ok = st.arrays["acc"] >= task.accuracy_slo - TOL
+            lat += float(st.arrays["lat"][ok].min()) if ok.any() else np.inf
+        best_lat = min(best_lat, lat)
+    if best_lat > task.latency_slo_s + TOL:
+        return (f"latency: no variant meeting accuracy_slo {task.accuracy_slo} meets latency_slo_s "
+                f"{task.latency_slo_s} (best {best_lat})")
+    return _capacity_or_placement(cp, deadline)
+
+
+def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
+    task = cp.problem.task
+    best_util, cap_pass, min_mem = np.inf, 0, np.inf
+    for wf in cp.workflows:
+        for ch in chunks(cp, wf):
+            ok = (ch.acc >= task.accuracy_slo - TOL) & (ch.lat <= task.latency_slo_s + TOL)
+            if ok.any():
+                best_util = min(best_util, float(ch.max_util[ok].min()))
+            ok &= ch.max_util <= 1.0 + TOL
+            cap_pass += int(ok.sum())
+            if ok.any():
+                min_mem = min(min_mem, float(ch.mem[ok].min()))
+            if deadline is not None and time.perf_counter() > deadline:
+                return "unknown: time limit reached while diagnosing infeasibility"
+    if cap_pass == 0:
+        return (f"capacity: every variant meeting accuracy and latency overloads a reused instance "
+                f"(best utilization {best_util})")
+    free = sum(g.mem_gb - g.used_gb for g in cp.problem.cluster.gpus)
+    return (f"placement: none of the {cap_pass} variants meeting accuracy, latency and capacity can be "
+            f"placed by LeastLoaded (least new memory needed {min_mem} GB; cluster free {free} GB)")
+

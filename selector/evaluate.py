@@ -1,0 +1,127 @@
+"""Evaluating one variant (spec sections 3-4) and choosing the unique optimum (section 5).
+
+Every selector builds its answer through :func:`evaluate` and :func:`choose`, so the
+numbers a plan reports and the tie-breaks between equal-cost variants are computed in one
+place, in stage order, exactly as the spec states.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from selector.index import NEW, REUSE, Compiled, Option
+from selector.placement import StageDemand, free_memory, place
+from selector.plan import Plan, StagePlan
+
+TOL = 1e-9
+
+# constraint names, in the order of spec section 4
+ACCURACY, LATENCY, CAPACITY, PLACEMENT = "accuracy", "latency", "capacity", "placement"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Derived quantities of one variant; ``violated`` is the first failed constraint or None."""
+
+    workflow: int
+    choice: tuple[int, ...]             # option index per stage
+    options: tuple[Option, ...]
+    accuracy: float
+    latency_s: float
+    new_mem_gb: float
+    new_gpus: int
+    violated: str | None
+    gpus: tuple[tuple[tuple[int, ...], ...], ...] | None   # per new stage, per replica
+
+    @property
+    def feasible(self) -> bool:
+        return self.violated is None
+
+    @property
+    def cost_gb_s(self) -> float:
+        return self.new_mem_gb * self.latency_s
+
+    @property
+    def key(self) -> tuple:
+        return (self.workflow, *(o.key for o in self.options))
+
+
+def demands(options: Sequence[Option]) -> list[StageDemand]:
+    """The placement demand of the variant's new stages, in stage order."""
+    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards) for o in options if o.kind == NEW]
+
+
+def capacity_ok(cp: Compiled, options: Sequence[Option]) -> bool:
+    util = {}
+    for o in options:
+        if o.kind == REUSE:
+            util[o.instance] = util.get(o.instance, cp.base_util[o.instance]) + o.util_add
+    return all(u <= 1.0 + TOL for u in util.values())
+
+
+def evaluate(cp: Compiled, workflow: int, choice: Sequence[int], *, do_placement: bool = True) -> Evaluation:
+    """Evaluate ``choice`` (an option index per stage of ``workflow``) against every constraint."""
+    stages = cp.workflows[workflow].stages
+    opts = tuple(s.options[c] for s, c in zip(stages, choice, strict=True))
+    acc = min(o.accuracy for o in opts)
+    lat = 0.0
+    mem = 0.0
+    gpus = 0
+    for s, o in zip(stages, opts):
+        lat += s.calls * o.latency_s
+        if o.kind == NEW:
+            mem += o.replicas * o.mem_gb
+            gpus += o.replicas * o.shards
+    task = cp.problem.task
+    violated, placed = None, None
+    if acc < task.accuracy_slo - TOL:
+        violated = ACCURACY
+    elif lat > task.latency_slo_s + TOL:
+        violated = LATENCY
+    elif not capacity_ok(cp, opts):
+        violated = CAPACITY
+    elif do_placement:
+        result = place(free_memory(cp.problem.cluster), demands(opts))
+        if result is None:
+            violated = PLACEMENT
+        else:
+            placed = tuple(tuple(tuple(r) for r in st) for st in result)
+    return Evaluation(workflow, tuple(choice), opts, acc, lat, mem, gpus, violated, placed)
+
+
+def choose(feasible: Iterable[Evaluation]) -> Evaluation | None:
+    """The unique optimum of section 5 among feasible evaluations (cost, then L, then G, then key)."""
+    cands = list(feasible)
+    if not cands:
+        return None
+    cmin = min(e.cost_gb_s for e in cands)
+    cands = [e for e in cands if e.cost_gb_s <= cmin + TOL * max(1.0, cmin)]
+    lmin = min(e.latency_s for e in cands)
+    cands = [e for e in cands if e.latency_s <= lmin + TOL * max(1.0, lmin)]
+    gmin = min(e.new_gpus for e in cands)
+    return min((e for e in cands if e.new_gpus == gmin), key=lambda e: e.key)
+
+
+def to_plan(cp: Compiled, ev: Evaluation, *, status: str, solver: str, elapsed_s: float,
+            evaluated: int, extra: dict | None = None) -> Plan:
+    """Turn a feasible evaluation into the plan of section 6."""
+    p = cp.problem
+    w = p.workflows[ev.workflow]
+    placed = iter(ev.gpus or ())
+    stages = []
+    for st, o in zip(w.stages, ev.options):
+        model = p.models[o.model].name
+        if o.kind == REUSE:
+            inst = p.cluster.instances[o.instance]
+            stages.append(StagePlan(st.name, model, inst.tp, inst.pp, inst.id, 0, ()))
+        else:
+            stages.append(StagePlan(st.name, model, o.tp, o.pp, None, o.replicas, next(placed)))
+    return Plan(status=status, solver=solver, task=p.task.name, variant_space=cp.variant_space,
+                elapsed_s=elapsed_s, variants_evaluated=evaluated, workflow=w.name, stages=tuple(stages),
+                cost_gb_s=ev.cost_gb_s, latency_s=ev.latency_s, new_mem_gb=ev.new_mem_gb,
+                new_gpus=ev.new_gpus, accuracy=ev.accuracy, extra=extra or {})
+
+
+def infeasible_plan(cp: Compiled, *, solver: str, reason: str, elapsed_s: float, evaluated: int) -> Plan:
+    return Plan(status="infeasible", solver=solver, task=cp.problem.task.name, reason=reason,
+                variant_space=cp.variant_space, elapsed_s=elapsed_s, variants_evaluated=evaluated)

@@ -1,0 +1,229 @@
+"""The resolved selection problem of ``shared/spec/selection.md`` section 1, as typed data.
+
+``load_problem`` / ``parse_problem`` turn YAML, JSON or a dict into a frozen
+:class:`Problem`, rejecting every kind of bad input the spec lists with a
+:class:`~selector.errors.ProblemError` that names the field. Nothing is guessed: only
+``calls`` and ``cluster.instances`` have defaults.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from selector.errors import ProblemError
+from selector.yamlio import load_mapping
+
+TOL = 1e-9
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("must be a number")
+    if not math.isfinite(v):
+        raise ValueError("must be finite")
+    return float(v)
+
+
+def _whole(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("must be a whole number")
+    if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
+        raise ValueError("must be a whole number")
+    return int(v)
+
+
+def _name(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise ValueError("must be a string")
+    s = str(v)
+    if not s:
+        raise ValueError("must not be empty")
+    return s
+
+
+Num = Annotated[float, BeforeValidator(_number)]
+Whole = Annotated[int, BeforeValidator(_whole)]
+Name = Annotated[str, BeforeValidator(_name)]
+PosNum = Annotated[Num, Field(gt=0)]
+NonNegNum = Annotated[Num, Field(ge=0)]
+PosWhole = Annotated[Whole, Field(ge=1)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Task(_Frozen):
+    name: Name
+    accuracy_slo: NonNegNum
+    latency_slo_s: PosNum
+    arrival_rate_rps: PosNum
+
+
+class Model(_Frozen):
+    name: Name
+    accuracy: NonNegNum
+    active_params_b: PosNum
+
+
+class Config(_Frozen):
+    tp: PosWhole
+    pp: PosWhole
+
+
+class Stage(_Frozen):
+    name: Name
+    calls: PosWhole = 1
+
+
+class Workflow(_Frozen):
+    name: Name
+    stages: Annotated[tuple[Stage, ...], Field(min_length=1)]
+
+
+class Deployment(_Frozen):
+    model: Name
+    tp: PosWhole
+    pp: PosWhole
+    mem_gb: PosNum
+
+
+class Perf(_Frozen):
+    workflow: Name
+    stage: Name
+    model: Name
+    tp: PosWhole
+    pp: PosWhole
+    latency_s: PosNum
+    capacity_rps: PosNum
+
+
+class Gpu(_Frozen):
+    id: Whole
+    mem_gb: PosNum
+    used_gb: NonNegNum
+
+
+class Instance(_Frozen):
+    id: Name
+    model: Name
+    tp: PosWhole
+    pp: PosWhole
+    gpus: tuple[Whole, ...]
+    utilization: Annotated[Num, Field(ge=0, le=1)]
+
+
+class Cluster(_Frozen):
+    gpus: tuple[Gpu, ...]
+    instances: tuple[Instance, ...] = ()
+
+
+class Problem(_Frozen):
+    """One task's selection problem; numbers only, units in field names."""
+
+    task: Task
+    models: tuple[Model, ...]
+    configs: tuple[Config, ...]
+    workflows: tuple[Workflow, ...]
+    deployments: tuple[Deployment, ...]
+    perf: tuple[Perf, ...]
+    cluster: Cluster
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _first_error(exc: ValidationError) -> ProblemError:
+    err = exc.errors()[0]
+    field = _loc(tuple(err["loc"]))
+    kind = err["type"]
+    if kind == "missing":
+        return ProblemError(field, "missing required field")
+    if kind == "extra_forbidden":
+        return ProblemError(field, "unknown field")
+    msg = err["msg"].removeprefix("Value error, ")
+    return ProblemError(field, f"{msg} (got {err.get('input')!r})")
+
+
+def parse_problem(data: dict[str, Any]) -> Problem:
+    """Validate a mapping into a :class:`Problem`; raises ProblemError naming the field."""
+    if not isinstance(data, dict):
+        raise ProblemError("", "a problem must be a mapping")
+    try:
+        problem = Problem.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+    check_references(problem)
+    return problem
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read and validate a resolved problem from YAML or JSON."""
+    return parse_problem(load_mapping(path))
+
+
+def _unique(items, key, field: str, what: str) -> None:
+    seen: dict = {}
+    for i, item in enumerate(items):
+        k = key(item)
+        if k in seen:
+            raise ProblemError(f"{field}[{i}]", f"duplicate {what} {k!r} (also {field}[{seen[k]}])")
+        seen[k] = i
+
+
+def check_references(p: Problem) -> None:
+    """Cross-field checks: unique keys and ids, rows naming known entities, cluster sanity."""
+    _unique(p.models, lambda m: m.name, "models", "model")
+    _unique(p.configs, lambda c: (c.tp, c.pp), "configs", "config (tp, pp)")
+    _unique(p.workflows, lambda w: w.name, "workflows", "workflow")
+    for wi, w in enumerate(p.workflows):
+        _unique(w.stages, lambda s: s.name, f"workflows[{wi}].stages", "stage")
+    _unique(p.deployments, lambda d: (d.model, d.tp, d.pp), "deployments", "deployment (model, tp, pp)")
+    _unique(p.perf, lambda r: (r.workflow, r.stage, r.model, r.tp, r.pp), "perf",
+            "perf row (workflow, stage, model, tp, pp)")
+    _unique(p.cluster.gpus, lambda g: g.id, "cluster.gpus", "GPU id")
+    _unique(p.cluster.instances, lambda i: i.id, "cluster.instances", "instance id")
+    models = {m.name for m in p.models}
+    stages = {w.name: {s.name for s in w.stages} for w in p.workflows}
+    for i, d in enumerate(p.deployments):
+        if d.model not in models:
+            raise ProblemError(f"deployments[{i}].model", f"unknown model {d.model!r}")
+    for i, r in enumerate(p.perf):
+        if r.workflow not in stages:
+            raise ProblemError(f"perf[{i}].workflow", f"unknown workflow {r.workflow!r}")
+        if r.stage not in stages[r.workflow]:
+            raise ProblemError(f"perf[{i}].stage", f"unknown stage {r.stage!r} of workflow {r.workflow!r}")
+        if r.model not in models:
+            raise ProblemError(f"perf[{i}].model", f"unknown model {r.model!r}")
+    _check_cluster(p, models)
+
+
+def _check_cluster(p: Problem, models: set[str]) -> None:
+    gpus = {g.id: g for g in p.cluster.gpus}
+    for i, g in enumerate(p.cluster.gpus):
+        if g.used_gb > g.mem_gb + TOL:
+            raise ProblemError(f"cluster.gpus[{i}].used_gb", f"{g.used_gb} exceeds mem_gb {g.mem_gb}")
+    for i, inst in enumerate(p.cluster.instances):
+        f = f"cluster.instances[{i}]"
+        if inst.model not in models:
+            raise ProblemError(f"{f}.model", f"unknown model {inst.model!r}")
+        if len(inst.gpus) != inst.tp * inst.pp:
+            raise ProblemError(f"{f}.gpus", f"lists {len(inst.gpus)} GPUs but tp*pp = {inst.tp * inst.pp}")
+        if len(set(inst.gpus)) != len(inst.gpus):
+            raise ProblemError(f"{f}.gpus", "lists a GPU twice")
+        for g in inst.gpus:
+            if g not in gpus:
+                raise ProblemError(f"{f}.gpus", f"GPU {g} is not in cluster.gpus")

@@ -1,0 +1,74 @@
+"""Exact best-of-a-set search shared by the enumerating selectors.
+
+A :class:`BestWindow` is fed chunks of variants (``selector.space``) and keeps every
+placeable variant whose cost ties the best seen so far (within the spec's 1e-9), so that
+``selector.evaluate.choose`` over its window gives the section-5 optimum of all variants
+fed. Survivors of constraints 1-3 are visited in increasing (cost, key) order and only those
+that can still tie are placed with LeastLoaded (placements cached by the variant's demand).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from selector.index import NEW, Compiled
+from selector.placement import StageDemand, free_memory, place
+from selector.space import TOL, Chunk
+
+
+class Candidate(NamedTuple):
+    cost_gb_s: float
+    latency_s: float
+    new_gpus: int
+    key: tuple[int, int]          # (workflow, flat index): same order as the spec key
+    choice: tuple[int, ...]
+
+
+class BestWindow:
+    """Keeps every placeable variant whose cost ties the best seen so far (within 1e-9)."""
+
+    def __init__(self, cp: Compiled) -> None:
+        self.cp = cp
+        self.window: list[Candidate] = []
+        self.best_cost = np.inf
+        self.evaluated = 0
+        self._free = free_memory(cp.problem.cluster)
+        self._placeable: dict[tuple, bool] = {}
+
+    def scan(self, ch: Chunk) -> None:
+        self.evaluated += ch.flat.size
+        task = self.cp.problem.task
+        ok = ((ch.acc >= task.accuracy_slo - TOL) & (ch.lat <= task.latency_slo_s + TOL)
+              & (ch.max_util <= 1.0 + TOL) & ch.fits_hint)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return
+        cost = ch.cost[idx]
+        if np.isfinite(self.best_cost):
+            keep = cost <= self.best_cost + TOL * max(1.0, self.best_cost)
+            idx, cost = idx[keep], cost[keep]
+        chunk_min = None
+        for j in np.lexsort((ch.flat[idx], cost)):
+            c = float(cost[j])
+            if chunk_min is not None and c > chunk_min + TOL * max(1.0, chunk_min):
+                break
+            row = idx[j]
+            choice = tuple(int(x) for x in ch.choice[row])
+            if not self._fits(ch.workflow, choice):
+                continue
+            chunk_min = c if chunk_min is None else chunk_min
+            self.window.append(Candidate(c, float(ch.lat[row]), int(ch.gpus[row]),
+                                         (ch.workflow, int(ch.flat[row])), choice))
+        if chunk_min is not None and chunk_min < self.best_cost:
+            self.best_cost = chunk_min
+            lim = chunk_min + TOL * max(1.0, chunk_min)
+            self.window = [c for c in self.window if c.cost_gb_s <= lim]
+
+    def _fits(self, workflow: int, choice: tuple[int, ...]) -> bool:
+        stages = self.cp.workflows[workflow].stages
+        demand = tuple((o.replicas, o.shards, o.mem_gb / o.shards)
+                       for o in (st.options[c] for st, c in zip(stages, choice)) if o.kind == NEW)
+        if demand not in self._placeable:
+            self._placeable[demand] = place(self._free, [StageDemand(*d) for d in demand]) is not None
+        return self._placeable[demand]

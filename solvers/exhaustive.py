@@ -1,0 +1,56 @@
+"""``exhaustive``: exact search over every variant, vectorised in numpy chunks.
+
+Each chunk (up to 65,536 variants of one workflow) gets constraints 1-3 and necessary
+placement conditions checked as arrays. Survivors are visited in increasing (cost, key)
+order and only the few that can still tie the best cost are placed with LeastLoaded
+(placements are cached by the variant's demand). Memory stays bounded by the chunk size,
+and the time limit is checked between chunks: a search cut short returns its best variant
+so far with status ``feasible``.
+"""
+from __future__ import annotations
+
+import time
+
+from selector.diagnose import empty_space_reason, infeasibility_reason
+from selector.evaluate import choose, evaluate, infeasible_plan, to_plan
+from selector.index import compile_problem
+from selector.plan import Plan
+from selector.problem import Problem
+from selector.search import BestWindow
+from selector.space import DEFAULT_CHUNK, chunks
+from solvers.base import Selector
+
+
+class ExhaustiveSelector(Selector):
+    name = "exhaustive"
+
+    def __init__(self, *, chunk: int = DEFAULT_CHUNK) -> None:
+        self.chunk = chunk
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        t0 = time.perf_counter()
+        deadline = t0 + time_limit_s
+        cp = compile_problem(problem)
+        if (reason := empty_space_reason(cp)) is not None:
+            return infeasible_plan(cp, solver=self.name, reason=reason, elapsed_s=time.perf_counter() - t0,
+                                   evaluated=0)
+        search = BestWindow(cp)
+        complete = True
+        for wf in cp.workflows:
+            for ch in chunks(cp, wf, chunk=self.chunk):
+                search.scan(ch)
+                if time.perf_counter() > deadline:
+                    complete = False
+                    break
+            if not complete:
+                break
+        best = choose(search.window)
+        if best is None:
+            reason = (infeasibility_reason(cp, deadline=deadline + time_limit_s) if complete else
+                      "time limit reached before any feasible variant was found (search incomplete)")
+            return infeasible_plan(cp, solver=self.name, reason=reason, elapsed_s=time.perf_counter() - t0,
+                                   evaluated=search.evaluated)
+        ev = evaluate(cp, best.key[0], best.choice)
+        assert ev.feasible, "exhaustive: chosen variant failed re-evaluation"
+        return to_plan(cp, ev, status="optimal" if complete else "feasible", solver=self.name,
+                       elapsed_s=time.perf_counter() - t0, evaluated=search.evaluated)

@@ -1,0 +1,43 @@
+"""The one place selectors are registered by name.
+
+Entries are ``name -> "module:Class"`` and are imported lazily, so ``import solvers`` stays
+fast and optional dependencies (ortools, optuna) load only when their solver is used.
+"""
+from __future__ import annotations
+
+import importlib
+
+from solvers.base import Selector
+
+_ENTRIES: list[tuple[str, str]] = [
+    ("exhaustive", "solvers.exhaustive:ExhaustiveSelector"),
+    ("flowmaker", "solvers.flowmaker:FlowMakerSelector"),
+]
+
+
+def _build(entries: list[tuple[str, str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, target in entries:
+        if name in out:
+            raise ValueError(f"duplicate solver name '{name}' in solvers/registry.py")
+        out[name] = target
+    return out
+
+
+REGISTRY: dict[str, str] = _build(_ENTRIES)
+
+
+def names() -> list[str]:
+    """Registered selector names, in registration order."""
+    return list(REGISTRY)
+
+
+def get_solver(name: str, **kwargs) -> Selector:
+    """Instantiate the selector registered as ``name``; unknown names list the known ones."""
+    if name not in REGISTRY:
+        raise KeyError(f"unknown solver '{name}'; known: {', '.join(REGISTRY)}")
+    module, cls = REGISTRY[name].split(":")
+    selector = getattr(importlib.import_module(module), cls)(**kwargs)
+    if selector.name != name:
+        raise ValueError(f"solver registered as '{name}' calls itself '{selector.name}'")
+    return selector
