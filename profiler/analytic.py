@@ -1,0 +1,263 @@
+"""Analytic (roofline) step-time and memory model of one serving instance.
+
+`AnalyticModel.step_model(model, gpu, tp, pp)` precomputes a `StepModel` whose methods are
+plain float arithmetic, so a cluster simulator can call them millions of times.
+Conventions (details and equations in docs/profiler.md):
+- times in seconds, memory in GB (1e9 bytes), summed over all tp*pp GPUs of the instance;
+- an iteration with pp > 1 is reported as the latency of one token batch through all stages
+  (what TTFT/TPOT measure); `step_interval_s` is the bottleneck-stage time that bounds
+  throughput when pp micro-batches are in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from profiler import ops
+from profiler.calibration import Calibration, GpuCalibration, load_default_calibration
+from profiler.catalog import GpuSpec, ModelSpec
+
+RUNTIME_OVERHEAD_GB_PER_GPU = 1.0  # CUDA context + NCCL buffers + allocator slack (vLLM ~0.5-1.5 GB)
+LOGIT_BYTES = 4  # logits are materialised in fp32
+
+
+def attn_tokens2(chunk_tokens: int, prefix_tokens: int = 0) -> int:
+    """Attention work of one prefill chunk: (prefix+chunk)^2 - prefix^2 (= chunk^2 without prefix)."""
+    return (prefix_tokens + chunk_tokens) ** 2 - prefix_tokens ** 2
+
+
+def unsupported_reason(model: ModelSpec, tp: int, pp: int) -> str | None:
+    """Why (model, tp, pp) cannot be served (vLLM's sharding rules), or None when it can."""
+    if tp < 1 or pp < 1:
+        return "tp and pp must be >= 1"
+    if model.heads % tp:
+        return f"{model.name}: heads={model.heads} not divisible by tp={tp}"
+    if model.kv_heads % tp and tp % model.kv_heads:
+        return f"{model.name}: kv_heads={model.kv_heads} and tp={tp} do not divide each other"
+    if model.ffn % tp:
+        return f"{model.name}: ffn={model.ffn} not divisible by tp={tp}"
+    if pp > model.layers:
+        return f"{model.name}: pp={pp} exceeds layers={model.layers}"
+    return None
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    flop_s_per_token: float
+    weight_s: float
+    act_s_per_token: float
+    overhead_s: float
+
+    def time(self, tokens: float) -> float:
+        return max(tokens * self.flop_s_per_token, self.weight_s + tokens * self.act_s_per_token) + self.overhead_s
+
+
+def _gemm(gpu: GpuSpec, cal: GpuCalibration, k: int, n: int, dtype_bytes: int) -> _Gemm:
+    bw = cal.mem_eff * ops.mem_bw(gpu)
+    return _Gemm(2.0 * k * n / (cal.compute_eff * ops.peak_flops(gpu)), k * n * dtype_bytes / bw,
+                 (k + n) * dtype_bytes / bw, cal.kernel_overhead_us * ops.US)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Precomputed per-(model, gpu, tp, pp, calibration) coefficients; all times in seconds."""
+
+    model_name: str
+    gpu_name: str
+    tp: int
+    pp: int
+    layers: int
+    dense_gemms: tuple[_Gemm, ...]
+    expert_gemms: tuple[_Gemm, ...]  # one expert's gate_up and down (MoE only)
+    experts: int
+    experts_per_token: int
+    elem_s_per_token: float  # per layer
+    elem_fixed_s: float  # per layer
+    attn_prefill_s_per_t2: float
+    attn_prefill_s_per_token: float
+    attn_decode_s_per_ctx: float
+    attn_overhead_s: float
+    allreduce_fixed_s: float  # per all-reduce, 0 when tp == 1
+    allreduce_s_per_token: float
+    sendrecv_fixed_s: float
+    sendrecv_s_per_token: float
+    head_gemm: _Gemm  # LM head, on the last stage
+    outer_s_per_token: float  # embedding gather + final norm
+    outer_fixed_s: float
+    iteration_overhead_s: float
+    weights_gb: float
+    kv_gb_per_token: float
+    act_gb_per_token: float  # activation workspace per batched token, all GPUs
+    logit_gb_per_seq: float
+    runtime_overhead_gb: float
+    calibration_source: str = field(default="", compare=False)
+
+    def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
+                 decode_ctx: float) -> float:
+        t = self.elem_fixed_s + tokens * self.elem_s_per_token
+        for g in self.dense_gemms:
+            t += g.time(tokens)
+        if self.expert_gemms:
+            routed = tokens * self.experts_per_token
+            touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
+            for g in self.expert_gemms:
+                t += max(routed * g.flop_s_per_token, touched * g.weight_s + routed * g.act_s_per_token)
+                t += g.overhead_s
+        if prefill_tokens > 0:
+            t += max(tokens2 * self.attn_prefill_s_per_t2, prefill_tokens * self.attn_prefill_s_per_token)
+            t += self.attn_overhead_s
+        if decode_batch > 0:
+            t += decode_ctx * self.attn_decode_s_per_ctx + self.attn_overhead_s
+        if self.allreduce_fixed_s:
+            t += 2.0 * (self.allreduce_fixed_s + tokens * self.allreduce_s_per_token)
+        return t
+
+    def _step(self, prefill_tokens: int, tokens2: float, decode_batch: int, decode_ctx: float,
+              seqs: int, stage_layers: int, hops: int) -> float:
+        tokens = prefill_tokens + decode_batch
+        if tokens <= 0:
+            return 0.0
+        layer = self._layer_s(tokens, tokens2, prefill_tokens, decode_batch, decode_ctx)
+        return (stage_layers * layer + self.head_gemm.time(max(seqs, 1))
+                + self.outer_fixed_s + tokens * self.outer_s_per_token + self.iteration_overhead_s
+                + hops * (self.sendrecv_fixed_s + tokens * self.sendrecv_s_per_token))
+
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
+        """One mixed (chunked-prefill) iteration, latency through all pp stages, in seconds.
+
+        prefill_tokens: new prompt tokens in the iteration (all chunks together);
+        prefill_attn_tokens2: sum over chunks of (prefix+chunk)^2 - prefix^2 (`attn_tokens2`);
+        decode_batch: sequences decoding one token; decode_context_tokens: their total context;
+        prefill_seqs: sequences whose chunk ends this iteration (LM-head rows), default 1.
+        """
+        seqs = decode_batch + (prefill_seqs if prefill_tokens > 0 else 0)
+        return self._step(prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens,
+                          seqs, self.layers, self.pp - 1)
+
+    def step_interval_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+                        decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
+        """Bottleneck-stage time of the same iteration: with pp micro-batches in flight one
+        finishes every `step_interval_s` (equals `step_s` when pp == 1)."""
+        if self.pp == 1:
+            return self.step_s(prefill_tokens, prefill_attn_tokens2, decode_batch,
+                               decode_context_tokens, prefill_seqs=prefill_seqs)
+        seqs = decode_batch + (prefill_seqs if prefill_tokens > 0 else 0)
+        return self._step(prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens,
+                          seqs, math.ceil(self.layers / self.pp), 1)
+
+    def prefill_s(self, tokens: int, batch: int = 1) -> float:
+        """Prefill `batch` sequences of `tokens` prompt tokens each in one iteration (s)."""
+        return self.step_s(tokens * batch, batch * float(tokens) ** 2, 0, 0.0, prefill_seqs=batch)
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        """One decode iteration of `batch` sequences of mean context `context_tokens` (s/token)."""
+        return self.step_s(0, 0.0, batch, batch * context_tokens)
+
+    def activation_gb(self, max_batch_tokens: int, max_seqs: int = 1) -> float:
+        """Activation workspace for `max_batch_tokens` batched tokens and logits of `max_seqs`
+        rows, plus the fixed runtime overhead of every GPU (GB, all GPUs)."""
+        return (max_batch_tokens * self.act_gb_per_token + max_seqs * self.logit_gb_per_seq
+                + self.runtime_overhead_gb)
+
+    def mem_gb(self, kv_tokens: float, max_batch_tokens: int, max_seqs: int = 1) -> float:
+        """Total memory (GB, all GPUs): weights + KV of `kv_tokens` + activation_gb."""
+        return self.weights_gb + kv_tokens * self.kv_gb_per_token + self.activation_gb(
+            max_batch_tokens, max_seqs)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One request in a batch of `batch` identical requests; seconds and GB (all GPUs)."""
+
+    ttft_s: float
+    tpot_s: float
+    latency_s: float
+    mem_gb: float
+    weights_gb: float
+    kv_gb: float
+    activation_gb: float
+
+
+class AnalyticModel:
+    """Roofline model; `calibration=None` loads configs/calibration/vidur.yaml when present."""
+
+    def __init__(self, *, calibration: Calibration | None = None, dtype_bytes: int = 2) -> None:
+        self.calibration = calibration if calibration is not None else (
+            load_default_calibration() or Calibration())
+        self.dtype_bytes = dtype_bytes
+        self._cache: dict[tuple[Any, ...], StepModel] = {}
+
+    def step_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int) -> StepModel:
+        """Cached `StepModel`; ValueError when the model cannot be sharded that way."""
+        key = (model, gpu, tp, pp)
+        sm = self._cache.get(key)
+        if sm is None:
+            reason = unsupported_reason(model, tp, pp)
+            if reason:
+                raise ValueError(reason)
+            sm = self._cache[key] = _build(model, gpu, tp, pp, self.calibration.for_gpu(gpu.name),
+                                           self.dtype_bytes)
+        return sm
+
+    def predict(self, model: ModelSpec, gpu: GpuSpec, *, tp: int, pp: int, batch: int,
+                prompt_tokens: int, output_tokens: int) -> Prediction:
+        """Static batch: prefill all `batch` prompts at once, then decode `output_tokens` each.
+
+        TPOT uses the mean context over the decode (prompt + output/2); memory holds the KV
+        of batch*(prompt+output) tokens and activations of the batch prefill.
+        """
+        if min(batch, prompt_tokens, output_tokens) < 1:
+            raise ValueError("batch, prompt_tokens and output_tokens must be >= 1")
+        sm = self.step_model(model, gpu, tp, pp)
+        ttft = sm.prefill_s(prompt_tokens, batch)
+        tpot = sm.decode_step_s(batch, prompt_tokens + output_tokens / 2.0)
+        kv = batch * (prompt_tokens + output_tokens) * sm.kv_gb_per_token
+        act = sm.activation_gb(batch * prompt_tokens, batch)
+        return Prediction(ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (output_tokens - 1) * tpot,
+                          mem_gb=sm.weights_gb + kv + act, weights_gb=sm.weights_gb, kv_gb=kv,
+                          activation_gb=act)
+
+
+def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db: int) -> StepModel:
+    qh, d, h = m.heads // tp, m.head_dim, m.hidden
+    kvh = max(1, m.kv_heads // tp)  # kv heads are replicated when tp > kv_heads
+    f = m.ffn // tp
+    bw_e = cal.elementwise_mem_eff * ops.mem_bw(gpu)
+    bw_a = cal.attn_decode_mem_eff * ops.mem_bw(gpu)
+    dense = [_gemm(gpu, cal, h, (qh + 2 * kvh) * d, db), _gemm(gpu, cal, qh * d, h, db)]
+    experts: tuple[_Gemm, ...] = ()
+    if m.is_moe:
+        dense.append(_gemm(gpu, cal, h, m.experts, db))  # router
+        experts = (_gemm(gpu, cal, h, 2 * f, db), _gemm(gpu, cal, f, h, db))
+    else:
+        dense += [_gemm(gpu, cal, h, 2 * f, db), _gemm(gpu, cal, f, h, db)]
+    # two norms (r/w), rope on q and k, gated activation (read 2f write f), residual add (r2 w1)
+    elem_bytes = (4 * h + 2 * (qh + kvh) * d + 3 * f * m.experts_per_token + 3 * h) * db
+    link_bw = gpu.link_bw_gbps * 1e9
+    return StepModel(
+        model_name=m.name, gpu_name=gpu.name, tp=tp, pp=pp, layers=m.layers,
+        dense_gemms=tuple(dense), expert_gemms=experts, experts=m.experts,
+        experts_per_token=m.experts_per_token,
+        elem_s_per_token=elem_bytes / bw_e, elem_fixed_s=5 * cal.elementwise_overhead_us * ops.US,
+        attn_prefill_s_per_t2=2.0 * d * qh / (cal.attn_prefill_eff * ops.peak_flops(gpu)),
+        attn_prefill_s_per_token=(2 * qh + 2 * kvh) * d * db / (cal.mem_eff * ops.mem_bw(gpu)),
+        attn_decode_s_per_ctx=max(2 * kvh * d * db / bw_a,
+                                  4.0 * d * qh / (cal.compute_eff * ops.peak_flops(gpu))),
+        attn_overhead_s=cal.attn_overhead_us * ops.US,
+        allreduce_fixed_s=ops.allreduce_latency_s(gpu, cal) if tp > 1 else 0.0,
+        allreduce_s_per_token=(2.0 * (tp - 1) / tp * h * db / (cal.allreduce_bw_eff * link_bw)),
+        sendrecv_fixed_s=ops.sendrecv_latency_s(gpu, cal),
+        sendrecv_s_per_token=h * db / (cal.sendrecv_bw_eff * link_bw),
+        head_gemm=_gemm(gpu, cal, h, -(-m.vocab // tp), db),
+        outer_s_per_token=4 * h * db / bw_e, outer_fixed_s=2 * cal.elementwise_overhead_us * ops.US,
+        iteration_overhead_s=cal.iteration_overhead_ms * 1e-3,
+        weights_gb=m.weight_bytes(db) / 1e9,
+        kv_gb_per_token=2 * m.layers * kvh * tp * d * db / 1e9,
+        act_gb_per_token=tp * pp * (4 * h + (qh + 2 * kvh) * d + 3 * f * m.experts_per_token) * db / 1e9,
+        logit_gb_per_seq=m.vocab * LOGIT_BYTES / 1e9,
+        runtime_overhead_gb=RUNTIME_OVERHEAD_GB_PER_GPU * tp * pp,
+        calibration_source=cal.source,
+    )

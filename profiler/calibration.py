@@ -1,0 +1,92 @@
+"""Per-GPU efficiency constants of the analytic model, and the file that stores them.
+
+A `GpuCalibration` holds fractions of the datasheet peaks actually reached and fixed
+per-kernel costs; `Calibration` maps GPU names to them plus provenance. Defaults
+(uncalibrated) are round textbook figures; configs/calibration/vidur.yaml holds values
+fitted on vidur's operator measurements (see profiler/vidur_fit.py, docs/profiler.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from profiler.catalog import CatalogError, configs_dir
+
+
+class GpuCalibration(BaseModel):
+    """Efficiency constants for one GPU type (dimensionless fractions of peak, times in us/ms)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute_eff: float = Field(default=0.7, gt=0, le=1, description="GEMM FLOP/s / peak")
+    mem_eff: float = Field(default=0.8, gt=0, le=1, description="GEMM weight streaming / DRAM peak")
+    kernel_overhead_us: float = Field(default=4.0, ge=0, description="fixed time per GEMM kernel")
+    elementwise_mem_eff: float = Field(default=0.8, gt=0, le=1)
+    elementwise_overhead_us: float = Field(default=4.0, ge=0, description="per norm/rope/act/add kernel")
+    attn_prefill_eff: float = Field(default=0.5, gt=0, le=1, description="flash-attention FLOP/s / peak")
+    attn_decode_mem_eff: float = Field(default=0.7, gt=0, le=1, description="paged KV read / DRAM peak")
+    attn_overhead_us: float = Field(default=8.0, ge=0, description="per attention kernel")
+    allreduce_latency_us: float | None = Field(default=None, ge=0, description="None: GPU link latency")
+    allreduce_bw_eff: float = Field(default=0.8, gt=0, le=1, description="ring bus bandwidth / link peak")
+    sendrecv_latency_us: float | None = Field(default=None, ge=0, description="None: GPU link latency")
+    sendrecv_bw_eff: float = Field(default=0.8, gt=0, le=1)
+    iteration_overhead_ms: float = Field(default=0.0, ge=0, description="CPU time per engine step")
+    source: str = "default (uncalibrated)"
+
+
+class Calibration(BaseModel):
+    """Calibration constants per GPU name, with provenance; unknown GPUs get defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = "defaults"
+    commit: str = ""
+    files: list[str] = Field(default_factory=list)
+    fit_date: str = ""
+    notes: str = ""
+    gpus: dict[str, GpuCalibration] = Field(default_factory=dict)
+    mape_pct: dict[str, dict[str, dict[str, float | None]]] = Field(
+        default_factory=dict, description="gpu -> operator class -> {before, after, n}"
+    )
+
+    def for_gpu(self, gpu_name: str) -> GpuCalibration:
+        """Constants for `gpu_name`; the uncalibrated defaults when it is not listed."""
+        return self.gpus.get(gpu_name, DEFAULT_GPU_CALIBRATION)
+
+
+DEFAULT_GPU_CALIBRATION = GpuCalibration()
+
+
+def default_calibration_path() -> Path:
+    return configs_dir() / "calibration" / "vidur.yaml"
+
+
+def load_calibration(path: Path | str | None = None) -> Calibration:
+    """Read a calibration YAML (default configs/calibration/vidur.yaml)."""
+    path = Path(path) if path else default_calibration_path()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+        return Calibration.model_validate(raw)
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise CatalogError(f"{path}: field '{field}': {err['msg']}") from None
+
+
+def load_default_calibration() -> Calibration | None:
+    """configs/calibration/vidur.yaml when present, else None (the model then uses defaults)."""
+    path = default_calibration_path()
+    return load_calibration(path) if path.is_file() else None
+
+
+def save_calibration(cal: Calibration, path: Path | str, header: str = "") -> None:
+    """Write `cal` as YAML with an optional comment header."""
+    body = yaml.safe_dump(cal.model_dump(mode="json"), sort_keys=False, width=100)
+    comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    Path(path).write_text(comment + body, encoding="utf-8")
