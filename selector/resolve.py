@@ -1,12 +1,202 @@
-"""Placeholder until the profiler lands (replaced below)."""
+"""From facts to a resolved problem: catalog + task + cluster + profile -> :class:`Problem`.
+
+How the numbers are defined (docs/resolve.md has the rationale):
+
+* ``deployments.mem_gb`` of ``(model, tp, pp)``: weights + a KV-cache reserve of
+  ``kv_reserve_tokens`` tokens + activation workspace for ``max_batch_tokens`` batched tokens
+  + the runtime overhead of each GPU, all GPUs together. A deployment whose per-GPU shard
+  exceeds the GPU's memory, or that the model cannot be sharded into, gets no row.
+* ``perf.latency_s``: one call of the stage (its prompt and output sizes from the task's
+  trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot``.
+* ``perf.capacity_rps``: ``max b / latency(b)`` over batch sizes ``b`` in 1, 2, 4, ... whose KV
+  cache ``b * (prompt + output)`` fits the reserve and whose latency stays within
+  ``(1 + latency_slack)`` of the batch-1 latency.
+* ``task.latency_slo_s`` is either given, or ``latency_slo_factor`` x the task's standalone
+  latency: its first workflow on ``reference_model`` at tp1/pp1, batch 1.
+"""
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from selector.errors import ProblemError
+from selector.problem import Cluster, Gpu, Instance, Problem, parse_problem
+from selector.taskspec import CONFIGS, TaskSpec, load_task, stage_tokens
+
+
+@dataclass(frozen=True)
+class ResolveSettings:
+    latency_slack: float = 0.25
+    kv_reserve_tokens: int = 16384
+    max_batch: int = 64
+    max_batch_tokens: int = 4096
+    reference_model: str = "llama-3.1-8b"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    models: dict            # name -> profiler.catalog.ModelSpec (models with an accuracy score)
+    accuracy: dict[str, float]
+    gpus: dict              # name -> profiler.catalog.GpuSpec
+    configs: list[tuple[int, int]]
+
+
+class PerfSource(Protocol):
+    """Where latency and memory come from: the analytic model or a measured table."""
+
+    def latency_s(self, model, gpu, tp: int, pp: int, batch: int, prompt: int, output: int) -> float: ...
+
+    def mem_gb(self, model, gpu, tp: int, pp: int, s: ResolveSettings) -> float | None: ...
+
+
+class AnalyticPerf:
+    """The profiler's analytic model (``profiler.analytic``); None memory = cannot be sharded so."""
+
+    def __init__(self) -> None:
+        from profiler.analytic import AnalyticModel
+        self.model = AnalyticModel()
+
+    def latency_s(self, model, gpu, tp, pp, batch, prompt, output) -> float:
+        return self.model.predict(model, gpu, tp=tp, pp=pp, batch=batch, prompt_tokens=prompt,
+                                  output_tokens=output).latency_s
+
+    def mem_gb(self, model, gpu, tp, pp, s: ResolveSettings) -> float | None:
+        try:
+            sm = self.model.step_model(model, gpu, tp, pp)
+        except ValueError:
+            return None
+        return sm.mem_gb(s.kv_reserve_tokens, s.max_batch_tokens, s.max_batch)
+
+
+class TablePerf(AnalyticPerf):
+    """Latency from a profile table (``profiler.table``), memory from the analytic model."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        from profiler.table import read_table
+        self.table = read_table(path)
+
+    def latency_s(self, model, gpu, tp, pp, batch, prompt, output) -> float:
+        from profiler.table import lookup
+        return float(lookup(self.table, model.name, gpu.name, tp, pp, batch, prompt, output)["latency_s"])
+
+
+def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gpus: Path | None = None,
+                 configs: Path | None = None) -> Catalog:
+    """The catalog from ``configs/`` (each file overridable); only models with a score are kept."""
+    from profiler.catalog import load_accuracy, load_deploy_configs, load_gpus, load_models
+    specs = load_models(models)
+    acc = load_accuracy(accuracy)
+    return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
+
+
+def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml") -> tuple[Cluster, str]:
+    """A cluster from ``configs/clusters/`` as the problem's ``Cluster`` plus its (single) GPU type."""
+    from profiler.catalog import load_cluster
+    spec = load_cluster(path)
+    gpus = [g for node in spec.nodes for g in node.gpus]
+    types = {g.gpu for g in gpus}
+    if len(types) != 1:
+        raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
+    cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
+                      instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
+                                      for i in getattr(spec, "instances", ()) or ()))
+    return cluster, types.pop()
+
+
+def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
+    best, b = 1.0 / lat1, 2
+    while b <= s.max_batch and b * (prompt + output) <= s.kv_reserve_tokens:
+        lat = perf.latency_s(m, g, tp, pp, b, prompt, output)
+        if lat > (1.0 + s.latency_slack) * lat1:
+            break
+        best = max(best, b / lat)
+        b *= 2
+    return best
+
+
+def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluster: Cluster | None = None,
+                 gpu: str | None = None, perf: PerfSource | None = None,
+                 settings: ResolveSettings = ResolveSettings()) -> Problem:
+    """The resolved problem of ``task`` on ``cluster`` (default: configs/clusters/a6000x8.yaml)."""
+    task = load_task(task) if isinstance(task, str) else task
+    catalog = catalog or load_catalog()
+    if cluster is None:
+        cluster, gpu = load_cluster_file()
+    if gpu not in catalog.gpus:
+        raise ProblemError("gpu", f"unknown GPU type '{gpu}'; known: {', '.join(catalog.gpus)}")
+    g = catalog.gpus[gpu]
+    perf = perf or AnalyticPerf()
+    deployments, fits = [], set()
+    for name, m in catalog.models.items():
+        for tp, pp in catalog.configs:
+            mem = perf.mem_gb(m, g, tp, pp, settings)
+            if mem is not None and mem / (tp * pp) <= g.mem_gb:
+                deployments.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem})
+                fits.add((name, tp, pp))
+    extra = {(i.model, i.tp, i.pp) for i in cluster.instances}
+    rows = []
+    for wf in task.workflows:
+        for st, (prompt, output) in zip(wf.stages, stage_tokens(task, wf)):
+            for name, tp, pp in sorted(fits | extra, key=lambda k: (list(catalog.models).index(k[0]), k[1:])):
+                m = catalog.models[name]
+                lat1 = perf.latency_s(m, g, tp, pp, 1, prompt, output)
+                cap = _capacity(perf, m, g, tp, pp, prompt, output, lat1, settings)
+                rows.append({"workflow": wf.name, "stage": st.name, "model": name, "tp": tp, "pp": pp,
+                             "latency_s": lat1, "capacity_rps": cap})
+    slo = task.latency_slo_s or task.latency_slo_factor * _standalone(task, catalog, g, perf, settings)
+    return parse_problem({
+        "task": {"name": task.name, "accuracy_slo": task.accuracy_slo, "latency_slo_s": slo,
+                 "arrival_rate_rps": task.arrival_rate_rps},
+        "models": [{"name": n, "accuracy": catalog.accuracy[n], "active_params_b": m.active_params_b}
+                   for n, m in catalog.models.items()],
+        "configs": [{"tp": tp, "pp": pp} for tp, pp in catalog.configs],
+        "workflows": [{"name": w.name, "stages": [{"name": s.name, "calls": s.calls} for s in w.stages]}
+                      for w in task.workflows],
+        "deployments": deployments, "perf": rows, "cluster": cluster.model_dump(mode="json")})
+
+
+def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: ResolveSettings) -> float:
+    if s.reference_model not in catalog.models:
+        raise ProblemError("reference_model", f"'{s.reference_model}' is not in the catalog")
+    m = catalog.models[s.reference_model]
+    wf = task.workflows[0]
+    return sum(st.calls * perf.latency_s(m, g, 1, 1, 1, p, o) for st, (p, o) in zip(wf.stages, stage_tokens(task, wf)))
 
 
 def add_resolve_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("task")
+    ap.add_argument("task", help="task name in configs/tasks/ or a task YAML path")
+    ap.add_argument("--cluster", type=Path, default=CONFIGS / "clusters" / "a6000x8.yaml")
+    ap.add_argument("--profile", type=Path, default=None, help="profile table (parquet); default: analytic model")
+    ap.add_argument("--models", type=Path, default=None, help="model catalog YAML (default configs/models.yaml)")
+    ap.add_argument("--accuracy", type=Path, default=None, help="accuracy table (default: leaderboard v2)")
+    ap.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
+    ap.add_argument("--json", action="store_true", help="JSON instead of YAML")
 
 
 def resolve_cli(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from profiler.catalog import CatalogError
+    try:
+        catalog = load_catalog(models=args.models, accuracy=args.accuracy)
+        cluster, gpu = load_cluster_file(args.cluster)
+        perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
+    except (CatalogError, FileNotFoundError) as exc:
+        raise ProblemError("", str(exc).splitlines()[0]) from None
+    problem = resolve_task(args.task, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
+    data = problem.to_dict()
+    if args.json:
+        import json
+        text = json.dumps(data, indent=1)
+    else:
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text)
+    return 0

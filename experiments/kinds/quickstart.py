@@ -1,0 +1,99 @@
+"""The main job: resolve the seven tasks on 8x A6000 and deploy them one after another with
+every registered selector; print and store a comparison (cost, latency, instances, GB, time)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+
+from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from selector.deploy import deploy_task, with_cluster
+from selector.errors import ProblemError
+from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.taskspec import CONFIGS
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tasks: list[str] = Field(min_length=1)
+    cluster: str = "a6000x8"
+    selectors: list[str] | None = None          # default: every registered selector
+    time_limit_s: float = Field(default=30.0, gt=0)
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    from solvers.registry import get_solver, names
+
+    selectors = params.selectors or names()
+    for s in selectors:
+        if s not in names():
+            raise UserError(f"field 'params.selectors': unknown solver '{s}'; known: {', '.join(names())}")
+    try:
+        cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
+        catalog = load_catalog()
+        problems = [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu) for t in params.tasks]
+    except ProblemError as exc:
+        raise UserError(str(exc)) from None
+    (ctx.run_dir / "problems").mkdir(exist_ok=True)
+    for p in problems:
+        atomic_write_text(ctx.run_dir / "problems" / f"{p.task.name}.json", json.dumps(p.to_dict()))
+    rows = []
+    bar = tqdm(total=len(selectors) * len(problems), disable=not ctx.progress, desc="deploying", unit="task")
+    for name in selectors:
+        solver, cluster, plans = get_solver(name), cluster0, []
+        for p in problems:
+            bar.set_postfix_str(f"{name}: {p.task.name}")
+            t0 = time.perf_counter()
+            plan, cluster = deploy_task(with_cluster(p, cluster), solver, time_limit_s=params.time_limit_s)
+            rows.append(_row(name, plan, time.perf_counter() - t0))
+            plans.append(plan.to_dict())
+            bar.update()
+        atomic_write_text(ctx.run_dir / "plans" / f"{name}.json",
+                          json.dumps({"plans": plans, "cluster": cluster.model_dump(mode="json")}, indent=1))
+    bar.close()
+    df = pd.DataFrame(rows)
+    atomic_write_parquet(ctx.run_dir / "tasks.parquet", df)
+    summary = summarise(df)
+    atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
+    table = summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False)
+    atomic_write_text(ctx.run_dir / "summary.md", f"# Quickstart: {len(problems)} tasks on {params.cluster}\n\n{table}\n")
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+def _row(selector: str, plan, elapsed: float) -> dict:
+    d = plan.to_dict()
+    stages = d.get("stages", [])
+    return {"selector": selector, "task": plan.task, "status": plan.status, "workflow": plan.workflow or "",
+            "cost_gb_s": plan.cost_gb_s if plan.solved else float("nan"),
+            "latency_s": plan.latency_s if plan.solved else float("nan"),
+            "new_mem_gb": plan.new_mem_gb if plan.solved else 0.0,
+            "new_instances": sum(s["replicas"] for s in stages),
+            "reused_stages": sum(1 for s in stages if s["reuse"]),
+            "select_s": elapsed, "reason": plan.reason or ""}
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per selector: tasks placed, total cost, mean latency, instances, GB, time."""
+    g = df.groupby("selector", sort=False)
+    return pd.DataFrame({
+        "selector": list(g.groups),
+        "placed": g["status"].apply(lambda s: int((s != "infeasible").sum())).values,
+        "tasks": g.size().values,
+        "total_cost_gb_s": g["cost_gb_s"].sum().values,
+        "mean_latency_s": g["latency_s"].mean().values,
+        "instances": g["new_instances"].sum().values,
+        "reused_stages": g["reused_stages"].sum().values,
+        "new_gb": g["new_mem_gb"].sum().values,
+        "select_s_total": g["select_s"].sum().values,
+    })
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+        return True
+    except ImportError:
+        return False

@@ -1,0 +1,125 @@
+"""Task descriptions in ``configs/tasks/``: SLOs, arrival rate, the trace a task is bound to,
+and its candidate workflows whose stages have *roles*; a role turns the trace's token
+statistics into each stage's prompt and output sizes (``configs/tasks/roles.yaml``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from selector.errors import ProblemError
+from selector.yamlio import load_mapping
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Role(_Frozen):
+    prompt_of_request: float = Field(ge=0)
+    prompt_of_previous: float = Field(ge=0)
+    instruction_tokens: int = Field(ge=0)
+    output_of_request: float = Field(ge=0)
+    min_output_tokens: int = Field(ge=1)
+
+
+class TraceStats(_Frozen):
+    requests: int = Field(gt=0)
+    duration_s: float = Field(gt=0)
+    rate_rps: float = Field(gt=0)
+    prompt_tokens_mean: float = Field(gt=0)
+    prompt_tokens_p50: float = Field(gt=0)
+    output_tokens_mean: float = Field(gt=0)
+    output_tokens_p50: float = Field(gt=0)
+
+
+class StageSpec(_Frozen):
+    name: str
+    role: str
+    calls: int = Field(default=1, ge=1)
+
+
+class WorkflowSpec(_Frozen):
+    name: str
+    stages: Annotated[tuple[StageSpec, ...], Field(min_length=1)]
+
+
+class TaskSpec(_Frozen):
+    name: str
+    description: str = ""
+    trace: Literal["code", "conv"]
+    accuracy_slo: float = Field(ge=0)
+    latency_slo_s: float | None = Field(default=None, gt=0)
+    latency_slo_factor: float | None = Field(default=None, gt=0)
+    arrival_rate_rps: float = Field(gt=0)
+    workflows: Annotated[tuple[WorkflowSpec, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _one_slo(self) -> TaskSpec:
+        if (self.latency_slo_s is None) == (self.latency_slo_factor is None):
+            raise ValueError("give exactly one of latency_slo_s and latency_slo_factor")
+        return self
+
+
+def _validate(cls, data: dict, where: str):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise ProblemError(f"{where}: {field}", err["msg"].removeprefix("Value error, ")) from None
+
+
+def task_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml", ".json"):
+        return p
+    path = CONFIGS / "tasks" / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(task_names())
+        raise ProblemError("task", f"unknown task '{name_or_path}'; known: {known}")
+    return path
+
+
+def task_names() -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / "tasks").glob("*.yaml") if p.stem != "roles")
+
+
+def load_task(name_or_path: str | Path) -> TaskSpec:
+    path = task_path(name_or_path)
+    return _validate(TaskSpec, load_mapping(path), str(path))
+
+
+def load_roles(path: Path | None = None) -> dict[str, Role]:
+    path = path or CONFIGS / "tasks" / "roles.yaml"
+    raw = load_mapping(path).get("roles", {})
+    return {k: _validate(Role, v, f"{path}: roles.{k}") for k, v in raw.items()}
+
+
+def load_trace_stats(path: Path | None = None) -> dict[str, TraceStats]:
+    path = path or CONFIGS / "task_tokens.yaml"
+    raw = load_mapping(path).get("traces", {})
+    return {k: _validate(TraceStats, v, f"{path}: traces.{k}") for k, v in raw.items()}
+
+
+def stage_tokens(task: TaskSpec, wf: WorkflowSpec, *, roles: dict[str, Role] | None = None,
+                 stats: dict[str, TraceStats] | None = None) -> list[tuple[int, int]]:
+    """(prompt_tokens, output_tokens) of one call of each stage of ``wf``."""
+    roles = roles or load_roles()
+    st = (stats or load_trace_stats())[task.trace]
+    out: list[tuple[int, int]] = []
+    prev = 0.0
+    for s in wf.stages:
+        if s.role not in roles:
+            raise ProblemError(f"task {task.name}: workflow {wf.name}: stage {s.name}: role",
+                               f"unknown role '{s.role}'; known: {', '.join(roles)}")
+        r = roles[s.role]
+        prompt = round(r.prompt_of_request * st.prompt_tokens_mean + r.prompt_of_previous * prev
+                       + r.instruction_tokens)
+        output = max(r.min_output_tokens, round(r.output_of_request * st.output_tokens_mean))
+        out.append((max(1, prompt), output))
+        prev = output * s.calls
+    return out

@@ -1,0 +1,56 @@
+"""``python -m selector.tokens [--check]``: recompute the Azure-trace token statistics behind
+``configs/task_tokens.yaml`` from the raw traces (``../shared/data`` or ``--data``)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from selector.taskspec import load_trace_stats
+
+FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("FLOWMAKER_SHARED_DATA")
+    root = Path(env) if env else Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    return root / "azure-public-dataset" / "data"
+
+
+def trace_stats(csv: Path) -> dict[str, float]:
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    t = pd.to_datetime(df["TIMESTAMP"])
+    dur = (t.max() - t.min()).total_seconds()
+    return {"requests": len(df), "duration_s": round(dur, 2), "rate_rps": round(len(df) / dur, 4),
+            "prompt_tokens_mean": round(float(df.ContextTokens.mean()), 1),
+            "prompt_tokens_p50": float(df.ContextTokens.median()),
+            "output_tokens_mean": round(float(df.GeneratedTokens.mean()), 1),
+            "output_tokens_p50": float(df.GeneratedTokens.median())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m selector.tokens", description=__doc__)
+    ap.add_argument("--data", type=Path, default=default_data_dir())
+    ap.add_argument("--check", action="store_true", help="exit 1 if configs/task_tokens.yaml disagrees")
+    args = ap.parse_args(argv)
+    if not args.data.exists():
+        print(f"error: --data: {args.data} not found (set FLOWMAKER_SHARED_DATA or pass --data)", file=sys.stderr)
+        return 2
+    stored = load_trace_stats()
+    bad = 0
+    for name, fname in FILES.items():
+        got = trace_stats(args.data / fname)
+        print(f"{name}: {got}")
+        for k, v in got.items():
+            ref = getattr(stored[name], k)
+            if abs(ref - v) > 1e-3 * max(1.0, abs(v)):
+                print(f"  mismatch {name}.{k}: configs has {ref}, trace gives {v}")
+                bad += 1
+    return 1 if (args.check and bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
