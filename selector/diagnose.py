@@ -33,11 +33,12 @@ def infeasibility_reason(cp: Compiled, *, deadline: float | None = None) -> str:
     if empty:
         return empty
     task = cp.problem.task
-    best_acc = max(min(float(st.arrays["acc"].max()) for st in wf.stages) for wf in cp.workflows)
+    live = [wf for wf in cp.workflows if wf.size > 0]
+    best_acc = max(min(float(st.arrays["acc"].max()) for st in wf.stages) for wf in live)
     if best_acc < task.accuracy_slo - TOL:
         return f"accuracy: no variant reaches accuracy_slo {task.accuracy_slo} (best {best_acc})"
     best_lat = np.inf
-    for wf in cp.workflows:
+    for wf in live:
         lat = 0.0
         for st in wf.stages:
             ok = st.arrays["acc"] >= task.accuracy_slo - TOL
@@ -53,6 +54,8 @@ def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
     task = cp.problem.task
     best_util, cap_pass, min_mem = np.inf, 0, np.inf
     for wf in cp.workflows:
+        if wf.size == 0:
+            continue
         for ch in chunks(cp, wf):
             ok = (ch.acc >= task.accuracy_slo - TOL) & (ch.lat <= task.latency_slo_s + TOL)
             if ok.any():

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from selector.index import NEW, Compiled
+from selector.index import NEW, Compiled, WorkflowOptions
 from selector.placement import StageDemand, free_memory, place
 from selector.space import TOL, Chunk
 
@@ -55,7 +55,7 @@ class BestWindow:
                 break
             row = idx[j]
             choice = tuple(int(x) for x in ch.choice[row])
-            if not self._fits(ch.workflow, choice):
+            if not self._fits(ch.wf, choice):
                 continue
             chunk_min = c if chunk_min is None else chunk_min
             self.window.append(Candidate(c, float(ch.lat[row]), int(ch.gpus[row]),
@@ -65,8 +65,8 @@ class BestWindow:
             lim = chunk_min + TOL * max(1.0, chunk_min)
             self.window = [c for c in self.window if c.cost_gb_s <= lim]
 
-    def _fits(self, workflow: int, choice: tuple[int, ...]) -> bool:
-        stages = self.cp.workflows[workflow].stages
+    def _fits(self, wf: WorkflowOptions, choice: tuple[int, ...]) -> bool:
+        stages = wf.stages
         demand = tuple((o.replicas, o.shards, o.mem_gb / o.shards)
                        for o in (st.options[c] for st, c in zip(stages, choice)) if o.kind == NEW)
         if demand not in self._placeable:

@@ -22,7 +22,7 @@ DEFAULT_CHUNK = 1 << 16
 class Chunk:
     """Derived quantities of variants ``start .. start+len`` of one workflow (section 3)."""
 
-    workflow: int
+    wf: WorkflowOptions     # the (possibly restricted) space the choices index into
     flat: np.ndarray        # flat variant index within the workflow (int64)
     choice: np.ndarray      # [n, stages] option index per stage
     acc: np.ndarray
@@ -31,6 +31,10 @@ class Chunk:
     gpus: np.ndarray
     max_util: np.ndarray    # highest utilisation over reused instances (0 when none)
     fits_hint: np.ndarray   # necessary conditions of placement hold
+
+    @property
+    def workflow(self) -> int:
+        return self.wf.index
 
     @property
     def cost(self) -> np.ndarray:
@@ -77,7 +81,7 @@ def evaluate_chunk(cp: Compiled, wf: WorkflowOptions, flat: np.ndarray, *, free_
         hint &= a["gpus"][c] <= n_gpus      # a stage's shards sit on distinct GPUs
     hint &= mem <= free_total + TOL
     max_util = _max_util(cp, wf, choice)
-    return Chunk(wf.index, flat, choice, acc, lat, mem, gpus, max_util, hint)
+    return Chunk(wf, flat, choice, acc, lat, mem, gpus, max_util, hint)
 
 
 def _max_util(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:

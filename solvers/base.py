@@ -17,6 +17,8 @@ class Selector(ABC):
     """
 
     name: ClassVar[str]
+    #: True when the selector returns the unique optimum of spec section 5 (status ``optimal``)
+    exact: ClassVar[bool] = False
 
     @abstractmethod
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:

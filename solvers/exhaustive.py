@@ -23,6 +23,7 @@ from solvers.base import Selector
 
 class ExhaustiveSelector(Selector):
     name = "exhaustive"
+    exact = True
 
     def __init__(self, *, chunk: int = DEFAULT_CHUNK) -> None:
         self.chunk = chunk

@@ -1,0 +1,89 @@
+"""Independent check of a plan against its problem (spec sections 3-6).
+
+Recomputes every number from the plan's own fields, without the search machinery, so a
+solver bug cannot hide behind shared code. Used by the conformance tests and by anyone who
+wants to audit a plan file: it returns the list of violations (empty = the plan is valid).
+"""
+from __future__ import annotations
+
+import math
+
+from selector.index import replicas_for
+from selector.placement import StageDemand, free_memory, place
+from selector.plan import Plan
+from selector.problem import Problem
+
+TOL = 1e-9
+REL = 1e-6
+
+
+def _close(a: float | None, b: float) -> bool:
+    return a is not None and abs(a - b) <= REL * max(1.0, abs(b))
+
+
+def verify_plan(problem: Problem, plan: Plan) -> list[str]:
+    """Violations of ``plan`` for ``problem`` (empty when the plan is a valid answer)."""
+    if not plan.solved:
+        return [] if plan.reason else ["infeasible plan without a reason"]
+    wf = next((w for w in problem.workflows if w.name == plan.workflow), None)
+    if wf is None:
+        return [f"unknown workflow {plan.workflow!r}"]
+    if [s.stage for s in plan.stages] != [s.name for s in wf.stages]:
+        return ["stages do not match the workflow's stages in order"]
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r for r in problem.perf}
+    deploy = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
+    acc = {m.name: m.accuracy for m in problem.models}
+    insts = {i.id: i for i in problem.cluster.instances}
+    configs = {(c.tp, c.pp) for c in problem.configs}
+    errs: list[str] = []
+    A, L, M, G = math.inf, 0.0, 0.0, 0
+    util = {i.id: i.utilization for i in problem.cluster.instances}
+    demands = []
+    for st, sp in zip(wf.stages, plan.stages):
+        load = problem.task.arrival_rate_rps * st.calls
+        if sp.reuse is not None:
+            inst = insts.get(sp.reuse)
+            if inst is None or (inst.model, inst.tp, inst.pp) != (sp.model, sp.tp, sp.pp):
+                errs.append(f"{st.name}: reuse of unknown or mismatched instance {sp.reuse!r}")
+                continue
+        elif (sp.tp, sp.pp) not in configs or (sp.model, sp.tp, sp.pp) not in deploy:
+            errs.append(f"{st.name}: new deployment without a config/deployments row")
+            continue
+        row = perf.get((wf.name, st.name, sp.model, sp.tp, sp.pp))
+        if row is None:
+            errs.append(f"{st.name}: no perf row")
+            continue
+        A = min(A, acc[sp.model])
+        L += st.calls * row.latency_s
+        if sp.reuse is not None:
+            util[sp.reuse] += load / row.capacity_rps
+            if sp.replicas != 0 or sp.gpus:
+                errs.append(f"{st.name}: a reused stage deploys nothing")
+        else:
+            reps = replicas_for(load, row.capacity_rps)
+            if sp.replicas != reps:
+                errs.append(f"{st.name}: replicas {sp.replicas}, spec gives {reps}")
+            M += reps * deploy[(sp.model, sp.tp, sp.pp)]
+            G += reps * sp.tp * sp.pp
+            demands.append(StageDemand(reps, sp.tp * sp.pp, deploy[(sp.model, sp.tp, sp.pp)] / (sp.tp * sp.pp)))
+    if errs:
+        return errs
+    t = problem.task
+    if A < t.accuracy_slo - TOL:
+        errs.append(f"accuracy {A} below slo {t.accuracy_slo}")
+    if L > t.latency_slo_s + TOL:
+        errs.append(f"latency {L} above slo {t.latency_slo_s}")
+    errs += [f"instance {i} utilization {u} > 1" for i, u in util.items() if u > 1 + TOL]
+    placed = place(free_memory(problem.cluster), demands)
+    got = [[list(g) for g in sp.gpus] for sp in plan.stages if sp.reuse is None]
+    if placed is None:
+        errs.append("new replicas cannot be placed by LeastLoaded")
+    elif placed != got:
+        errs.append(f"GPU mapping {got} differs from LeastLoaded {placed}")
+    for name, mine, theirs in (("accuracy", A, plan.accuracy), ("latency_s", L, plan.latency_s),
+                               ("new_mem_gb", M, plan.new_mem_gb), ("cost_gb_s", M * L, plan.cost_gb_s)):
+        if not _close(theirs, mine):
+            errs.append(f"reported {name} {theirs} != {mine}")
+    if plan.new_gpus != G:
+        errs.append(f"reported new_gpus {plan.new_gpus} != {G}")
+    return errs

@@ -1,0 +1,53 @@
+"""Property tests: exhaustive equals an independent brute force; flowmaker is never cheaper
+than the optimum and always feasible when it answers."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from selector.verify import verify_plan
+from solvers.registry import get_solver
+from tests.brute import brute_force
+from tests.randprob import random_problem
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10**6))
+def test_exhaustive_equals_brute_force(seed: int) -> None:
+    problem = random_problem(seed)
+    plan = get_solver("exhaustive").select(problem)
+    ref = brute_force(problem)
+    if ref is None:
+        assert plan.status == "infeasible"
+        return
+    assert plan.status == "optimal"
+    assert plan.workflow == ref[0]
+    got = [("reuse", s.reuse, s.model) if s.reuse else ("new", (s.tp, s.pp), s.model) for s in plan.stages]
+    assert got == ref[1]
+    assert plan.cost_gb_s == pytest.approx(ref[2], rel=1e-6)
+    assert plan.latency_s == pytest.approx(ref[3], rel=1e-6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10**6))
+def test_flowmaker_never_beats_optimum(seed: int) -> None:
+    problem = random_problem(seed)
+    plan = get_solver("flowmaker").select(problem)
+    ref = brute_force(problem)
+    if plan.solved:
+        assert not verify_plan(problem, plan)
+        assert ref is not None and plan.cost_gb_s >= ref[2] * (1 - 1e-6) - 1e-9
+    if ref is None:
+        assert plan.status == "infeasible"
+
+
+def test_chunked_enumeration_matches_single_chunk() -> None:
+    for seed in range(20):
+        problem = random_problem(seed, max_models=3, max_stages=3)
+        whole = get_solver("exhaustive").select(problem).to_dict()
+        from solvers.exhaustive import ExhaustiveSelector
+        small = ExhaustiveSelector(chunk=3).select(problem).to_dict()
+        for d in (whole, small):
+            d.pop("elapsed_s")
+        assert whole == small, seed
