@@ -1,0 +1,52 @@
+"""Sequential deployment (spec section 8)."""
+from __future__ import annotations
+
+import pytest
+
+from selector.deploy import apply_plan, deploy_sequence, deploy_task
+from selector.problem import Cluster
+from solvers.registry import get_solver
+from tests.randprob import random_problem
+
+
+def test_apply_plan_adds_instances_memory_and_load() -> None:
+    solver = get_solver("exhaustive")
+    for seed in range(40):
+        p = random_problem(seed)
+        plan, cluster = deploy_task(p, solver)
+        if not plan.solved:
+            assert cluster == p.cluster
+            continue
+        before = {g.id: g.used_gb for g in p.cluster.gpus}
+        after = {g.id: g.used_gb for g in cluster.gpus}
+        assert sum(after.values()) - sum(before.values()) == pytest.approx(plan.new_mem_gb, rel=1e-9, abs=1e-9)
+        new = cluster.instances[len(p.cluster.instances):]
+        assert [i.id for i in new] == [f"{p.task.name}/{s.stage}/{r}" for s in plan.stages if s.reuse is None
+                                       for r in range(s.replicas)]
+        for s in plan.stages:
+            if s.reuse:
+                old = next(i for i in p.cluster.instances if i.id == s.reuse)
+                now = next(i for i in cluster.instances if i.id == s.reuse)
+                assert now.utilization > old.utilization
+
+
+def test_sequence_sees_previous_tasks() -> None:
+    p = random_problem(5)
+    empty = Cluster(gpus=p.cluster.gpus, instances=())
+    empty = Cluster(gpus=tuple(g.model_copy(update={"used_gb": 0.0}) for g in p.cluster.gpus), instances=())
+    tasks = [p.model_copy(update={"task": p.task.model_copy(update={"name": f"t{i}"})}) for i in range(3)]
+    plans, cluster = deploy_sequence(tasks, empty, get_solver("exhaustive"))
+    placed = [pl for pl in plans if pl.solved]
+    assert len(cluster.instances) == sum(s.replicas for pl in placed for s in pl.stages)
+    if len(placed) >= 2 and placed[0].new_mem_gb:
+        assert plans[1].to_dict() != plans[0].to_dict()
+
+
+def test_apply_infeasible_plan_is_identity() -> None:
+    p = random_problem(3)
+    data = p.to_dict()
+    data["task"]["accuracy_slo"] = 99.0
+    from selector.problem import parse_problem
+    q = parse_problem(data)
+    plan = get_solver("exhaustive").select(q)
+    assert apply_plan(q, plan) == q.cluster

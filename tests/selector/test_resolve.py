@@ -1,0 +1,83 @@
+"""Resolve: tasks from configs become valid problems whose numbers follow the documented rules."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from selector.resolve import ResolveSettings, load_catalog, load_cluster_file, resolve_task
+from selector.taskspec import load_task, stage_tokens, task_names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def env():
+    cluster, gpu = load_cluster_file()
+    return load_catalog(), cluster, gpu
+
+
+def test_seven_tasks_with_three_workflows_of_one_to_three_stages() -> None:
+    names = task_names()
+    assert len(names) == 7
+    for n in names:
+        t = load_task(n)
+        assert len(t.workflows) == 3
+        assert all(1 <= len(w.stages) <= 3 for w in t.workflows)
+
+
+@pytest.mark.parametrize("name", task_names())
+def test_resolve_each_task(env, name: str) -> None:
+    catalog, cluster, gpu = env
+    p = resolve_task(name, catalog=catalog, cluster=cluster, gpu=gpu)
+    assert len(p.models) == 11 and len(p.configs) == 10
+    assert p.perf and p.deployments
+    for d in p.deployments:                      # every listed deployment fits per GPU
+        assert d.mem_gb / (d.tp * d.pp) <= 48.0
+    for r in p.perf:
+        assert r.capacity_rps >= 1.0 / r.latency_s - 1e-9
+    assert p.task.latency_slo_s > 0
+
+
+def test_capacity_and_memory_rules(env) -> None:
+    catalog, cluster, gpu = env
+    p = resolve_task("chat", catalog=catalog, cluster=cluster, gpu=gpu)
+    mem = {(d.model, d.tp, d.pp): d.mem_gb for d in p.deployments}
+    assert ("llama-3.1-70b", 1, 1) not in mem            # 140 GB of weights do not fit one A6000
+    assert mem[("llama-3.1-8b", 2, 1)] > mem[("llama-3.1-8b", 1, 1)]   # per-GPU overheads
+    lat = {(r.stage, r.model, r.tp, r.pp): r.latency_s for r in p.perf if r.workflow == "respond"}
+    assert lat[("respond", "llama-3.1-8b", 1, 1)] < lat[("respond", "qwen2.5-32b", 2, 1)]
+
+
+def test_more_kv_reserve_raises_capacity(env) -> None:
+    catalog, cluster, gpu = env
+    small = resolve_task("chat", catalog=catalog, cluster=cluster, gpu=gpu,
+                         settings=ResolveSettings(kv_reserve_tokens=4096))
+    big = resolve_task("chat", catalog=catalog, cluster=cluster, gpu=gpu,
+                       settings=ResolveSettings(kv_reserve_tokens=65536))
+    cap = lambda p: {(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in p.perf}
+    s, b = cap(small), cap(big)
+    assert all(b[k] >= s[k] - 1e-12 for k in s if k in b)
+    assert any(b[k] > s[k] * 1.2 for k in s if k in b)
+
+
+def test_stage_tokens_follow_roles() -> None:
+    t = load_task("math-reasoning")
+    wf = next(w for w in t.workflows if w.name == "solve-verify")
+    (p1, o1), (p2, o2) = stage_tokens(t, wf)
+    assert p2 > p1 and o2 < o1           # the verifier reads the answer and writes a short verdict
+
+
+def test_resolve_cli_round_trips_into_solve(tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    r = subprocess.run([sys.executable, "-m", "selector", "resolve", "rag-qa", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "selector", "solve", str(out), "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and '"status": "optimal"' in r.stdout
+    r = subprocess.run([sys.executable, "-m", "selector", "resolve", "no-such-task"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "unknown task" in r.stderr and r.stdout == ""
