@@ -60,6 +60,10 @@ def run(params: Params, ctx: RunContext) -> None:
     atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
     table = summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False)
     atomic_write_text(ctx.run_dir / "summary.md", f"# Quickstart: {len(problems)} tasks on {params.cluster}\n\n{table}\n")
+    detail = df[["task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s"]]
+    print(detail.sort_values(["task", "selector"], kind="stable").to_string(
+        index=False, float_format=lambda v: f"{v:.4g}"))
+    print()
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
@@ -72,7 +76,12 @@ def _row(selector: str, plan, elapsed: float) -> dict:
             "new_mem_gb": plan.new_mem_gb if plan.solved else 0.0,
             "new_instances": sum(s["replicas"] for s in stages),
             "reused_stages": sum(1 for s in stages if s["reuse"]),
-            "select_s": elapsed, "reason": plan.reason or ""}
+            "choice": _choice(stages), "select_s": elapsed, "reason": plan.reason or ""}
+
+
+def _choice(stages: list[dict]) -> str:
+    return " > ".join(f"{s['model']}@tp{s['tp']}pp{s['pp']}" + (" (reuse)" if s["reuse"] else f" x{s['replicas']}")
+                      for s in stages)
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
