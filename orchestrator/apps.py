@@ -1,0 +1,88 @@
+"""Application specs (``configs/apps/*.yaml``): a template, a base query configuration and the
+engines each engine name is bound to."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.engines.base import Engine
+from orchestrator.engines.factory import build_instances, load_engine_spec
+from orchestrator.template import Component, QueryConfig, Template
+
+APP_DIR = Path(__file__).resolve().parents[1] / "configs" / "apps"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineBinding(_Frozen):
+    spec: str
+    instances: int = Field(1, ge=1)
+
+
+class ComponentSpec(_Frozen):
+    name: str
+    op: str
+    engine: str | None = None
+    batchable: bool = False
+    splittable: bool = False
+    uses: dict[str, str] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AppSpec(_Frozen):
+    name: str
+    description: str = ""
+    engines: dict[str, EngineBinding]
+    query: QueryConfig
+    doc_tokens_choices: tuple[int, ...] = ()
+    components: tuple[ComponentSpec, ...]
+    outputs: tuple[str, ...] = ()
+
+    def template(self) -> Template:
+        comps = [Component(c.name, c.op, c.engine, c.batchable, c.splittable, dict(c.uses), dict(c.params))
+                 for c in self.components]
+        t = comps[0] >> comps[1] if len(comps) > 1 else Template((comps[0],))
+        for c in comps[2:]:
+            t = t >> c
+        return t.named(self.name, outputs=self.outputs)
+
+    def query_configs(self, n: int, rng: np.random.Generator) -> list[QueryConfig]:
+        """``n`` configurations: the base one, with the document length drawn from
+        ``doc_tokens_choices`` when given."""
+        if not self.doc_tokens_choices:
+            return [self.query] * n
+        picks = rng.choice(np.asarray(self.doc_tokens_choices), size=n)
+        return [self.query.model_copy(update={"doc_tokens": int(d)}) for d in picks]
+
+    def build_engines(self, *, prefix_caching: bool = False,
+                      overrides: Mapping[str, Sequence[Engine]] | None = None) -> dict[str, list[Engine]]:
+        """Fresh simulated instances per engine name; ``overrides`` replaces named ones (e.g. LLM
+        instances timed by the profiler, or real engines)."""
+        out = {}
+        for name, b in self.engines.items():
+            if overrides and name in overrides:
+                out[name] = list(overrides[name])
+            else:
+                out[name] = build_instances(load_engine_spec(b.spec), n_instances=b.instances,
+                                            prefix_caching=prefix_caching)
+        return out
+
+
+def load_app(name_or_path: str | Path) -> AppSpec:
+    p = Path(name_or_path)
+    if p.suffix != ".yaml":
+        p = APP_DIR / f"{name_or_path}.yaml"
+    if not p.exists():
+        known = ", ".join(sorted(q.stem for q in APP_DIR.glob("*.yaml")))
+        raise KeyError(f"unknown app {str(name_or_path)!r}; known: {known}")
+    return AppSpec.model_validate(yaml.safe_load(p.read_text()))
+
+
+def known_apps() -> list[str]:
+    return sorted(q.stem for q in APP_DIR.glob("*.yaml"))

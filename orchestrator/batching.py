@@ -1,0 +1,114 @@
+"""Engine-scheduler policies: how a batch is formed from pending primitives, and which idle
+instance gets it.
+
+* :class:`TopologyAware` (Algorithm 2): one bucket per query, buckets in order of query arrival;
+  within a bucket primitives ranked by graph depth; the batch takes one primitive per bucket per
+  round (so it spreads across queries) until full. ``direction="highest"`` is the paper's rule
+  (deepest first: most work still behind it); ``"lowest"`` is the public code's ranking.
+* :class:`Blind` (FIFO, the TO baselines): ready order until the batch is full.
+* :class:`PerInvocation` (PO): one primitive invocation per batch.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A primitive waiting at an engine scheduler. ``size``: items it adds to a batch."""
+    qid: int
+    query_arrival_s: float
+    ready_s: float
+    seq: int
+    depth: int
+    size: int
+    node_id: str
+    payload: Any = None
+
+
+class BatchingPolicy(ABC):
+    name: str = "policy"
+
+    @abstractmethod
+    def select(self, pending: Sequence[Pending], *, capacity: int) -> list[Pending]:
+        """A non-empty batch from non-empty ``pending``; total size <= capacity unless a single
+        primitive alone exceeds it."""
+
+
+def _fill(order: Sequence[Pending], capacity: int) -> list[Pending]:
+    out, used = [], 0
+    for p in order:
+        if not out or used + p.size <= capacity:
+            out.append(p)
+            used += p.size
+        if used >= capacity:
+            break
+    return out
+
+
+class PerInvocation(BatchingPolicy):
+    name = "po"
+
+    def select(self, pending: Sequence[Pending], *, capacity: int) -> list[Pending]:
+        return [min(pending, key=lambda p: (p.ready_s, p.seq))]
+
+
+class Blind(BatchingPolicy):
+    name = "fifo"
+
+    def select(self, pending: Sequence[Pending], *, capacity: int) -> list[Pending]:
+        return _fill(sorted(pending, key=lambda p: (p.ready_s, p.seq)), capacity)
+
+
+class TopologyAware(BatchingPolicy):
+    def __init__(self, *, direction: Literal["highest", "lowest"] = "highest") -> None:
+        if direction not in ("highest", "lowest"):
+            raise ValueError(f"direction must be 'highest' or 'lowest', not {direction!r}")
+        self.direction = direction
+        self.name = f"topo-{direction}"
+
+    def select(self, pending: Sequence[Pending], *, capacity: int) -> list[Pending]:
+        sign = -1 if self.direction == "highest" else 1
+        buckets: dict[int, list[Pending]] = {}
+        for p in sorted(pending, key=lambda p: (sign * p.depth, p.ready_s, p.seq)):
+            buckets.setdefault(p.qid, []).append(p)
+        order = sorted(buckets.values(), key=lambda b: (min(p.query_arrival_s for p in b), b[0].qid))
+        out: list[Pending] = []
+        used, rnd = 0, 0
+        while used < capacity and any(rnd < len(b) for b in order):
+            for b in order:
+                if rnd < len(b) and (not out or used + b[rnd].size <= capacity):
+                    out.append(b[rnd])
+                    used += b[rnd].size
+                    if used >= capacity:
+                        break
+            rnd += 1
+        return out
+
+
+class Balancer(ABC):
+    """Orders idle instances: the first one that can take work gets the next batch."""
+
+    @abstractmethod
+    def key(self, engine: Any, executed: int) -> float: ...
+
+
+class ByExecuted(Balancer):
+    def key(self, engine: Any, executed: int) -> float:
+        return float(executed)
+
+
+class ByKVSlots(Balancer):
+    def key(self, engine: Any, executed: int) -> float:
+        return float(engine.occupied_kv_tokens())
+
+
+POLICIES = {"po": PerInvocation, "fifo": Blind, "topo": TopologyAware}
+
+
+def make_policy(name: str, **kwargs: Any) -> BatchingPolicy:
+    if name not in POLICIES:
+        raise KeyError(f"unknown batching policy {name!r}; known: {', '.join(POLICIES)}")
+    return POLICIES[name](**kwargs)

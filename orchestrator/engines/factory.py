@@ -1,0 +1,111 @@
+"""Engine specs (``configs/engines/*.yaml``) and building engine instances from them or from the
+profiler's analytic LLM model."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.engines.base import Engine
+from orchestrator.engines.profiles import (LatencyProfile, LinearLLMProfile, LinearProfile,
+                                           TableProfile, profiler_llm_profile)
+from orchestrator.engines.sim import SimEngine, SimLLMEngine
+from orchestrator.primitives import Kind
+
+ENGINE_DIR = Path(__file__).resolve().parents[2] / "configs" / "engines"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TableSpec(_Frozen):
+    type: Literal["table"]
+    batch_sizes: tuple[int, ...]
+    tokens: tuple[int, ...]
+    latency_ms: tuple[tuple[float, ...], ...]
+
+    def build(self) -> TableProfile:
+        return TableProfile(self.batch_sizes, self.tokens, self.latency_ms)
+
+
+class LinearSpec(_Frozen):
+    type: Literal["linear"]
+    base_ms: float = Field(ge=0)
+    per_item_ms: float = Field(0.0, ge=0)
+    per_ktoken_ms: float = Field(0.0, ge=0)
+
+    def build(self) -> LinearProfile:
+        return LinearProfile(self.base_ms, self.per_item_ms, self.per_ktoken_ms)
+
+
+class LinearLLMSpec(_Frozen):
+    type: Literal["linear_llm"]
+    prefill_base_ms: float = Field(ge=0)
+    prefill_per_token_ms: float = Field(ge=0)
+    prefill_attn_ms: float = Field(ge=0)
+    decode_base_ms: float = Field(ge=0)
+    decode_per_seq_ms: float = Field(ge=0)
+    decode_per_kctx_ms: float = Field(ge=0)
+
+    def build(self) -> LinearLLMProfile:
+        return LinearLLMProfile(**self.model_dump(exclude={"type"}))
+
+
+class EngineSpec(_Frozen):
+    """A non-LLM engine: one profile per primitive kind it serves."""
+    name: str
+    kind: Literal["embedding", "reranker", "vectordb", "websearch"]
+    hardware: str
+    provenance: str
+    ref_tokens_per_item: float = Field(256.0, ge=0, description="tokens/item used to find the max batch")
+    profiles: dict[Kind, Annotated[Union[TableSpec, LinearSpec], Field(discriminator="type")]]
+
+
+class LLMSpec(_Frozen):
+    """An LLM engine with a linear latency model (paper-calibrated or estimated)."""
+    name: str
+    kind: Literal["llm"]
+    model: str
+    hardware: str
+    provenance: str
+    kv_capacity_tokens: int = Field(gt=0)
+    profile: LinearLLMSpec
+
+
+def load_engine_spec(name_or_path: str | Path) -> EngineSpec | LLMSpec:
+    p = Path(name_or_path)
+    if p.suffix != ".yaml":
+        p = ENGINE_DIR / f"{name_or_path}.yaml"
+    if not p.exists():
+        known = ", ".join(sorted(q.stem for q in ENGINE_DIR.glob("*.yaml")))
+        raise KeyError(f"unknown engine spec {str(name_or_path)!r}; known: {known}")
+    raw = yaml.safe_load(p.read_text())
+    return LLMSpec.model_validate(raw) if raw.get("kind") == "llm" else EngineSpec.model_validate(raw)
+
+
+def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,
+                    prefix_caching: bool = False) -> list[Engine]:
+    """``n_instances`` fresh simulated instances of a spec."""
+    if isinstance(spec, LLMSpec):
+        return llm_instances(name=spec.name, profile=spec.profile.build(), n_instances=n_instances,
+                             kv_capacity_tokens=spec.kv_capacity_tokens, prefix_caching=prefix_caching)
+    profiles = {k: v.build() for k, v in spec.profiles.items()}
+    return [SimEngine(name=f"{spec.name}#{i}", kind=spec.kind, profiles=profiles,
+                      ref_tokens=spec.ref_tokens_per_item) for i in range(n_instances)]
+
+
+def llm_instances(*, name: str, profile: LatencyProfile, n_instances: int = 1,
+                  kv_capacity_tokens: int = 16_000, prefix_caching: bool = False) -> list[Engine]:
+    return [SimLLMEngine(name=f"{name}#{i}", profile=profile, kv_capacity_tokens=kv_capacity_tokens,
+                         prefix_caching=prefix_caching) for i in range(n_instances)]
+
+
+def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_instances: int = 1,
+                           kv_capacity_tokens: int = 16_000, prefix_caching: bool = False) -> list[Engine]:
+    """LLM instances timed by ``profiler.analytic`` for ``model`` on ``tp x pp`` ``gpu`` s."""
+    prof = profiler_llm_profile(model, gpu, tp=tp, pp=pp)
+    return llm_instances(name=f"{model}@{gpu}x{tp * pp}", profile=prof, n_instances=n_instances,
+                         kv_capacity_tokens=kv_capacity_tokens, prefix_caching=prefix_caching)

@@ -1,0 +1,279 @@
+"""The four rule-based passes, applied to a fixed point, and the optimised-graph cache.
+
+Each pass is an object with ``apply(graph, ctx) -> graph``: it returns the same object when its
+rule matches nothing, otherwise a new validated graph. A pass edits a copy, so if it raises (or
+produces an invalid graph) the optimiser keeps the graph it had: never half-rewritten.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from orchestrator.construct import build_pgraph
+from orchestrator.graph import Graph, GraphEditor
+from orchestrator.primitives import Kind, Lit, Node, Ref
+from orchestrator.template import QueryConfig, Template
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What passes may know about engines: the profiled maximum efficient batch size (items)."""
+    max_batch: Mapping[str, int] = field(default_factory=dict)
+
+    def cap(self, engine: str | None) -> int | None:
+        return None if engine is None else self.max_batch.get(engine)
+
+
+class Pass(ABC):
+    name: str = "pass"
+
+    @abstractmethod
+    def apply(self, g: Graph, ctx: PassContext) -> Graph: ...
+
+
+def _slice(ref: Ref, lo: int, hi: int) -> Ref:
+    if ref.index is not None:
+        raise ValueError(f"cannot slice an indexed ref {ref}")
+    base = ref.lo or 0
+    return Ref(ref.node, base + lo, base + hi, None, ref.transform)
+
+
+def _control_parents(ed: GraphEditor, n: Node) -> list[str]:
+    return [p for p in ed.parents(n.id) if p not in n.sources()]
+
+
+def _split_with_aggregate(ed: GraphEditor, n: Node, parts: list[Node], sizes: list[int]) -> None:
+    """Replace ``n`` by ``parts`` plus a concat Aggregate that its consumers now read."""
+    ctrl = _control_parents(ed, n)
+    agg = Node(ed.fresh_id(f"{n.id}/agg"), Kind.AGGREGATE, n.component, None,
+               {"parts": tuple(Ref(p.id) for p in parts)},
+               {"mode": "concat", "split": True, "part_sizes": tuple(sizes)})
+    for p in parts:
+        ed.add(p, extra_parents=ctrl)
+    ed.add(agg)
+    ed.replace_consumers(n.id, agg.id, skip=[p.id for p in parts] + [agg.id])
+    ed.remove(n.id)
+
+
+class DependencyPruning(Pass):
+    """Pass 1: drop edges that carry no data (conservative template-order edges)."""
+    name = "prune"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        keep = frozenset((s, d) for s, d in g.edges if s in g.nodes[d].sources())
+        if keep == g.edges:
+            return g
+        ed = GraphEditor.of(g)
+        ed.edges = set(keep)
+        return ed.freeze()
+
+
+class StageDecomposition(Pass):
+    """Pass 2: split a batchable primitive larger than its engine's max efficient batch into
+    micro-batch stages (an Aggregate syncs them), and push a stage split through an element-wise
+    batchable consumer so the stages pipeline (embed stage i feeds ingest stage i)."""
+    name = "stage"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        for nid in g.order:
+            n = g.nodes[nid]
+            if not (n.batchable and n.elementwise) or n.kind in (Kind.AGGREGATE, Kind.INPUT):
+                continue
+            agg = self._split_source(g, n)
+            if agg is not None:
+                return self._push_through(g, n, agg)
+            cap = ctx.cap(n.engine)
+            if cap is not None and n.n_items > cap:
+                return self._decompose(g, n, cap)
+        return g
+
+    @staticmethod
+    def _split_source(g: Graph, n: Node) -> Node | None:
+        for port in n.elementwise:
+            v = n.inputs[port]
+            if isinstance(v, Ref) and v.lo is None and v.index is None and v.transform is None:
+                src = g.nodes[v.node]
+                if src.kind == Kind.AGGREGATE and src.params.get("split") \
+                        and sum(src.params["part_sizes"]) == n.n_items:
+                    return src
+        return None
+
+    @staticmethod
+    def _decompose(g: Graph, n: Node, cap: int) -> Graph:
+        ed = GraphEditor.of(g)
+        k = math.ceil(n.n_items / cap)
+        sizes = [min(cap, n.n_items - j * cap) for j in range(k)]
+        parts = []
+        for j, size in enumerate(sizes):
+            lo = j * cap
+            inputs = dict(n.inputs)
+            for port in n.elementwise:
+                inputs[port] = _slice(n.inputs[port], lo, lo + size)
+            parts.append(n.evolve(id=f"{n.id}/s{j}", inputs=inputs, n_items=size))
+        _split_with_aggregate(ed, n, parts, sizes)
+        return ed.freeze()
+
+    @staticmethod
+    def _push_through(g: Graph, n: Node, agg: Node) -> Graph:
+        ed = GraphEditor.of(g)
+        sizes = list(agg.params["part_sizes"])
+        parts, lo = [], 0
+        for j, (part, size) in enumerate(zip(agg.inputs["parts"], sizes)):
+            inputs = dict(n.inputs)
+            for port in n.elementwise:
+                v = n.inputs[port]
+                inputs[port] = part if (isinstance(v, Ref) and v.node == agg.id) else _slice(v, lo, lo + size)
+            parts.append(n.evolve(id=f"{n.id}/p{j}", inputs=inputs, n_items=size))
+            lo += size
+        _split_with_aggregate(ed, n, parts, sizes)
+        return ed.freeze()
+
+
+def _early(seg: object, g: Graph) -> bool:
+    return isinstance(seg, Lit) or (isinstance(seg, Ref) and g.nodes[seg.node].kind == Kind.INPUT)
+
+
+class PrefillSplit(Pass):
+    """Pass 3: prefill the ready prefix of a prompt (PartialPrefilling) while the rest is still
+    being produced; FullPrefilling continues the same KV cache. Only a prefix: causal order."""
+    name = "prefill_split"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        for nid in g.order:
+            n = g.nodes[nid]
+            if n.kind != Kind.PREFILLING:
+                continue
+            segs = n.inputs["segments"]
+            k = 0
+            while k < len(segs) and _early(segs[k], g):
+                k += 1
+            if 0 < k < len(segs):
+                return self._split(g, n, segs, k)
+        return g
+
+    @staticmethod
+    def _split(g: Graph, n: Node, segs: tuple, k: int) -> Graph:
+        ed = GraphEditor.of(g)
+        pp = Node(f"{n.id}/partial", Kind.PARTIAL_PREFILLING, n.component, n.engine,
+                  {"segments": segs[:k]}, dict(n.params))
+        fp = Node(f"{n.id}/full", Kind.FULL_PREFILLING, n.component, n.engine,
+                  {"kv": Ref(pp.id), "segments": segs[k:]}, dict(n.params))
+        ed.add(pp)
+        ed.add(fp, extra_parents=ed.parents(n.id))
+        ed.replace_consumers(n.id, fp.id, skip=[fp.id, pp.id])
+        ed.remove(n.id)
+        return ed.freeze()
+
+
+class DecodePipelining(Pass):
+    """Pass 4: a splittable decode with a JSON-list output streams each completed item
+    (PartialDecoding, found by the incremental JSON parser) to a per-item copy of its
+    element-wise consumer, so downstream work starts while decoding goes on."""
+    name = "decode_pipeline"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        for nid in g.order:
+            d = g.nodes[nid]
+            if d.kind != Kind.DECODING or not d.splittable or d.params.get("fmt") != "json_list":
+                continue
+            for cid in g.children[nid]:
+                c = g.nodes[cid]
+                port = self._stream_port(c, nid, d.params["n_items"])
+                if port is not None:
+                    return self._pipeline(g, d, c, port)
+        return g
+
+    @staticmethod
+    def _stream_port(c: Node, did: str, n: int) -> str | None:
+        if not (c.batchable and c.n_items == n):
+            return None
+        for port in c.elementwise:
+            v = c.inputs[port]
+            if isinstance(v, Ref) and v.node == did and v.transform == "json_items" \
+                    and v.index is None and v.lo is None:
+                return port
+        return None
+
+    @staticmethod
+    def _pipeline(g: Graph, d: Node, c: Node, port: str) -> Graph:
+        ed = GraphEditor.of(g)
+        n = d.params["n_items"]
+        pieces = []
+        for i in range(n):
+            pid = f"{d.id}/piece{i}"
+            if pid not in ed.nodes:
+                ed.add(Node(pid, Kind.PARTIAL_DECODING, d.component, None, {}, {"fmt": "json_list"},
+                            stream_of=d.id, piece=i))
+            pieces.append(pid)
+        parts = []
+        for i, pid in enumerate(pieces):
+            inputs = dict(c.inputs)
+            for p in c.elementwise:
+                inputs[p] = Ref(pid) if p == port else _slice(c.inputs[p], i, i + 1)
+            parts.append(c.evolve(id=f"{c.id}/i{i}", inputs=inputs, n_items=1))
+        _split_with_aggregate(ed, c, parts, [1] * n)
+        return ed.freeze()
+
+
+ALL_PASSES: tuple[Pass, ...] = (DependencyPruning(), StageDecomposition(), PrefillSplit(), DecodePipelining())
+PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in ALL_PASSES}
+
+
+def passes_named(names: Sequence[str]) -> tuple[Pass, ...]:
+    unknown = [n for n in names if n not in PASSES_BY_NAME]
+    if unknown:
+        raise KeyError(f"unknown pass {unknown[0]!r}; known: {', '.join(PASSES_BY_NAME)}")
+    return tuple(PASSES_BY_NAME[n] for n in names)
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    graph: Graph
+    applied: tuple[str, ...]
+    failures: tuple[tuple[str, str], ...]
+
+
+def optimize(g: Graph, passes: Sequence[Pass], ctx: PassContext, *, max_rounds: int = 1000) -> OptimizeResult:
+    """Apply ``passes`` in order, repeatedly, until none changes the graph."""
+    applied: list[str] = []
+    failures: list[tuple[str, str]] = []
+    broken: set[str] = set()
+    for _ in range(max_rounds):
+        changed = False
+        for p in passes:
+            if p.name in broken:
+                continue
+            try:
+                g2 = p.apply(g, ctx)
+            except Exception as exc:  # the pass's copy is dropped; g is untouched
+                failures.append((p.name, f"{type(exc).__name__}: {exc}"))
+                broken.add(p.name)
+                continue
+            if g2 is not g:
+                g, changed = g2, True
+                applied.append(p.name)
+        if not changed:
+            return OptimizeResult(g, tuple(applied), tuple(failures))
+    raise RuntimeError(f"passes did not reach a fixed point in {max_rounds} rounds")
+
+
+class GraphCache:
+    """Optimised graphs per (template, configuration shape, passes, engine batch limits)."""
+
+    def __init__(self) -> None:
+        self._graphs: dict[tuple, Graph] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, template: Template, cfg: QueryConfig, passes: Sequence[Pass], ctx: PassContext) -> Graph:
+        key = (template.key(), cfg, tuple(p.name for p in passes), tuple(sorted(ctx.max_batch.items())))
+        g = self._graphs.get(key)
+        if g is None:
+            self.misses += 1
+            g = optimize(build_pgraph(template, cfg), passes, ctx).graph
+            self._graphs[key] = g
+        else:
+            self.hits += 1
+        return g

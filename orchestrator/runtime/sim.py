@@ -1,0 +1,173 @@
+"""Discrete-event runtime: a heap of ``(time_s, priority, seq, event)``; each event's
+``handle(state)`` returns new ``(time_s, priority, event)`` triples. No threads, no clocks.
+
+The graph scheduler (per query) tracks in-degrees, keeps the query's store of intermediate
+results, runs engine-free primitives inline and hands the others to the engine schedulers when
+their in-degree reaches 0.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from orchestrator import ops
+from orchestrator.batching import Pending
+from orchestrator.engines.base import Invocation
+from orchestrator.graph import Graph
+from orchestrator.primitives import Kind, LLM_KINDS
+from orchestrator.runtime.engine_scheduler import EngineScheduler
+
+# priorities at equal times: results before streamed pieces before instances freeing up
+P_ARRIVAL, P_DONE, P_PIECE, P_FREE = 0, 1, 1, 2
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One finished query: end-to-end ``latency_s = finish_s - arrival_s``; ``outputs`` maps the
+    graph's output node ids to their values; ``n_primitives`` the nodes executed."""
+    qid: int
+    arrival_s: float
+    finish_s: float
+    outputs: Mapping[str, Any]
+    n_primitives: int
+
+    @property
+    def latency_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+
+@dataclass
+class QueryRun:
+    qid: int
+    graph: Graph
+    arrival_s: float
+    payload: Mapping[str, Any]
+    indeg: dict[str, int] = field(default_factory=dict)
+    store: dict[str, Any] = field(default_factory=dict)
+    finish_s: float | None = None
+
+
+class SimState:
+    def __init__(self, *, schedulers: Mapping[str, EngineScheduler], dispatch_overhead_s: float) -> None:
+        self.now = 0.0
+        self.schedulers = dict(schedulers)
+        self.overhead_s = dispatch_overhead_s
+        self.queries: dict[int, QueryRun] = {}
+        self.results: list[RequestResult] = []
+        self._seq = 0
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ---- graph scheduler ----
+    def start(self, q: QueryRun) -> list:
+        self.queries[q.qid] = q
+        g = q.graph
+        q.indeg = {n: sum(1 for p in g.parents[n] if g.nodes[n].stream_of != p) for n in g.nodes}
+        roots = [n for n in g.order if q.indeg[n] == 0 and g.nodes[n].stream_of is None]
+        out: list = []
+        for nid in roots:
+            out += self.ready(q, nid)
+        return out
+
+    def ready(self, q: QueryRun, nid: str) -> list:
+        n = q.graph.nodes[nid]
+        if n.guard is not None and not q.store[n.guard.node]:
+            return self.complete(q, nid, n.params.get("skip_value"))
+        if n.kind == Kind.INPUT:
+            return self.complete(q, nid, q.payload[n.params["field"]])
+        inputs = {k: ops.resolve(v, q.store) for k, v in n.inputs.items()}
+        if n.kind == Kind.AGGREGATE:
+            return self.complete(q, nid, ops.aggregate(inputs["parts"], n.params["mode"]))
+        if n.kind == Kind.CONDITION:
+            return self.complete(q, nid, ops.condition(inputs["x"]))
+        if n.engine not in self.schedulers:
+            raise KeyError(f"node {nid} needs engine {n.engine!r}; known: {', '.join(sorted(self.schedulers))}")
+        kv = f"{q.qid}/{n.params['kv_chain']}" if n.kind in LLM_KINDS else None
+        inv = Invocation(f"{q.qid}/{nid}", n.kind, inputs, n.params, kv, n.n_items)
+        size = 1 if n.kind in LLM_KINDS else n.n_items
+        self.schedulers[n.engine].enqueue(Pending(q.qid, q.arrival_s, self.now, self.next_seq(),
+                                                  q.graph.depth[nid], size, nid, inv))
+        return []
+
+    def complete(self, q: QueryRun, nid: str, value: Any) -> list:
+        if nid in q.store:
+            raise RuntimeError(f"query {q.qid}: node {nid} completed twice")
+        q.store[nid] = value
+        out: list = []
+        for c in q.graph.children[nid]:
+            if q.graph.nodes[c].stream_of == nid:
+                continue
+            q.indeg[c] -= 1
+            if q.indeg[c] == 0:
+                out += self.ready(q, c)
+        if q.finish_s is None and all(o in q.store for o in q.graph.outputs):
+            q.finish_s = self.now
+            self.results.append(RequestResult(q.qid, q.arrival_s, self.now,
+                                              {o: q.store[o] for o in q.graph.outputs}, len(q.graph.nodes)))
+        return out
+
+    def dispatch(self) -> list:
+        out: list = []
+        for name, sch in self.schedulers.items():
+            start = self.now + self.overhead_s
+            for la in sch.dispatch(start):
+                for p, res in zip(la.batch, la.result.outputs):
+                    q = self.queries[p.qid]
+                    out.append((start + res.done_s, P_DONE, NodeDone(p.qid, p.node_id, res.value)))
+                    for i, (off, val) in enumerate(res.pieces):
+                        pid = f"{p.node_id}/piece{i}"
+                        if pid in q.graph.nodes:
+                            out.append((start + off, P_PIECE, NodeDone(p.qid, pid, val)))
+                items = sum(p.size for p in la.batch)
+                out.append((start + la.result.duration_s, P_FREE, InstanceFree(name, la.instance, items)))
+        return out
+
+
+@dataclass(frozen=True)
+class Arrival:
+    query: QueryRun
+
+    def handle(self, s: SimState) -> list:
+        return s.start(self.query)
+
+
+@dataclass(frozen=True)
+class NodeDone:
+    qid: int
+    node_id: str
+    value: Any
+
+    def handle(self, s: SimState) -> list:
+        return s.complete(s.queries[self.qid], self.node_id, self.value)
+
+
+@dataclass(frozen=True)
+class InstanceFree:
+    engine: str
+    instance: int
+    items: int
+
+    def handle(self, s: SimState) -> list:
+        s.schedulers[self.engine].free(self.instance, self.items)
+        return []
+
+
+def run_events(state: SimState, queries: Sequence[QueryRun]) -> list[RequestResult]:
+    heap: list = []
+    for q in queries:
+        heapq.heappush(heap, (q.arrival_s, P_ARRIVAL, state.next_seq(), Arrival(q)))
+    while heap:
+        t, _, _, ev = heapq.heappop(heap)
+        state.now = t
+        for when, prio, e in ev.handle(state):
+            heapq.heappush(heap, (when, prio, state.next_seq(), e))
+        if not heap or heap[0][0] > t:   # every event of this instant handled: place work
+            for when, prio, e in state.dispatch():
+                heapq.heappush(heap, (when, prio, state.next_seq(), e))
+    unfinished = [q.qid for q in queries if q.finish_s is None]
+    if unfinished:
+        raise RuntimeError(f"simulation ended with unfinished queries {unfinished[:5]} (deadlock?)")
+    return sorted(state.results, key=lambda r: r.qid)

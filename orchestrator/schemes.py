@@ -1,0 +1,63 @@
+"""Execution schemes: which graph a query runs as, and how engines batch it.
+
+* ``teola``: all four passes (the e-graph), topology-aware batching up to the profiled max batch.
+* ``llamadist-po`` / ``llamadist-to``: the module chain (p-graph in template order, no passes),
+  per-invocation or throughput-oriented (FIFO up to the max batch) scheduling.
+* ``llamadistpc-po`` / ``llamadistpc-to``: plus manual parallelism of independent modules
+  (dependency pruning) and LLM prefix caching.
+* ablations: ``teola-no-<pass>`` (one pass off), ``teola-no-par-pipe`` (no passes, Teola's
+  scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from orchestrator.batching import BatchingPolicy, Blind, PerInvocation, TopologyAware
+
+ALL = ("prune", "stage", "prefill_split", "decode_pipeline")
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """``passes``: pass names applied to a fixed point; ``policy``: a factory for each engine
+    scheduler's batching policy; ``prefix_caching``: build LLM engines with prefix caching."""
+    name: str
+    passes: tuple[str, ...]
+    policy: Callable[[], BatchingPolicy]
+    prefix_caching: bool = False
+
+
+def _topo() -> BatchingPolicy:
+    return TopologyAware(direction="highest")
+
+
+def _schemes() -> dict[str, Scheme]:
+    out = [
+        Scheme("teola", ALL, _topo),
+        Scheme("llamadist-po", (), PerInvocation),
+        Scheme("llamadist-to", (), Blind),
+        Scheme("llamadistpc-po", ("prune",), PerInvocation, prefix_caching=True),
+        Scheme("llamadistpc-to", ("prune",), Blind, prefix_caching=True),
+        Scheme("teola-no-par-pipe", (), _topo),
+        Scheme("teola-blind", ALL, Blind),
+        Scheme("teola-topo-lowest", ALL, lambda: TopologyAware(direction="lowest")),
+    ]
+    out += [Scheme(f"teola-no-{p}", tuple(q for q in ALL if q != p), _topo) for p in ALL]
+    reg: dict[str, Scheme] = {}
+    for s in out:
+        if s.name in reg:
+            raise KeyError(f"scheme {s.name!r} registered twice")
+        reg[s.name] = s
+    return reg
+
+
+SCHEMES: dict[str, Scheme] = _schemes()
+BASELINES = ("llamadist-po", "llamadist-to", "llamadistpc-po", "llamadistpc-to")
+
+
+def get_scheme(name: str) -> Scheme:
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}") from None
