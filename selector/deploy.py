@@ -100,11 +100,11 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
 def parse_problem_cluster(raw: Any) -> Cluster:
     from pydantic import ValidationError
 
-    from selector.problem import _first_error
+    from selector.problem import first_error
     try:
         return Cluster.model_validate(raw)
     except ValidationError as exc:
-        err = _first_error(exc)
+        err = first_error(exc)
         raise ProblemError(f"cluster.{err.field}", str(err).split(": ", 1)[-1]) from None
 
 

@@ -146,7 +146,7 @@ def _loc(loc: tuple) -> str:
     return out
 
 
-def _first_error(exc: ValidationError) -> ProblemError:
+def first_error(exc: ValidationError) -> ProblemError:
     err = exc.errors()[0]
     field = _loc(tuple(err["loc"]))
     kind = err["type"]
@@ -165,7 +165,7 @@ def parse_problem(data: dict[str, Any]) -> Problem:
     try:
         problem = Problem.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(exc) from None
+        raise first_error(exc) from None
     check_references(problem)
     return problem
 
