@@ -12,6 +12,10 @@ from solvers.base import Selector
 _ENTRIES: list[tuple[str, str]] = [
     ("exhaustive", "solvers.exhaustive:ExhaustiveSelector"),
     ("flowmaker", "solvers.flowmaker:FlowMakerSelector"),
+    ("flowmaker-plus", "solvers.flowmaker_plus:FlowMakerPlusSelector"),
+    ("milp", "solvers.milp:MilpSelector"),
+    ("milp-pulp", "solvers.milp_pulp:MilpPulpSelector"),
+    ("bayesian", "solvers.bayesian:BayesianSelector"),
 ]
 
 

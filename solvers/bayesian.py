@@ -1,0 +1,97 @@
+"""``bayesian``: black-box Bayesian optimisation over variants (the paper's Aquatope-style baseline).
+
+Optuna's TPE sampler (multivariate, grouped, seeded) proposes one variant per trial; the
+trial budget defaults to 200 sequential trials, as in the FlowMaker paper.
+
+Encoding. A trial first draws ``workflow`` (categorical over the workflows), then, for each
+stage ``s`` of that workflow, ``w<w>.s<s>``: a categorical over the indices of that stage's
+options (``selector.index`` order: reuse of each instance, then new model x config) whose
+model meets the accuracy SLO; accuracy is known before any trial, so the encoding leaves out
+what can never be feasible. Parameters of other workflows are not drawn (a conditional
+space, which ``group=True`` lets the multivariate TPE model).
+
+Objective and infeasible trials. A trial is evaluated with ``selector.evaluate.evaluate``.
+Feasible: its cost ``M * L`` (GB*s). Infeasible: a penalty above every feasible cost,
+``BIG * (1 + excess)``, where ``BIG = (free GPU memory) * latency_slo_s`` bounds every
+feasible cost and ``excess`` grows with the violation (relative latency excess, capacity
+overload, or 1 for a placement failure), so TPE is steered towards feasibility. Repeated
+proposals reuse the cached evaluation. The answer is the section-5 best (``choose``) of the
+feasible variants seen, with status ``feasible`` (never a proof); none seen gives
+``infeasible`` with a reason that says the search was a sample.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+from selector.evaluate import CAPACITY, LATENCY, Evaluation, choose, evaluate, infeasible_plan, to_plan
+from selector.index import compile_problem
+from selector.plan import Plan
+from selector.problem import Problem
+from solvers.base import Selector
+
+TOL = 1e-9
+
+
+class BayesianSelector(Selector):
+    name = "bayesian"
+
+    def __init__(self, *, n_trials: int = 200, seed: int = 0, n_startup_trials: int = 10) -> None:
+        self.n_trials = n_trials
+        self.seed = seed
+        self.n_startup_trials = n_startup_trials
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        import optuna
+
+        t0 = time.perf_counter()
+        cp = compile_problem(problem)
+        task = problem.task
+        choices = [[[i for i, o in enumerate(st.options) if o.accuracy >= task.accuracy_slo - TOL]
+                    for st in wf.stages] for wf in cp.workflows]
+        workflows = [w for w, stages in enumerate(choices) if all(stages)]
+        if not workflows:
+            why = ("variant space is empty" if cp.variant_space == 0 else
+                   f"accuracy: no variant reaches accuracy_slo {task.accuracy_slo}")
+            return infeasible_plan(cp, solver=self.name, reason=why, elapsed_s=time.perf_counter() - t0, evaluated=0)
+        free = sum(g.mem_gb - g.used_gb for g in problem.cluster.gpus)
+        big = max(1.0, free * task.latency_slo_s) * 10.0
+        seen: dict[tuple, Evaluation] = {}
+
+        def objective(trial) -> float:
+            w = trial.suggest_categorical("workflow", workflows) if len(workflows) > 1 else workflows[0]
+            choice = tuple(trial.suggest_categorical(f"w{w}.s{s}", opts) for s, opts in enumerate(choices[w]))
+            if (w, choice) not in seen:
+                seen[w, choice] = evaluate(cp, w, choice)
+            ev = seen[w, choice]
+            return ev.cost_gb_s if ev.feasible else big * (1.0 + _excess(cp, ev))
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=self.seed, multivariate=True, group=True,
+                                                 n_startup_trials=self.n_startup_trials)
+            study = optuna.create_study(direction="minimize", sampler=sampler)
+            study.optimize(objective, n_trials=self.n_trials, timeout=time_limit_s)
+        best = choose(e for e in seen.values() if e.feasible)
+        elapsed = time.perf_counter() - t0
+        extra = {"trials": len(study.trials)}
+        if best is None:
+            return infeasible_plan(cp, solver=self.name, elapsed_s=elapsed, evaluated=len(seen),
+                                   reason=f"bayesian: no feasible variant among {len(study.trials)} trials "
+                                          f"(a sample, not a proof; an exact solver may still find one)")
+        return to_plan(cp, best, status="feasible", solver=self.name, elapsed_s=elapsed, evaluated=len(seen),
+                       extra=extra)
+
+
+def _excess(cp, ev: Evaluation) -> float:
+    task = cp.problem.task
+    if ev.violated == LATENCY:
+        return ev.latency_s / task.latency_slo_s - 1.0
+    if ev.violated == CAPACITY:
+        util: dict[int, float] = {}
+        for o in ev.options:
+            if o.instance >= 0:
+                util[o.instance] = util.get(o.instance, float(cp.base_util[o.instance])) + o.util_add
+        return max(util.values()) - 1.0
+    return 1.0

@@ -1,0 +1,233 @@
+"""``milp``: exact selection on OR-Tools CP-SAT (spec sections 3-5), warm-started from ``flowmaker``.
+
+Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
+
+* Data. Per workflow ``w``, stage ``s``: the options that pass the exact per-option checks of
+  ``_exact.prepare`` (accuracy, one stage's latency, one stage's reuse load, GPU count, shard
+  size). Floats become integers with explicit scales chosen per problem so that the largest
+  latency and memory are about ``SCALE`` units::
+
+      LAT_SCALE = SCALE / (latency_slo_s)      # units per second
+      MEM_SCALE = SCALE / (free GPU memory)    # units per GB
+      UTIL_SCALE = SCALE                       # units per unit of utilisation
+
+  Each option's ``calls * latency_s``, ``replicas * mem_gb`` and ``load / capacity_rps`` are
+  rounded to these units, so a sum over ``S`` stages is off by at most ``S/2`` units.
+* Variables. ``x[w]`` (workflow chosen), ``y[w, s, o]`` (option ``o`` at stage ``s``),
+  integer ``Lint``, ``Mint`` and ``P = Mint * Lint``.
+* Constraints.
+  - one workflow: ``sum_w x[w] = 1``; one option per stage: ``sum_o y[w,s,o] = x[w]``
+  - latency (2): ``Lint = sum lat[o] y <= (slo + 1e-9) LAT_SCALE + S/2``
+  - reuse capacity (3), per instance ``i``: ``sum_{o reuses i} util[o] y <= (1 + 1e-9 - u_i) UTIL_SCALE + S/2``
+  - placement, necessary part: ``Mint = sum mem[o] y <= (free + 1e-9) MEM_SCALE + S/2``
+  - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
+  Every bound is widened by the rounding error, so the model *relaxes* the spec: no truly
+  feasible variant is lost, and the driver re-checks every answer exactly.
+* Objective. ``P = Mint * Lint`` through ``AddMultiplicationEquality`` (CP-SAT's exact
+  integer product), minimised; ``|P / (MEM_SCALE LAT_SCALE) - M L| <= M eL + L eM + eM eL`` with
+  ``eL = S / (2 LAT_SCALE)``, ``eM = S / (2 MEM_SCALE)``, which is how the tie window of the
+  driver is widened. For the all-reuse tie case the objective is ``Lint`` over reuse options.
+* Placement. LeastLoaded is a sequential greedy rule, so it is not modelled: the driver places
+  each incumbent and adds a no-good cut over the demand classes of the failing prefix.
+* Tie-breaks. CP-SAT enumerates every variant of the widened cost window
+  (``enumerate_all_solutions``); ``selector.evaluate.choose`` picks the spec's unique optimum.
+* Warm start. ``get_solver("flowmaker").select`` (the public registry, never its internals)
+  gives a feasible variant: it is a solution hint and caps ``P`` at its cost.
+* Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default 8, 1 for
+  enumeration as CP-SAT requires), ``random_seed``.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from selector.index import NEW, REUSE
+from selector.plan import Plan
+from selector.problem import Problem
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
+from solvers.base import Selector
+
+SCALE = 1_000_000
+
+
+class MilpSelector(Selector):
+    name = "milp"
+
+    def __init__(self, *, warm_start: bool = True, workers: int = 8, seed: int = 0,
+                 warm_share: float = 0.25) -> None:
+        self.warm_start = warm_start
+        self.workers = workers
+        self.seed = seed
+        self.warm_share = warm_share
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        t0 = time.perf_counter()
+        warm = warm_variant(problem, time_limit_s * self.warm_share) if self.warm_start else None
+        left = max(1e-3, time_limit_s - (time.perf_counter() - t0))
+        plan = solve_exact(problem, lambda data: CpSatBackend(data, workers=self.workers, seed=self.seed),
+                           solver=self.name, time_limit_s=left, warm=warm)
+        return _with_elapsed(plan, time.perf_counter() - t0)
+
+
+def _with_elapsed(plan: Plan, elapsed: float) -> Plan:
+    from dataclasses import replace
+    return replace(plan, elapsed_s=elapsed)
+
+
+def warm_variant(problem: Problem, time_limit_s: float) -> Variant | None:
+    """The ``flowmaker`` answer as (workflow, option indices), through the public registry."""
+    from selector.index import compile_problem
+    from solvers.registry import get_solver
+
+    plan = get_solver("flowmaker").select(problem, time_limit_s=max(1e-3, time_limit_s))
+    if not plan.solved:
+        return None
+    cp = compile_problem(problem)
+    w = next(i for i, wf in enumerate(problem.workflows) if wf.name == plan.workflow)
+    inst = {i.id: k for k, i in enumerate(problem.cluster.instances)}
+    models = {m.name: k for k, m in enumerate(problem.models)}
+    choice = []
+    for st, sp in zip(cp.workflows[w].stages, plan.stages):
+        if sp.reuse is not None:
+            key = (REUSE, inst[sp.reuse])
+        else:
+            ci = next(k for k, c in enumerate(problem.configs) if (c.tp, c.pp) == (sp.tp, sp.pp))
+            key = (NEW, models[sp.model], ci)
+        choice.append(next(k for k, o in enumerate(st.options) if o.key == key))
+    return w, tuple(choice)
+
+
+class CpSatBackend:
+    """The CP-SAT model of the module docstring; rebuilt per solve (cheap) with the current cuts."""
+
+    def __init__(self, data: Prepared, *, workers: int, seed: int) -> None:
+        self.data = data
+        self.workers = workers
+        self.seed = seed
+        task = data.cp.problem.task
+        s = max(1, data.max_stages)
+        self.lat_max = task.latency_slo_s + TOL
+        self.mem_max = data.free_total_gb + TOL
+        self.ls = SCALE / self.lat_max
+        self.ms = SCALE / max(self.mem_max, 1e-6)
+        self.us = float(SCALE)
+        self.slack = s / 2 + 1e-6          # rounding error of a sum over s stages, in units
+        self.e_lat = self.slack / self.ls  # seconds
+        self.e_mem = self.slack / self.ms  # GB
+
+    # -- model -----------------------------------------------------------------------------
+    def _build(self, *, reuse_only: bool, cuts: list[Cut]):
+        from ortools.sat.python import cp_model
+
+        d, cp = self.data, self.data.cp
+        m = cp_model.CpModel()
+        x = {w: m.NewBoolVar(f"x[{w}]") for w in range(len(cp.workflows))}
+        y = {}
+        for w, stages in enumerate(d.options):
+            for s, opts in enumerate(stages):
+                for o in opts:
+                    if reuse_only and d.opt(w, s, o).kind == NEW:
+                        continue
+                    y[w, s, o] = m.NewBoolVar(f"y[{w},{s},{o}]")
+        # one workflow; one option per stage of it
+        m.AddExactlyOne(x.values())
+        for w, stages in enumerate(d.options):
+            for s in range(len(stages)):
+                m.Add(sum(v for (w2, s2, _), v in y.items() if (w2, s2) == (w, s)) == x[w])
+        lat = {k: round(cp.workflows[k[0]].stages[k[1]].calls * d.opt(*k).latency_s * self.ls) for k in y}
+        mem = {k: round(d.opt(*k).replicas * d.opt(*k).mem_gb * self.ms) for k in y}
+        lat_ub = math.floor(self.lat_max * self.ls + self.slack)
+        mem_ub = math.floor(self.mem_max * self.ms + self.slack)
+        lint = m.NewIntVar(0, lat_ub, "L")
+        mint = m.NewIntVar(0, mem_ub, "M")
+        # L = sum lat y <= slo ; M = sum mem y <= free
+        m.Add(lint == sum(lat[k] * v for k, v in y.items()))
+        m.Add(mint == sum(mem[k] * v for k, v in y.items()))
+        # reuse capacity: u_i + sum util y <= 1
+        by_inst: dict[int, list] = {}
+        for k, v in y.items():
+            o = d.opt(*k)
+            if o.kind == REUSE:
+                by_inst.setdefault(o.instance, []).append(round(o.util_add * self.us) * v)
+        for i, terms in by_inst.items():
+            if len(terms) > 1:
+                m.Add(sum(terms) <= math.floor((1.0 + TOL - cp.base_util[i]) * self.us + self.slack))
+        # lazy cuts: not every listed stage picks from its set
+        for cut in cuts:
+            terms = [y[cut.workflow, s, o] for s, opts in cut.sets for o in opts if (cut.workflow, s, o) in y]
+            m.Add(sum(terms) <= len(cut.sets) - 1)
+        self._ubs = (lat_ub, mem_ub)
+        return m, x, y, lint, mint
+
+    def _cap_units(self, objective: Objective, cap: float) -> int:
+        if objective == "latency":
+            return math.floor(cap * self.ls + self.slack)
+        widened = cap + self.mem_max * self.e_lat + self.lat_max * self.e_mem + self.e_mem * self.e_lat
+        return math.floor(widened * self.ms * self.ls) + 1
+
+    def _objective(self, m, objective: Objective, lint, mint, cap: float | None):
+        if objective == "latency":
+            target = lint
+        else:
+            target = m.NewIntVar(0, self._ubs[0] * self._ubs[1], "P")
+            m.AddMultiplicationEquality(target, [mint, lint])
+        if cap is not None:
+            m.Add(target <= self._cap_units(objective, cap))
+        return target
+
+    def _solver(self, deadline: float, workers: int):
+        from ortools.sat.python import cp_model
+
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(1e-3, deadline - time.perf_counter())
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = self.seed
+        return solver
+
+    @staticmethod
+    def _variant(value, x, y) -> Variant:
+        w = next(k for k, v in x.items() if value(v))
+        picks = sorted((s, o) for (w2, s, o), v in y.items() if w2 == w and value(v))
+        return w, tuple(o for _, o in picks)
+
+    # -- backend protocol ---------------------------------------------------------------------
+    def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
+                 hint: Variant | None, deadline: float) -> Answer:
+        from ortools.sat.python import cp_model
+
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts)
+        m.Minimize(self._objective(m, objective, lint, mint, cap))
+        if hint is not None:
+            hw, hc = hint
+            for w, v in x.items():
+                m.AddHint(v, w == hw)
+            for (w, s, o), v in y.items():
+                m.AddHint(v, w == hw and hc[s] == o)
+        solver = self._solver(deadline, self.workers)
+        status = solver.Solve(m)
+        if status == cp_model.INFEASIBLE:
+            return Answer("infeasible")
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Answer("unknown")
+        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible",
+                      self._variant(solver.BooleanValue, x, y))
+
+    def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
+                  deadline: float) -> tuple[list[Variant], bool]:
+        from ortools.sat.python import cp_model
+
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts)
+        self._objective(m, objective, lint, mint, cap)
+        found: list[Variant] = []
+
+        class Collect(cp_model.CpSolverSolutionCallback):
+            def on_solution_callback(self) -> None:
+                found.append(CpSatBackend._variant(self.BooleanValue, x, y))
+                if time.perf_counter() > deadline:
+                    self.StopSearch()
+
+        solver = self._solver(deadline, 1)
+        solver.parameters.enumerate_all_solutions = True
+        status = solver.Solve(m, Collect())
+        complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and time.perf_counter() <= deadline
+        return sorted(set(found)), complete

@@ -1,0 +1,184 @@
+"""``milp-pulp``: a second, independent exact formulation, a linear MILP on PuLP + HiGHS.
+
+Where ``milp`` (CP-SAT) rounds to integers and multiplies exactly, this model keeps the float
+data and *linearises* the product ``M * L``:
+
+* Variables. ``x[w]``, ``y[w,s,o]`` binary as in ``milp``; continuous ``L >= 0`` (latency of
+  the chosen workflow) and ``z[w,s,o] >= 0``, meant to equal ``y[w,s,o] * L``.
+* Constraints.
+  - ``sum_w x[w] = 1``; ``sum_o y[w,s,o] = x[w]``
+  - latency (2): ``L = sum lat[o] y <= latency_slo_s + 1e-9``
+  - reuse capacity (3): ``u_i + sum_{o reuses i} util[o] y <= 1 + 1e-9``
+  - memory (necessary for placement): ``sum mem[o] y <= free + 1e-9``
+  - product linearisation (big-M with ``U = latency_slo_s``):
+    ``z[w,s,o] >= L - U (1 - y[w,s,o])``, ``z <= U y``, and the aggregated
+    ``sum_o z[w,s,o] >= L - U (1 - x[w])`` that tightens the LP relaxation.
+  - lazy cuts from ``solvers/_exact.py`` (placement prefixes, exact no-goods).
+* Objective. ``cost = sum mem[o] z[w,s,o]``; at an integral point this is exactly ``M * L``
+  (``z`` is pushed down to ``y * L`` because memory is positive). For the all-reuse tie case
+  the objective is ``L`` over reuse options only.
+* Tie window. HiGHS has no solution enumeration, so the window is listed by re-solving with
+  a no-good cut on each variant found, until the optimum exceeds the window (widened by a
+  relative ``WINDOW_REL`` for HiGHS's feasibility tolerances); ``choose`` finishes.
+* Parameters. HiGHS through ``pulp.HiGHS`` (the ``highspy`` API; no binary needed),
+  ``mip_rel_gap = 0``, ``mip_abs_gap = 1e-9``, one time limit shared by every solve. No warm
+  start: this model is the independent check on ``milp``.
+"""
+from __future__ import annotations
+
+import time
+
+from selector.index import NEW, REUSE
+from selector.plan import Plan
+from selector.problem import Problem
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
+from solvers.base import Selector
+
+WINDOW_REL = 1e-6
+
+
+class MilpPulpSelector(Selector):
+    name = "milp-pulp"
+
+    def __init__(self, *, threads: int = 1) -> None:
+        self.threads = threads
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        _silence_banner()
+        return solve_exact(problem, lambda data: PulpBackend(data, threads=self.threads), solver=self.name,
+                           time_limit_s=time_limit_s)
+
+
+_BANNER_DONE = False
+
+
+def _silence_banner() -> None:
+    """HiGHS prints a banner on stdout the first time a ``Highs`` is built in a process, which
+    would corrupt ``--json`` output; build that first one with file descriptor 1 on /dev/null."""
+    global _BANNER_DONE
+    if _BANNER_DONE:
+        return
+    import os
+    import sys
+
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    _BANNER_DONE = True
+
+
+class PulpBackend:
+    """The linearised MILP of the module docstring, rebuilt per solve with the current cuts."""
+
+    def __init__(self, data: Prepared, *, threads: int) -> None:
+        self.data = data
+        self.threads = threads
+        self.u = data.cp.problem.task.latency_slo_s + TOL
+
+    def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut]):
+        import pulp
+
+        d, cp = self.data, self.data.cp
+        lp = pulp.LpProblem("selection", pulp.LpMinimize)
+        x = {w: pulp.LpVariable(f"x_{w}", cat="Binary") for w in range(len(cp.workflows))}
+        y, z = {}, {}
+        for w, stages in enumerate(d.options):
+            for s, opts in enumerate(stages):
+                for o in opts:
+                    if reuse_only and d.opt(w, s, o).kind == NEW:
+                        continue
+                    y[w, s, o] = pulp.LpVariable(f"y_{w}_{s}_{o}", cat="Binary")
+                    if objective == "cost":
+                        z[w, s, o] = pulp.LpVariable(f"z_{w}_{s}_{o}", lowBound=0)
+        lat = {k: cp.workflows[k[0]].stages[k[1]].calls * d.opt(*k).latency_s for k in y}
+        mem = {k: d.opt(*k).replicas * d.opt(*k).mem_gb for k in y}
+        by_stage: dict[tuple[int, int], list] = {}
+        for k in y:
+            by_stage.setdefault(k[:2], []).append(k)
+        # one workflow, one option per stage of it
+        lp += pulp.lpSum(x.values()) == 1
+        for w, stages in enumerate(d.options):
+            for s in range(len(stages)):
+                lp += pulp.lpSum(y[k] for k in by_stage.get((w, s), [])) == x[w]
+        big_l = pulp.LpVariable("L", lowBound=0)
+        # L = sum lat y <= slo ; sum mem y <= free
+        lp += big_l == pulp.lpSum(lat[k] * v for k, v in y.items())
+        lp += big_l <= self.u
+        lp += pulp.lpSum(mem[k] * v for k, v in y.items()) <= d.free_total_gb + TOL
+        # reuse capacity: u_i + sum util y <= 1
+        by_inst: dict[int, list] = {}
+        for k, v in y.items():
+            o = d.opt(*k)
+            if o.kind == REUSE:
+                by_inst.setdefault(o.instance, []).append(o.util_add * v)
+        for i, terms in by_inst.items():
+            if len(terms) > 1:
+                lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_util[i])
+        for cut in cuts:
+            terms = [y[cut.workflow, s, o] for s, opts in cut.sets for o in opts if (cut.workflow, s, o) in y]
+            lp += pulp.lpSum(terms) <= len(cut.sets) - 1
+        if objective == "cost":
+            # z = y * L, linearised; cost = sum mem z = M * L at integral points
+            for k, v in z.items():
+                lp += v >= big_l - self.u * (1 - y[k])
+                lp += v <= self.u * y[k]
+            for (w, s), keys in by_stage.items():
+                lp += pulp.lpSum(z[k] for k in keys) >= big_l - self.u * (1 - x[w])
+            target = pulp.lpSum(mem[k] * v for k, v in z.items())
+        else:
+            target = big_l
+        lp += target
+        if cap is not None:
+            lp += target <= cap * (1 + WINDOW_REL) + WINDOW_REL
+        return lp, x, y
+
+    def _solve(self, lp, deadline: float):
+        import highspy
+        import pulp
+
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return "unknown"
+        solver = pulp.HiGHS(msg=False, timeLimit=left, gapRel=0.0, gapAbs=1e-9, threads=self.threads)
+        lp.solve(solver)
+        status = lp.solverModel.getModelStatus()
+        if status == highspy.HighsModelStatus.kOptimal:
+            return "optimal"
+        if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
+            return "infeasible"
+        return "feasible" if lp.sol_status == pulp.LpSolutionIntegerFeasible else "unknown"
+
+    @staticmethod
+    def _variant(x, y) -> Variant:
+        w = next(k for k, v in x.items() if (v.value() or 0) > 0.5)
+        picks = sorted((s, o) for (w2, s, o), v in y.items() if w2 == w and (v.value() or 0) > 0.5)
+        return w, tuple(o for _, o in picks)
+
+    def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
+                 hint: Variant | None, deadline: float) -> Answer:
+        lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts)
+        status = self._solve(lp, deadline)
+        if status in ("infeasible", "unknown"):
+            return Answer(status)
+        return Answer(status, self._variant(x, y))
+
+    def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
+                  deadline: float) -> tuple[list[Variant], bool]:
+        found: list[Variant] = []
+        while True:
+            lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap,
+                                   cuts=cuts + [no_good(v) for v in found])
+            status = self._solve(lp, deadline)
+            if status == "infeasible":
+                return found, True
+            if status != "optimal":
+                return found, False
+            found.append(self._variant(x, y))
