@@ -1,0 +1,160 @@
+"""Request traces: three CSV layouts, the public Azure 2023 traces, a synthetic stand-in.
+
+Layouts, recognised by their header line (``#`` lines are comments in every layout):
+
+- native:    ``arrived_at_s,prompt_tokens,output_tokens`` (seconds from any origin)
+- azure2023: ``TIMESTAMP,ContextTokens,GeneratedTokens`` (``2023-11-16 18:17:03.9799600``)
+- processed: ``arrived_at,num_prefill_tokens,num_decode_tokens`` (vidur's splitwise files)
+
+Arrivals are shifted so the first request arrives at 0 and sorted (stably); token counts
+must be whole numbers >= 1. Errors name the file and line.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+LAYOUTS = {
+    ("arrived_at_s", "prompt_tokens", "output_tokens"): "native",
+    ("timestamp", "contexttokens", "generatedtokens"): "azure2023",
+    ("arrived_at", "num_prefill_tokens", "num_decode_tokens"): "processed",
+}
+AZURE_FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
+SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
+_EPOCH = datetime(2000, 1, 1)  # naive: the trace's wall-clock times, no time-zone games
+
+
+class TraceError(ValueError):
+    """A malformed trace; the message is one line naming the file and line."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests sorted by arrival: ``arrived_at_s`` (s, first = 0), token counts (>= 1)."""
+
+    name: str
+    arrived_at_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrived_at_s)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrived_at_s[-1]) if len(self) else 0.0
+
+    def head(self, n: int) -> Trace:
+        """The first ``n`` requests."""
+        return Trace(self.name, self.arrived_at_s[:n], self.prompt_tokens[:n], self.output_tokens[:n])
+
+    def scaled(self, time_scale: float) -> Trace:
+        """Inter-arrival times multiplied by ``time_scale`` (> 1 stretches: lighter load)."""
+        return Trace(self.name, self.arrived_at_s * time_scale, self.prompt_tokens, self.output_tokens)
+
+    def window(self, start_s: float, end_s: float) -> Trace:
+        """Requests arriving in ``[start_s, end_s)``, shifted to start at 0."""
+        a = self.arrived_at_s
+        lo, hi = np.searchsorted(a, start_s, "left"), np.searchsorted(a, end_s, "left")
+        sub = a[lo:hi]
+        return Trace(self.name, sub - (sub[0] if len(sub) else 0.0), self.prompt_tokens[lo:hi],
+                     self.output_tokens[lo:hi])
+
+
+def _int(text: str, path: Path, lineno: int, col: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            raise TraceError(f"{path}: line {lineno}: {col} {text.strip()!r} is not a number") from None
+        if not math.isfinite(f) or f != int(f):
+            raise TraceError(f"{path}: line {lineno}: {col} {text.strip()!r} is not a whole number") from None
+        v = int(f)
+    if v < 1:
+        raise TraceError(f"{path}: line {lineno}: {col} must be >= 1 (got {v})")
+    return v
+
+
+def _time(text: str, layout: str, path: Path, lineno: int) -> float:
+    if layout == "azure2023":
+        try:
+            return (datetime.fromisoformat(text.strip()) - _EPOCH).total_seconds()
+        except ValueError:
+            raise TraceError(f"{path}: line {lineno}: TIMESTAMP {text.strip()!r} is not a date-time") from None
+    try:
+        v = float(text)
+    except ValueError:
+        raise TraceError(f"{path}: line {lineno}: arrival time {text.strip()!r} is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise TraceError(f"{path}: line {lineno}: arrival time must be finite and >= 0 (got {text.strip()})")
+    return v
+
+
+def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
+    """Read a trace file in any of the three layouts (see the module docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not a UTF-8 text file") from None
+    layout = None
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        cells = s.split(",")
+        if layout is None:
+            layout = LAYOUTS.get(tuple(c.strip().lower() for c in cells))
+            if layout is None:
+                raise TraceError(f"{path}: line {lineno}: unknown header {s!r}; expected one of: "
+                                 + "; ".join(",".join(k) for k in LAYOUTS))
+            cols = s.split(",")
+            continue
+        if len(cells) != 3:
+            raise TraceError(f"{path}: line {lineno}: expected 3 comma-separated fields, got {len(cells)}")
+        times.append(_time(cells[0], layout, path, lineno))
+        prompts.append(_int(cells[1], path, lineno, cols[1].strip()))
+        outputs.append(_int(cells[2], path, lineno, cols[2].strip()))
+    if layout is None:
+        raise TraceError(f"{path}: empty trace (no header line)")
+    if not times:
+        raise TraceError(f"{path}: no requests after the header")
+    t = np.asarray(times, dtype=np.float64)
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order[0]]
+    return Trace(name or path.stem, t, np.asarray(prompts, dtype=np.int64)[order],
+                 np.asarray(outputs, dtype=np.int64)[order])
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` in the native layout."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("arrived_at_s,prompt_tokens,output_tokens\n")
+        for a, p, o in zip(trace.arrived_at_s, trace.prompt_tokens, trace.output_tokens):
+            fh.write(f"{a!r},{p},{o}\n")
+
+
+def shared_data_dir() -> Path:
+    """``$FLOWMAKER_SHARED_DATA``, else ``<repo>/../shared/data`` (may not exist)."""
+    env = os.environ.get(SHARED_DATA_ENV)
+    return Path(env) if env else Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def azure_trace_path(kind: str, data_dir: str | Path | None = None) -> Path:
+    """Where the Azure 2023 ``code`` or ``conv`` trace is expected (it may be absent)."""
+    if kind not in AZURE_FILES:
+        raise KeyError(f"unknown Azure trace '{kind}'; known: {', '.join(AZURE_FILES)}")
+    root = Path(data_dir) if data_dir is not None else shared_data_dir()
+    return root / "azure-public-dataset" / "data" / AZURE_FILES[kind]
