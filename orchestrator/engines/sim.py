@@ -97,6 +97,7 @@ class SimLLMEngine(Engine):
         self._kv: dict[str, tuple[str, ...]] = {}
         self._prefixes: set[str] = set()
         self._prefill_free_s = 0.0
+        self._timed = False
         self._decoding: list[tuple[float, float, int, int]] = []  # (start_s, end_s, seqs, ctx tokens)
 
     def occupied_kv_tokens(self) -> int:
@@ -125,6 +126,7 @@ class SimLLMEngine(Engine):
 
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None) -> PendingBatch:
         now = 0.0 if now_s is None else now_s
+        self._timed = now_s is not None
         pre = [i for i in batch if i.kind in PREFILL_KINDS]
         dec = [i for i in batch if i.kind == Kind.DECODING]
         if len(pre) + len(dec) != len(batch):
@@ -139,7 +141,7 @@ class SimLLMEngine(Engine):
         wait = 0.0
         t_pre = 0.0
         if pre:
-            wait = max(0.0, self._prefill_free_s - now)
+            wait = 0.0 if now_s is None else max(0.0, self._prefill_free_s - now)  # None: timed alone
             t_pre = self.profile.prefill_s(news, cached)
             self._prefill_free_s = now + wait + t_pre
         t0 = wait + t_pre
@@ -155,7 +157,7 @@ class SimLLMEngine(Engine):
     def _decode(self, dec: list[Invocation], t0: float, outs: dict, start_s: float) -> float:
         if not dec:
             return 0.0
-        bg_seqs, bg_ctx = self._background(start_s)
+        bg_seqs, bg_ctx = self._background(start_s) if self._timed else (0, 0)
         lens, ctx, kvs = [], [], []
         for inv in dec:
             if inv.kv_key not in self._kv:
