@@ -86,18 +86,19 @@ class StepModelProfile:
     """Adapter from the profiler's analytic step model (``profiler.analytic``) to LatencyProfile.
 
     ``step_s(prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens)``: we pass
-    the new tokens and ``sum(n * (cached + n))`` as the attention term, so a FullPrefilling pays
-    attention over its cached prefix but never recomputes it."""
+    the new tokens and the profiler's attention term ``sum((cached + n)^2 - cached^2)``, so a
+    FullPrefilling pays attention over its cached prefix but never recomputes it. Decode steps go
+    through ``step_s`` with the batch's *total* context (``decode_step_s`` there takes the mean)."""
 
     def __init__(self, step_model: Any) -> None:
         self._sm = step_model
 
     def prefill_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float:
-        attn = sum(int(n) * (int(c) + int(n)) for n, c in zip(new_tokens, cached_tokens))
-        return float(self._sm.step_s(int(sum(new_tokens)), attn, 0, 0))
+        attn = float(sum(int(n) * (int(n) + 2 * int(c)) for n, c in zip(new_tokens, cached_tokens)))
+        return float(self._sm.step_s(int(sum(new_tokens)), attn, 0, 0.0, prefill_seqs=max(1, len(new_tokens))))
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        return float(self._sm.decode_step_s(batch, context_tokens))
+        return float(self._sm.step_s(0, 0.0, batch, float(context_tokens)))
 
 
 def profiler_llm_profile(model: str, gpu: str, *, tp: int = 1, pp: int = 1) -> StepModelProfile:

@@ -61,18 +61,15 @@ def test_json_decode_streams_pieces_before_it_finishes():
 
 
 class _FakeStepModel:
-    def step_s(self, prefill_tokens, attn2, decode_batch, decode_ctx):
-        return 1e-3 * prefill_tokens + 1e-9 * attn2
-
-    def decode_step_s(self, batch, context_tokens):
-        return 0.01 + 1e-6 * context_tokens
+    def step_s(self, prefill_tokens, attn2, decode_batch, decode_ctx, *, prefill_seqs=1):
+        return 1e-3 * prefill_tokens + 1e-9 * attn2 + (0.01 + 1e-6 * decode_ctx if decode_batch else 0.0)
 
 
 def test_step_model_adapter_matches_profiler_contract():
     p = StepModelProfile(_FakeStepModel())
     assert p.prefill_s([100], [0]) == pytest.approx(0.1 + 1e-9 * 100 * 100)
-    assert p.prefill_s([100], [900]) == pytest.approx(0.1 + 1e-9 * 100 * 1000)
-    assert p.decode_step_s(4, 1000) == pytest.approx(0.011)
+    assert p.prefill_s([100], [900]) == pytest.approx(0.1 + 1e-9 * (1000**2 - 900**2))
+    assert p.decode_step_s(4, 1000) == pytest.approx(0.011)     # total context passed through
     e = llm_instances(name="x", profile=p, n_instances=2)
     assert len(e) == 2 and e[0].max_batch_size() >= 1
 
@@ -118,3 +115,12 @@ def test_teola_beats_the_chain_on_one_naive_rag_query():
     lat = {s: simulate(app.template(), [app.query], [0.0], app.build_engines(), scheme=s)[0].latency_s
            for s in ["llamadist-to", "teola"]}
     assert lat["teola"] < lat["llamadist-to"]
+
+
+def test_real_profiler_adapter_when_available():
+    pytest.importorskip("profiler.analytic")
+    from orchestrator.engines import profiler_llm_profile
+    p = profiler_llm_profile("llama-2-7b", "a6000")
+    assert 0 < p.prefill_s([200], [0]) < p.prefill_s([1000], [0])
+    assert p.prefill_s([800], [200]) < p.prefill_s([1000], [0])          # never recomputes the prefix
+    assert p.decode_step_s(16, 16 * 1000) < 16 * p.decode_step_s(1, 1000)
