@@ -128,7 +128,8 @@ def _perf(rng, workflows, params, configs, deployments, n_models) -> list[dict]:
 def _cluster(rng, shape: Shape, pick, n_gpus, gpu_gb, params, configs, deployments, n_models):
     used = np.zeros(n_gpus)
     instances = []
-    for k in range(pick(shape.instances)):
+    n_inst = pick(shape.instances) if rng.random() < 0.6 else 0    # many clusters start empty
+    for k in range(n_inst):
         m = int(rng.integers(n_models))
         cands = [(tp, pp) for tp, pp in configs if (m, tp, pp) in deployments and tp * pp <= n_gpus]
         if not cands:
@@ -140,7 +141,7 @@ def _cluster(rng, shape: Shape, pick, n_gpus, gpu_gb, params, configs, deploymen
             continue
         used[ids] += shard
         instances.append({"id": f"i{k}", "model": f"m{m}", "tp": tp, "pp": pp, "gpus": sorted(ids),
-                          "utilization": round(float(rng.uniform(0.0, 0.95)), 3)})
+                          "utilization": round(float(rng.uniform(0.2, 0.95)), 3)})
     gpus = [{"id": g, "mem_gb": gpu_gb, "used_gb": round(float(min(gpu_gb, used[g])), 4)} for g in range(n_gpus)]
     return gpus, instances
 

@@ -30,8 +30,12 @@ def _resolved(task: str) -> dict:
     return resolve_task(task).to_dict()
 
 
-def paper_problem() -> Problem:
-    """The paper-sized example space (24,310 variants); see the module docstring."""
+def paper_problem(seed: int | None = None) -> Problem:
+    """The paper-sized example space (24,310 variants); see the module docstring.
+
+    With a ``seed``, the same space under other requirements: the accuracy SLO just below a
+    random catalog model's accuracy, the latency SLO 1.2-4x its own value, the arrival rate
+    0.2-5x, drawn from ``np.random.default_rng(seed)``."""
     d = _resolved("chat")
     deploy = {(r["model"], r["tp"], r["pp"]): r["mem_gb"] for r in d["deployments"]}
     perf = {(r["workflow"], r["stage"], r["model"], r["tp"], r["pp"]): r for r in d["perf"]}
@@ -51,8 +55,15 @@ def paper_problem() -> Problem:
                     r = perf.get((w["name"], st["name"], m["name"], *donor))
                     if r is not None:
                         rows.append({**r, "tp": c["tp"], "pp": c["pp"]})
-    return parse_problem({**d, "task": {**d["task"], "name": "paper-sized"}, "deployments": deployments,
-                          "perf": rows})
+    task = {**d["task"], "name": "paper-sized"}
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+        accs = sorted(m["accuracy"] for m in d["models"])
+        task = {"name": f"paper-sized-{seed}",
+                "accuracy_slo": round(accs[int(rng.integers(len(accs) - 2))] - 0.01, 2),
+                "latency_slo_s": round(task["latency_slo_s"] * float(rng.uniform(1.2, 4.0)), 4),
+                "arrival_rate_rps": round(task["arrival_rate_rps"] * float(rng.uniform(0.2, 5.0)), 4)}
+    return parse_problem({**d, "task": task, "deployments": deployments, "perf": rows})
 
 
 def interpolated_models(models: list[dict], n_models: int, rng: np.random.Generator) -> list[tuple[dict, int, int, float]]:
