@@ -1,0 +1,249 @@
+"""Optimality gap of every selector against the proved optimum, over a benchmark suite.
+
+A suite (``configs/benchmarks/*.yaml``) lists frozen problem files (the paper-sized space, the
+seven quickstart tasks deployed in sequence) and a range of seeds for
+``selector.generate.random_problem``. Per problem, the reference (``exhaustive``) proves the
+optimum; every solver then answers and gets a row::
+
+    problem, family, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
+    gap_pct, match, same_variant, elapsed_s
+
+``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
+or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
+relative of the optimum (an infeasible problem matches when the solver says infeasible);
+``same_variant``: the plan's variant, placement and numbers equal the reference's.
+Cells are per problem, so an interrupted run resumes. Outputs: ``gap.parquet``,
+``summary.parquet`` and ``summary.md``.
+
+``python -m experiments.kinds.selector_gap --freeze SUITE.yaml`` rewrites the frozen problems.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+
+from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from selector.plan import Plan
+from selector.problem import Problem, load_problem
+
+DEFAULT_SOLVERS = ["flowmaker", "flowmaker-plus", "milp", "milp-pulp", "bayesian"]
+REL = 1e-6
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: str = "configs/benchmarks/selector_gap.yaml"
+    solvers: list[str] = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
+    reference: str = "exhaustive"
+    time_limit_s: float = Field(default=60.0, gt=0)
+    bayesian_trials: int = Field(default=200, ge=1)
+    max_random: int | None = Field(default=None, ge=0)   # first N random problems only
+
+
+class RandomSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    start: int = 0
+    stop: int = Field(ge=0)
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    problems: list[str] = Field(default_factory=list)     # frozen problem files, relative to the suite
+    random: RandomSpec | None = None
+    paper_variants: RandomSpec | None = None              # seeds of selector.synthetic.paper_problem
+    quickstart: dict | None = None                        # how the frozen quickstart files were made
+
+
+def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple[str, str, Problem]]:
+    """``(problem id, family, Problem)`` for every member of the suite, in order."""
+    from selector.generate import random_problem
+
+    path = Path(path)
+    if not path.is_absolute() and not path.exists():
+        path = Path(__file__).resolve().parents[2] / path      # relative to the repository root
+    try:
+        suite = Suite.model_validate(yaml.safe_load(path.read_text()))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such benchmark suite") from None
+    out = []
+    for rel in suite.problems:
+        p = load_problem(path.parent / rel)
+        out.append((p.task.name, "paper" if "paper" in p.task.name else "quickstart", p))
+    if suite.paper_variants is not None:
+        from selector.synthetic import paper_problem
+        v = suite.paper_variants
+        out.extend((f"paper-sized-{s}", "paper", paper_problem(s)) for s in range(v.start, v.stop))
+    if suite.random is not None:
+        stop = suite.random.stop if max_random is None else min(suite.random.stop, suite.random.start + max_random)
+        out.extend((f"rand-{s}", "random", random_problem(s)) for s in range(suite.random.start, stop))
+    return out
+
+
+def _solver(name: str, params: Params):
+    from solvers.registry import get_solver
+    return get_solver(name, n_trials=params.bayesian_trials) if name == "bayesian" else get_solver(name)
+
+
+def _comparable(plan: Plan) -> dict:
+    d = {**plan.to_dict(), "solved": plan.solved}
+    return {k: v for k, v in d.items() if k in ("solved", "workflow", "stages", "cost_gb_s", "latency_s",
+                                                 "new_mem_gb", "new_gpus", "accuracy")}
+
+
+def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str) -> dict:
+    """One result row (see the module docstring)."""
+    feasible = ref.status == "optimal"
+    opt = ref.cost_gb_s if feasible else math.nan
+    cost = plan.cost_gb_s if plan.solved else math.nan
+    if not feasible:
+        match, gap = not plan.solved, math.nan
+    elif not plan.solved:
+        match, gap = False, math.nan
+    else:
+        match = abs(cost - opt) <= REL * max(abs(opt), 1e-12) or cost == opt
+        gap = 100.0 * (cost - opt) / opt if opt > 0 else (0.0 if cost == 0 else math.nan)
+    return {"problem": pid, "family": family, "variant_space": ref.variant_space, "feasible": feasible,
+            "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
+            "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
+            "elapsed_s": plan.elapsed_s}
+
+
+def solve_problem(pid: str, family: str, problem: Problem, params: Params) -> pd.DataFrame:
+    ref = _solver(params.reference, params).select(problem, time_limit_s=params.time_limit_s)
+    if ref.status == "feasible":
+        raise RuntimeError(f"{pid}: reference {params.reference} did not finish within {params.time_limit_s} s")
+    rows = [compare(pid, family, ref, ref, params.reference)]
+    for name in params.solvers:
+        plan = _solver(name, params).select(problem, time_limit_s=params.time_limit_s)
+        rows.append(compare(pid, family, ref, plan, name))
+    return pd.DataFrame(rows)
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    """Per solver: problems, feasible ones, match rate and gap over the feasible ones, time."""
+    rows = []
+    for name, g in df.groupby("solver", sort=False):
+        f = g[g["feasible"]]
+        rows.append({"solver": name, "problems": len(g), "feasible": len(f),
+                     "answered_pct": 100.0 * (f["status"] != "infeasible").mean() if len(f) else math.nan,
+                     "match_pct": 100.0 * f["match"].mean() if len(f) else math.nan,
+                     "same_variant_pct": 100.0 * g["same_variant"].mean(),
+                     "mean_gap_pct": float(f["gap_pct"].mean()) if len(f) else math.nan,
+                     "max_gap_pct": float(f["gap_pct"].max()) if len(f) else math.nan,
+                     "infeasible_agree_pct": 100.0 * g[~g["feasible"]]["match"].mean() if (~g["feasible"]).any()
+                     else math.nan,
+                     "mean_time_s": float(g["elapsed_s"].mean()), "max_time_s": float(g["elapsed_s"].max())})
+    return pd.DataFrame(rows)
+
+
+def baseline_figures(summary: pd.DataFrame) -> dict:
+    """The figures the CI regression test compares: per solver, match rate and mean/max gap."""
+    out = {}
+    for r in summary.to_dict("records"):
+        out[r["solver"]] = {k: (None if isinstance(r[k], float) and math.isnan(r[k]) else round(float(r[k]), 6))
+                            for k in ("match_pct", "mean_gap_pct", "max_gap_pct", "same_variant_pct", "answered_pct")}
+        out[r["solver"]].update(problems=int(r["problems"]), feasible=int(r["feasible"]))
+    return out
+
+
+def markdown(summary: pd.DataFrame, title: str) -> str:
+    try:
+        table = summary.to_markdown(index=False, floatfmt=".4g")
+    except ImportError:
+        table = summary.to_string(index=False)
+    return f"# {title}\n\n{table}\n"
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    from solvers.registry import names
+
+    for s in [params.reference, *params.solvers]:
+        if s not in names():
+            raise UserError(f"field 'params.solvers': unknown solver '{s}'; known: {', '.join(names())}")
+    members = load_suite(params.suite, max_random=params.max_random)
+    frames = []
+    for pid, family, problem in tqdm(members, disable=not ctx.progress, desc="selector gap", unit="problem"):
+        cell = ctx.cell_path(pid)
+        if not cell.exists():
+            atomic_write_parquet(cell, solve_problem(pid, family, problem, params))
+        frames.append(pd.read_parquet(cell))
+    df = pd.concat(frames, ignore_index=True)
+    atomic_write_parquet(ctx.run_dir / "gap.parquet", df)
+    summary = summarise(df)
+    atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
+    by_family = pd.concat([summarise(g).assign(family=fam) for fam, g in df.groupby("family", sort=False)])
+    text = markdown(summary, f"Selector optimality gap: {len(members)} problems ({params.suite})")
+    text += "\n## By family\n\n" + markdown(by_family, "").lstrip("# \n")
+    atomic_write_text(ctx.run_dir / "summary.md", text)
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+# -- freezing the suite's problem files ----------------------------------------------------------
+def freeze(suite_path: Path) -> list[Path]:
+    """Rewrite the frozen problems: the paper-sized space, and the quickstart tasks resolved and
+    deployed in sequence with the suite's ``quickstart.solver`` (default exhaustive)."""
+    from selector.deploy import apply_plan
+    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.synthetic import paper_problem
+    from selector.taskspec import CONFIGS
+    from solvers.registry import get_solver
+
+    suite = Suite.model_validate(yaml.safe_load(suite_path.read_text()))
+    q = suite.quickstart or {}
+    out_dir = suite_path.parent / "problems"
+    out_dir.mkdir(exist_ok=True)
+    written = [_write(out_dir / "paper-sized.json", paper_problem())]
+    cluster, gpu = load_cluster_file(CONFIGS / "clusters" / f"{q.get('cluster', 'a6000x8')}.yaml")
+    catalog, solver = load_catalog(), get_solver(q.get("solver", "exhaustive"))
+    for k, task in enumerate(q.get("tasks", [])):
+        p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
+        p = p.model_copy(update={"task": p.task.model_copy(update={"name": f"quickstart-{k + 1}-{task}"})})
+        written.append(_write(out_dir / f"quickstart-{k + 1}-{task}.json", p))
+        cluster = apply_plan(p, solver.select(p, time_limit_s=600))
+    return written
+
+
+def _write(path: Path, problem: Problem) -> Path:
+    path.write_text(json.dumps(problem.to_dict(), separators=(",", ":")) + "\n")
+    return path
+
+
+def write_baseline(ci_suite: Path, out: Path, full_run: Path | None = None) -> dict:
+    """Solve the CI suite with the CI solvers and store its figures (plus, for information, those
+    of a finished full run's ``gap.parquet``) as the regression baseline."""
+    params = Params(suite=str(ci_suite), solvers=["flowmaker", "flowmaker-plus", "milp", "milp-pulp"])
+    members = load_suite(params.suite)
+    df = pd.concat([solve_problem(pid, fam, p, params) for pid, fam, p in tqdm(members, desc="baseline")],
+                   ignore_index=True)
+    data = {"ci": {"suite": str(ci_suite), "problems": len(members), "solvers": baseline_figures(summarise(df))}}
+    if full_run is not None:
+        full = pd.read_parquet(full_run / "gap.parquet")
+        data["full"] = {"run": str(full_run), "problems": int(full["problem"].nunique()),
+                        "solvers": baseline_figures(summarise(full))}
+    atomic_write_text(out, json.dumps(data, indent=1) + "\n")
+    return data
+
+
+USAGE = ("usage: python -m experiments.kinds.selector_gap --freeze configs/benchmarks/SUITE.yaml\n"
+         "       python -m experiments.kinds.selector_gap --baseline configs/benchmarks/selector_gap_ci.yaml "
+         "[results/selector_gap/RUN]")
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--freeze":
+        for p in freeze(Path(sys.argv[2])):
+            print(f"wrote {p}")
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "--baseline":
+        full = Path(sys.argv[3]) if len(sys.argv) == 4 else None
+        print(json.dumps(write_baseline(Path(sys.argv[2]), Path("results/baselines/selector_gap.json"), full), indent=1))
+    else:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
