@@ -1,0 +1,118 @@
+"""The exact selectors (milp on CP-SAT, milp-pulp on HiGHS) return exhaustive's unique optimum."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from selector.generate import Shape, random_problem
+from selector.problem import load_problem, parse_problem
+from solvers.registry import get_solver
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "spec" / "examples"
+if not EXAMPLES.exists():
+    EXAMPLES = Path("/work/shared/spec/examples")
+EXACT = ["milp", "milp-pulp"]
+KEYS = ("status", "workflow", "stages", "cost_gb_s", "latency_s", "new_mem_gb", "new_gpus", "accuracy",
+        "reason", "variant_space")
+
+
+def same(a, b) -> dict:
+    da, db = a.to_dict(), b.to_dict()
+    return {k: (da.get(k), db.get(k)) for k in KEYS if da.get(k) != db.get(k)}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("example", ["small", "reuse-and-replicas", "infeasible"])
+def test_spec_examples(solver, example):
+    if not (EXAMPLES / f"{example}.yaml").exists():
+        pytest.skip("spec examples not available")
+    plan = get_solver(solver).select(load_problem(EXAMPLES / f"{example}.yaml")).to_dict()
+    expected = json.loads((EXAMPLES / f"{example}.expected.json").read_text())
+    for k, v in expected.items():
+        if k not in ("elapsed_s", "solver", "variants_evaluated"):
+            assert plan.get(k) == v, (k, plan.get(k), v)
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("seed", range(0, 300, 7))
+def test_matches_exhaustive_on_random_problems(solver, seed):
+    p = random_problem(seed)
+    assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("seed", [9, 38, 215])   # the optimum of the relaxation cannot be placed
+def test_lazy_placement_cuts(solver, seed):
+    p = random_problem(seed)
+    plan = get_solver(solver).select(p)
+    assert plan.extra["cuts"] > 0
+    assert same(get_solver("exhaustive").select(p), plan) == {}
+
+
+def _twins(util: float, stage0_reuse: bool) -> dict:
+    """Two identical deployed instances (twins): every tie-break below cost decides."""
+    perf = []
+    for s in ("a", "b"):
+        for tp in (1, 2):
+            if s == "a" and tp == 2 and not stage0_reuse:
+                continue
+            perf.append({"workflow": "w", "stage": s, "model": "m", "tp": tp, "pp": 1,
+                         "latency_s": 1.0 if tp == 1 else 0.7, "capacity_rps": 2.0})
+    return {"task": {"name": "twins", "accuracy_slo": 0.0, "latency_slo_s": 10.0, "arrival_rate_rps": 0.5},
+            "models": [{"name": "m", "accuracy": 30.0, "active_params_b": 7.0}],
+            "configs": [{"tp": 1, "pp": 1}],
+            "workflows": [{"name": "w", "stages": [{"name": "a"}, {"name": "b"}]}],
+            "deployments": [{"model": "m", "tp": 1, "pp": 1, "mem_gb": 16.0}],
+            "perf": perf,
+            "cluster": {"gpus": [{"id": 0, "mem_gb": 48.0, "used_gb": 16.0}, {"id": 1, "mem_gb": 48.0, "used_gb": 16.0}],
+                        "instances": [{"id": "i0", "model": "m", "tp": 2, "pp": 1, "gpus": [0, 1], "utilization": util},
+                                      {"id": "i1", "model": "m", "tp": 2, "pp": 1, "gpus": [1, 0],
+                                       "utilization": util}]}}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("util", [0.1, 0.6, 0.8])
+@pytest.mark.parametrize("stage0_reuse", [True, False])
+def test_ties_between_twin_instances(solver, util, stage0_reuse):
+    p = parse_problem(_twins(util, stage0_reuse))
+    ref = get_solver("exhaustive").select(p)
+    assert same(ref, get_solver(solver).select(p)) == {}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+def test_paper_sized_and_quickstart_problems(solver):
+    root = Path(__file__).resolve().parents[2] / "configs" / "benchmarks" / "problems"
+    for f in ["paper-sized.json", "quickstart-2-chat.json", "quickstart-7-text-to-sql.json"]:
+        p = load_problem(root / f)
+        assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}, f
+
+
+def test_milp_without_warm_start_agrees():
+    for seed in range(0, 60, 6):
+        p = random_problem(seed)
+        assert same(get_solver("milp", warm_start=False).select(p), get_solver("milp").select(p)) == {}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+def test_time_limit_is_honoured(solver):
+    from selector.synthetic import synthetic_problem
+    p = synthetic_problem(n_stages=6, n_models=25)
+    t0 = time.perf_counter()
+    plan = get_solver(solver).select(p, time_limit_s=0.05)
+    assert time.perf_counter() - t0 < 5.0
+    assert plan.status in ("optimal", "feasible", "infeasible")
+    if plan.status == "infeasible":
+        assert "time limit" in plan.reason
+
+
+@pytest.mark.parametrize("heuristic", ["flowmaker", "flowmaker-plus"])
+def test_heuristics_never_beat_the_optimum(heuristic):
+    for seed in range(0, 120, 4):
+        p = random_problem(seed, shape=Shape(stages=(1, 4), max_space=20_000))
+        opt, h = get_solver("milp").select(p), get_solver(heuristic).select(p)
+        if h.solved:
+            assert opt.status == "optimal"
+            assert h.cost_gb_s >= opt.cost_gb_s * (1 - 1e-9)
