@@ -23,7 +23,7 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
   Every bound is widened by the rounding error, so the model *relaxes* the spec: no truly
   feasible variant is lost, and the driver re-checks every answer exactly.
-* Objective. ``P = Mint * Lint`` through ``AddMultiplicationEquality`` (CP-SAT's exact
+* Objective. ``P = Mint * Lint`` through ``add_multiplication_equality`` (CP-SAT's exact
   integer product), minimised; ``|P / (MEM_SCALE LAT_SCALE) - M L| <= M eL + L eM + eM eL`` with
   ``eL = S / (2 LAT_SCALE)``, ``eM = S / (2 MEM_SCALE)``, which is how the tie window of the
   driver is widened. For the all-reuse tie case the objective is ``Lint`` over reuse options.
@@ -121,28 +121,28 @@ class CpSatBackend:
 
         d, cp = self.data, self.data.cp
         m = cp_model.CpModel()
-        x = {w: m.NewBoolVar(f"x[{w}]") for w in range(len(cp.workflows))}
+        x = {w: m.new_bool_var(f"x[{w}]") for w in range(len(cp.workflows))}
         y = {}
         for w, stages in enumerate(d.options):
             for s, opts in enumerate(stages):
                 for o in opts:
                     if reuse_only and d.opt(w, s, o).kind == NEW:
                         continue
-                    y[w, s, o] = m.NewBoolVar(f"y[{w},{s},{o}]")
+                    y[w, s, o] = m.new_bool_var(f"y[{w},{s},{o}]")
         # one workflow; one option per stage of it
-        m.AddExactlyOne(x.values())
+        m.add_exactly_one(x.values())
         for w, stages in enumerate(d.options):
             for s in range(len(stages)):
-                m.Add(sum(v for (w2, s2, _), v in y.items() if (w2, s2) == (w, s)) == x[w])
+                m.add(sum(v for (w2, s2, _), v in y.items() if (w2, s2) == (w, s)) == x[w])
         lat = {k: round(cp.workflows[k[0]].stages[k[1]].calls * d.opt(*k).latency_s * self.ls) for k in y}
         mem = {k: round(d.opt(*k).replicas * d.opt(*k).mem_gb * self.ms) for k in y}
         lat_ub = math.floor(self.lat_max * self.ls + self.slack)
         mem_ub = math.floor(self.mem_max * self.ms + self.slack)
-        lint = m.NewIntVar(0, lat_ub, "L")
-        mint = m.NewIntVar(0, mem_ub, "M")
+        lint = m.new_int_var(0, lat_ub, "L")
+        mint = m.new_int_var(0, mem_ub, "M")
         # L = sum lat y <= slo ; M = sum mem y <= free
-        m.Add(lint == sum(lat[k] * v for k, v in y.items()))
-        m.Add(mint == sum(mem[k] * v for k, v in y.items()))
+        m.add(lint == sum(lat[k] * v for k, v in y.items()))
+        m.add(mint == sum(mem[k] * v for k, v in y.items()))
         # reuse capacity: u_i + sum util y <= 1
         by_inst: dict[int, list] = {}
         for k, v in y.items():
@@ -151,11 +151,11 @@ class CpSatBackend:
                 by_inst.setdefault(o.instance, []).append(round(o.util_add * self.us) * v)
         for i, terms in by_inst.items():
             if len(terms) > 1:
-                m.Add(sum(terms) <= math.floor((1.0 + TOL - cp.base_util[i]) * self.us + self.slack))
+                m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_util[i]) * self.us + self.slack))
         # lazy cuts: not every listed stage picks from its set
         for cut in cuts:
             terms = [y[cut.workflow, s, o] for s, opts in cut.sets for o in opts if (cut.workflow, s, o) in y]
-            m.Add(sum(terms) <= len(cut.sets) - 1)
+            m.add(sum(terms) <= len(cut.sets) - 1)
         self._ubs = (lat_ub, mem_ub)
         return m, x, y, lint, mint
 
@@ -169,10 +169,10 @@ class CpSatBackend:
         if objective == "latency":
             target = lint
         else:
-            target = m.NewIntVar(0, self._ubs[0] * self._ubs[1], "P")
-            m.AddMultiplicationEquality(target, [mint, lint])
+            target = m.new_int_var(0, self._ubs[0] * self._ubs[1], "P")
+            m.add_multiplication_equality(target, [mint, lint])
         if cap is not None:
-            m.Add(target <= self._cap_units(objective, cap))
+            m.add(target <= self._cap_units(objective, cap))
         return target
 
     def _solver(self, deadline: float, workers: int):
@@ -196,21 +196,21 @@ class CpSatBackend:
         from ortools.sat.python import cp_model
 
         m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts)
-        m.Minimize(self._objective(m, objective, lint, mint, cap))
+        m.minimize(self._objective(m, objective, lint, mint, cap))
         if hint is not None:
             hw, hc = hint
             for w, v in x.items():
-                m.AddHint(v, w == hw)
+                m.add_hint(v, w == hw)
             for (w, s, o), v in y.items():
-                m.AddHint(v, w == hw and hc[s] == o)
+                m.add_hint(v, w == hw and hc[s] == o)
         solver = self._solver(deadline, self.workers)
-        status = solver.Solve(m)
+        status = solver.solve(m)
         if status == cp_model.INFEASIBLE:
             return Answer("infeasible")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Answer("unknown")
         return Answer("optimal" if status == cp_model.OPTIMAL else "feasible",
-                      self._variant(solver.BooleanValue, x, y))
+                      self._variant(solver.boolean_value, x, y))
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float) -> tuple[list[Variant], bool]:
@@ -222,12 +222,12 @@ class CpSatBackend:
 
         class Collect(cp_model.CpSolverSolutionCallback):
             def on_solution_callback(self) -> None:
-                found.append(CpSatBackend._variant(self.BooleanValue, x, y))
+                found.append(CpSatBackend._variant(self.boolean_value, x, y))
                 if time.perf_counter() > deadline:
-                    self.StopSearch()
+                    self.stop_search()
 
         solver = self._solver(deadline, 1)
         solver.parameters.enumerate_all_solutions = True
-        status = solver.Solve(m, Collect())
+        status = solver.solve(m, Collect())
         complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and time.perf_counter() <= deadline
         return sorted(set(found)), complete

@@ -88,16 +88,16 @@ class PulpBackend:
 
         d, cp = self.data, self.data.cp
         lp = pulp.LpProblem("selection", pulp.LpMinimize)
-        x = {w: pulp.LpVariable(f"x_{w}", cat="Binary") for w in range(len(cp.workflows))}
+        x = {w: lp.add_variable(f"x_{w}", cat="Binary") for w in range(len(cp.workflows))}
         y, z = {}, {}
         for w, stages in enumerate(d.options):
             for s, opts in enumerate(stages):
                 for o in opts:
                     if reuse_only and d.opt(w, s, o).kind == NEW:
                         continue
-                    y[w, s, o] = pulp.LpVariable(f"y_{w}_{s}_{o}", cat="Binary")
+                    y[w, s, o] = lp.add_variable(f"y_{w}_{s}_{o}", cat="Binary")
                     if objective == "cost":
-                        z[w, s, o] = pulp.LpVariable(f"z_{w}_{s}_{o}", lowBound=0)
+                        z[w, s, o] = lp.add_variable(f"z_{w}_{s}_{o}", lowBound=0)
         lat = {k: cp.workflows[k[0]].stages[k[1]].calls * d.opt(*k).latency_s for k in y}
         mem = {k: d.opt(*k).replicas * d.opt(*k).mem_gb for k in y}
         by_stage: dict[tuple[int, int], list] = {}
@@ -108,7 +108,7 @@ class PulpBackend:
         for w, stages in enumerate(d.options):
             for s in range(len(stages)):
                 lp += pulp.lpSum(y[k] for k in by_stage.get((w, s), [])) == x[w]
-        big_l = pulp.LpVariable("L", lowBound=0)
+        big_l = lp.add_variable("L", lowBound=0)
         # L = sum lat y <= slo ; sum mem y <= free
         lp += big_l == pulp.lpSum(lat[k] * v for k, v in y.items())
         lp += big_l <= self.u
