@@ -68,7 +68,8 @@ class SentenceEmbeddingEngine(Engine):
     def max_batch_size(self) -> int:
         return self._max_batch
 
-    def submit(self, batch: Sequence[Invocation], on_piece: Any = None) -> FuturePendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: Any = None) -> FuturePendingBatch:
         check_kinds(self, batch)
         batch = list(batch)
         return self._worker.run(lambda t0: self._run(batch, t0))
@@ -117,7 +118,8 @@ class EmbeddingReranker(Engine):
     def max_batch_size(self) -> int:
         return self._max_batch
 
-    def submit(self, batch: Sequence[Invocation], on_piece: Any = None) -> FuturePendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: Any = None) -> FuturePendingBatch:
         check_kinds(self, batch)
         batch = list(batch)
         return self._worker.run(lambda t0: self._run(batch, t0))

@@ -89,7 +89,9 @@ class TorchLLMEngine(Engine):
     def holds_kv(self, kv_key: str) -> bool:
         return kv_key in self._kv
 
-    def submit(self, batch: Sequence[Invocation], on_piece: PieceCallback | None = None) -> FuturePendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: PieceCallback | None = None) -> FuturePendingBatch:
+        """Start the batch on this instance's worker thread (``now_s`` unused: times are measured)."""
         check_kinds(self, batch)
         batch = list(batch)
         return self._worker.run(lambda t0: self._run(batch, t0, on_piece))

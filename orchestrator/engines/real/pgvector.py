@@ -71,7 +71,8 @@ class PgVectorEngine(Engine):
                                 f"USING hnsw (emb vector_cosine_ops)")
         return self._conn
 
-    def submit(self, batch: Sequence[Invocation], on_piece: Any = None) -> FuturePendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: Any = None) -> FuturePendingBatch:
         check_kinds(self, batch)
         batch = list(batch)
         return self._worker.run(lambda t0: self._run(batch, t0))
