@@ -1,0 +1,17 @@
+"""Serving backends for real execution: an OpenAI-compatible HTTP client that is also an
+orchestrator :class:`~orchestrator.engines.base.Engine`, and launchers that start one server
+process per planned instance (``transformers serve``, ``vllm serve``, ``trtllm-serve``) with its
+TP/PP degree and GPU mapping, wait for health, and stop them.
+
+    from harness.servers import ServerSpec, Fleet, OpenAIClient
+    with Fleet([ServerSpec(name="llm0", backend="transformers", model="/path/model", port=8100)]) as fleet:
+        client = fleet.client("llm0")
+
+``httpx`` is imported only when a client is made.
+"""
+from harness.servers.client import (EngineDeadError, OpenAIClient, OpenAIEngine, ServerError)
+from harness.servers.launcher import (BACKENDS, Fleet, ServerProcess, ServerSpec, build_command,
+                                      specs_from_plan)
+
+__all__ = ["EngineDeadError", "OpenAIClient", "OpenAIEngine", "ServerError", "BACKENDS", "Fleet",
+           "ServerProcess", "ServerSpec", "build_command", "specs_from_plan"]
