@@ -16,6 +16,10 @@ _ENTRIES: list[tuple[str, str]] = [
     ("milp", "solvers.milp:MilpSelector"),
     ("milp-pulp", "solvers.milp_pulp:MilpPulpSelector"),
     ("bayesian", "solvers.bayesian:BayesianSelector"),
+    ("langchain", "solvers.baselines.langchain:LangChainSelector"),
+    ("routellm", "solvers.baselines.routellm:RouteLLMSelector"),
+    ("murakkab", "solvers.baselines.murakkab:MurakkabSelector"),
+    ("flowmaker-noreuse", "solvers.baselines.noreuse:FlowMakerNoReuseSelector"),
 ]
 
 

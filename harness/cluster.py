@@ -1,0 +1,202 @@
+"""The ``sim`` backend for several tasks: instances on shared GPUs, requests flowing through
+their workflow's stages, a router per stage.
+
+A workflow request visits its stages in order; a stage with ``calls = k`` makes k calls one
+after another; each call goes to one instance of the stage, picked by least outstanding
+calls (RouteLLM stages first pick the strong or the weak model's instances by the request's
+difficulty). A request fails when its task was not placed or one of its calls can never fit
+its instance's KV cache. Instances with shards on the same GPU slow each other down while
+busy at the same time (``harness.instance.Colocation``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.calls import Call
+from harness.core import Event, Simulator
+from harness.instance import Colocation, GpuSlot, Instance
+from harness.routers import LeastOutstanding
+from harness.schedulers import make_scheduler
+from harness.steps import kv_capacity_tokens, step_model
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Engine settings of every instance (resolve's defaults: ``selector.resolve.ResolveSettings``)."""
+
+    scheduler: str = "vllm"
+    max_batch: int = 64
+    max_batch_tokens: int = 4096
+    chunk_size: int = 512
+    block_size: int = 16
+
+
+@dataclass(frozen=True)
+class SimStage:
+    name: str
+    calls: int
+    prompt_tokens: int          # one call's sizes for a request of average size
+    output_tokens: int
+    strong: tuple[str, ...]     # instance ids
+    weak: tuple[str, ...] = ()
+    strong_ok: bool = True      # the strong (only) model meets the task's accuracy SLO
+    weak_ok: bool = True
+
+
+@dataclass(frozen=True)
+class SimTask:
+    name: str
+    latency_slo_s: float
+    stages: tuple[SimStage, ...]
+    placed: bool = True
+    threshold: float | None = None   # RouteLLM: difficulty >= threshold goes to the strong model
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Workflow requests, sorted by arrival: times (s), task index, token scale factors
+    (this request's tokens / the trace's mean), difficulty in [0, 1]."""
+
+    arrival_s: np.ndarray
+    task: np.ndarray
+    prompt_scale: np.ndarray
+    output_scale: np.ndarray
+    difficulty: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+class _Req:
+    __slots__ = ("i", "task", "stage", "left", "acc_ok", "diff", "ps", "os")
+
+    def __init__(self, i: int, task: SimTask, diff: float, ps: float, os: float) -> None:
+        self.i, self.task, self.diff, self.ps, self.os = i, task, diff, ps, os
+        self.stage = 0
+        self.left = 0
+        self.acc_ok = True
+
+
+class _Arrivals(Event):
+    __slots__ = ("i", "sim")
+
+    def __init__(self, time: float, i: int, sim: ClusterSim) -> None:
+        super().__init__(time)
+        self.i, self.sim = i, sim
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return self.sim._arrive(self.i, self.time)
+
+
+class ClusterSim:
+    """Build once per (deployments, workload); ``run()`` returns per-request results."""
+
+    def __init__(self, *, gpu: str, instances: list[Any], tasks: list[SimTask],
+                 engine: EngineSettings = EngineSettings(), step_override: Any = None) -> None:
+        self.tasks = tasks
+        self.engine = engine
+        slots: dict[int, GpuSlot] = {}
+        count: dict[int, int] = {}
+        for spec in instances:
+            for g in spec.gpus:
+                count[g] = count.get(g, 0) + 1
+        shared = any(c > 1 for c in count.values())
+        colo = Colocation() if shared else None
+        self.instances: dict[str, Instance] = {}
+        for spec in instances:
+            sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
+            kv = kv_capacity_tokens(sm, mem_gb=spec.mem_gb, max_batch_tokens=engine.max_batch_tokens,
+                                    max_batch=engine.max_batch)
+            gs = [slots.setdefault(g, GpuSlot(g)) for g in spec.gpus] if shared else []
+            self.instances[spec.id] = Instance(
+                name=spec.id, step=sm, kv_tokens=kv, sink=self._done,
+                scheduler=make_scheduler(engine.scheduler, chunk_size=engine.chunk_size),
+                max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
+                block_size=engine.block_size, gpus=gs, colocation=colo, meta=spec)
+        self._groups: dict[tuple[str, ...], list[Instance]] = {}
+        for t in tasks:
+            for s in t.stages:
+                for ids in (s.strong, s.weak):
+                    if ids and t.placed:
+                        self._groups[ids] = [self.instances[i] for i in ids]
+        self.router = LeastOutstanding()
+        self.sim = Simulator()
+        self._next_call = 0
+
+    # ---- request flow -----------------------------------------------------------------
+    def run(self, workload: Workload) -> dict[str, np.ndarray]:
+        """Replay ``workload``; per request: ``done_s`` (NaN if failed), ``failed``, ``acc_ok``."""
+        t0 = time.perf_counter()
+        self.w = workload
+        n = len(workload)
+        self.done_s = np.full(n, np.nan)
+        self.failed = np.zeros(n, dtype=bool)
+        self.acc_ok = np.ones(n, dtype=bool)
+        if n:
+            self.sim.push(_Arrivals(float(workload.arrival_s[0]), 0, self))
+        self.sim.run()
+        self.wall_s = time.perf_counter() - t0
+        return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
+
+    def _arrive(self, i: int, now: float) -> list[Event]:
+        w = self.w
+        a = w.arrival_s
+        n = len(a)
+        events: list[Event] = []
+        while True:
+            task = self.tasks[int(w.task[i])]
+            if not task.placed:
+                self.failed[i] = True
+                self.acc_ok[i] = False
+            else:
+                req = _Req(i, task, float(w.difficulty[i]), float(w.prompt_scale[i]), float(w.output_scale[i]))
+                req.left = task.stages[0].calls
+                new = self._issue(req, now)
+                if new:
+                    events.extend(new)
+            i += 1
+            if i >= n or a[i] != now:
+                break
+        if i < n:
+            events.append(_Arrivals(float(a[i]), i, self))
+        return events
+
+    def _issue(self, req: _Req, now: float):
+        st = req.task.stages[req.stage]
+        ids, ok = st.strong, st.strong_ok
+        if st.weak and req.task.threshold is not None and req.diff < req.task.threshold:
+            ids, ok = st.weak, st.weak_ok
+        if not ok:
+            req.acc_ok = False
+        self._next_call += 1
+        call = Call(self._next_call, max(1, round(st.prompt_tokens * req.ps)),
+                    max(1, round(st.output_tokens * req.os)), now, owner=req)
+        return self.router.pick(self._groups[ids], call).submit(call, now)
+
+    def _done(self, call: Call, now: float):
+        req: _Req = call.owner
+        if call.failed:
+            self.failed[req.i] = True
+            return None
+        req.left -= 1
+        if req.left == 0:
+            req.stage += 1
+            if req.stage == len(req.task.stages):
+                self.done_s[req.i] = now
+                self.acc_ok[req.i] = req.acc_ok
+                return None
+            req.left = req.task.stages[req.stage].calls
+        return self._issue(req, now)
+
+    # ---- summaries --------------------------------------------------------------------
+    @property
+    def events(self) -> int:
+        return self.sim.events_handled
+
+    @property
+    def makespan_s(self) -> float:
+        return self.sim.now

@@ -1,0 +1,82 @@
+"""Deploy several tasks' deployments on the simulated cluster and replay one workload;
+the cell metrics of docs/metrics.md (goodput, cost, latency, footprint)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.cluster import ClusterSim, EngineSettings, SimStage, SimTask, Workload
+from harness.deployment import InstanceSpec, TaskDeployment
+from selector.problem import Problem
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    summary: dict
+    per_task: list[dict]
+
+
+def sim_tasks(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
+              tokens: Sequence[dict[str, list[tuple[int, int]]]]) -> tuple[list[InstanceSpec], list[SimTask]]:
+    """Instances and routed tasks; ``tokens[k][workflow]`` = (prompt, output) per stage of task k."""
+    instances: list[InstanceSpec] = []
+    tasks: list[SimTask] = []
+    models: dict[str, str] = {}
+    for p, dep in zip(problems, deps, strict=True):
+        instances.extend(dep.instances)
+        models.update({i.id: i.model for i in dep.instances})
+        acc = {m.name: m.accuracy for m in p.models}
+        ok = {name: a >= p.task.accuracy_slo - 1e-9 for name, a in acc.items()}
+        if not dep.placed:
+            tasks.append(SimTask(p.task.name, p.task.latency_slo_s, (), placed=False))
+            continue
+        sizes = tokens[len(tasks)][dep.workflow]
+        stages = []
+        for route, (prompt, output) in zip(dep.stages, sizes, strict=True):
+            strong_ok = all(ok[models[i]] for i in route.strong)
+            weak_ok = all(ok[models[i]] for i in route.weak)
+            stages.append(SimStage(route.stage, route.calls, prompt, output, route.strong, route.weak,
+                                   strong_ok, weak_ok))
+        threshold = dep.routing["threshold"] if dep.routing else None
+        tasks.append(SimTask(p.task.name, p.task.latency_slo_s, tuple(stages), True, threshold))
+    return instances, tasks
+
+
+def replay(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
+           tokens: Sequence[dict[str, list[tuple[int, int]]]], workload: Workload, *, gpu: str,
+           price_per_gb_s: float, engine: EngineSettings = EngineSettings()) -> ReplayResult:
+    """Simulate ``workload`` on the deployments; see docs/metrics.md for every reported number."""
+    instances, tasks = sim_tasks(problems, deps, tokens)
+    sim = ClusterSim(gpu=gpu, instances=instances, tasks=tasks, engine=engine)
+    res = sim.run(workload)
+    slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
+    lat = res["done_s"] - workload.arrival_s
+    failed = res["failed"]
+    served = ~failed & ~np.isnan(lat)
+    good = served & res["acc_ok"] & (lat <= slo + 1e-9)
+    residency = max(sim.makespan_s, float(workload.arrival_s[-1]) if len(workload) else 0.0)
+    gb = float(sum(i.mem_gb for i in instances))
+    done = lat[served]
+    summary = {
+        "requests": len(workload), "completed": int(served.sum()), "failed": int(failed.sum()),
+        "goodput": float(good.mean()) if len(workload) else 0.0,
+        "accuracy_ok_share": float(res["acc_ok"][served].mean()) if served.any() else 0.0,
+        "latency_mean_s": float(done.mean()) if done.size else None,
+        "latency_p50_s": float(np.percentile(done, 50)) if done.size else None,
+        "latency_p99_s": float(np.percentile(done, 99)) if done.size else None,
+        "instances": len(instances), "gb_reserved": gb,
+        "tasks_unplaced": sum(not t.placed for t in tasks),
+        "residency_s": residency, "cost_gb_s": gb * residency, "cost_usd": gb * residency * price_per_gb_s,
+        "preemptions": sum(i.preemptions for i in sim.instances.values()),
+        "events": sim.events, "sim_wall_s": sim.wall_s,
+    }
+    per_task = []
+    for k, t in enumerate(tasks):
+        m = workload.task == k
+        per_task.append({"task": t.name, "placed": t.placed, "requests": int(m.sum()),
+                         "goodput": float(good[m].mean()) if m.any() else None,
+                         "latency_mean_s": float(lat[m & served].mean()) if (m & served).any() else None,
+                         "latency_slo_s": t.latency_slo_s})
+    return ReplayResult(summary, per_task)

@@ -1,0 +1,1 @@
+"""The paper's baselines as registered selectors (rules in docs/baselines.md)."""

@@ -1,0 +1,51 @@
+"""``langchain``: every decision fixed, as a LangChain app deployed with defaults.
+
+Rules (docs/baselines.md): the developer's workflow (first multi-stage candidate); for every
+stage the most accurate model of the default size class (``active_params_b <=
+max_params_b``, default 8.5: an 8B-class model) that has a perf row on the default config
+(``tp=1, pp=1``, else the first listed config); replicas as the spec sizes them; never
+reuses; instances packed first-fit onto GPUs in id order (colocating when they fit).
+No SLO is checked: it deploys its choice anyway.
+"""
+from __future__ import annotations
+
+import time
+
+from selector.index import NEW
+from selector.plan import Plan
+from selector.problem import Problem
+from solvers.base import Selector
+from solvers.baselines.common import (compile_problem, deployment, developer_workflow, evaluate, new_demands,
+                                      option_index, pack_first_fit, spec_face)
+from selector.placement import free_memory
+
+
+class LangChainSelector(Selector):
+    name = "langchain"
+
+    def __init__(self, *, max_params_b: float = 8.5) -> None:
+        self.max_params_b = max_params_b
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        t0 = time.perf_counter()
+        cp = compile_problem(problem)
+        wi = developer_workflow(problem)
+        cfgs = [(c.tp, c.pp) for c in problem.configs]
+        default = (1, 1) if (1, 1) in cfgs else cfgs[0]
+        choice = []
+        for si, st in enumerate(cp.workflows[wi].stages):
+            cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default
+                     and o.active_params_b <= self.max_params_b + 1e-9]
+            if not cands:
+                cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default]
+            if not cands:
+                return spec_face(cp, None, solver=self.name, t0=t0, rule="langchain", deploy=None, wi=wi,
+                                 time_limit_s=time_limit_s,
+                                 unplaced_reason=f"stage {st.name}: no model on the default config")
+            best = max(cands, key=lambda o: (o.accuracy, -o.model))
+            choice.append(option_index(cp, wi, si, lambda o, b=best: o is b))
+        ev = evaluate(cp, wi, choice)
+        placed = pack_first_fit(free_memory(problem.cluster), new_demands(ev.options))
+        deploy = None if placed is None else deployment(cp, wi, ev.options, placed)
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule="langchain", deploy=deploy, wi=wi,
+                         time_limit_s=time_limit_s, unplaced_reason="packing: an instance does not fit any GPU")

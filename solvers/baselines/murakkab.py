@@ -1,0 +1,51 @@
+"""``murakkab``: a fixed workflow; model and config chosen per stage by the spec's objective;
+reuse decided offline.
+
+Rules (docs/baselines.md): the developer's workflow (first multi-stage candidate); within it
+the exact optimum of the spec (``exhaustive``) on a copy of the problem where each deployed
+instance's utilisation is its offline estimate: ``peak`` (default) multiplies it by
+``peak_factor`` (2.0), ``average`` keeps it. When no variant of that workflow meets the
+SLOs it deploys the cheapest one that meets accuracy, capacity and placement, ignoring the
+latency SLO (Murakkab must serve the task); if none, the task is not placed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from selector.plan import Plan
+from selector.problem import Problem, parse_problem
+from solvers.base import Selector
+from solvers.baselines.common import compile_problem, deployment_from_plan, developer_workflow, only_workflow, spec_face
+
+
+class MurakkabSelector(Selector):
+    name = "murakkab"
+
+    def __init__(self, *, reuse_load: str = "peak", peak_factor: float = 2.0) -> None:
+        if reuse_load not in ("peak", "average"):
+            raise KeyError(f"unknown reuse_load '{reuse_load}'; known: peak, average")
+        self.reuse_load, self.peak_factor = reuse_load, peak_factor
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        from solvers.registry import get_solver
+        t0 = time.perf_counter()
+        cp = compile_problem(problem)
+        wi = developer_workflow(problem)
+        factor = self.peak_factor if self.reuse_load == "peak" else 1.0
+        d = only_workflow(problem, problem.workflows[wi].name).to_dict()
+        for inst in d["cluster"]["instances"]:
+            inst["utilization"] = min(1.0, inst["utilization"] * factor)
+        offline = parse_problem(d)
+        exact = get_solver("exhaustive")
+        plan = exact.select(offline, time_limit_s=time_limit_s)
+        if plan.solved:
+            return replace(plan, solver=self.name, status="feasible", variant_space=cp.variant_space,
+                           elapsed_s=time.perf_counter() - t0,
+                           extra={"rule": f"murakkab/{self.reuse_load}"})
+        d["task"]["latency_slo_s"] = 1e12
+        relaxed = exact.select(parse_problem(d), time_limit_s=time_limit_s)
+        deploy = deployment_from_plan(problem, relaxed) if relaxed.solved else None
+        return spec_face(cp, None, solver=self.name, t0=t0, rule=f"murakkab/{self.reuse_load}", deploy=deploy,
+                         wi=wi, time_limit_s=time_limit_s, why=plan.reason,
+                         unplaced_reason=relaxed.reason)

@@ -1,0 +1,107 @@
+"""``routellm``: a fixed workflow whose every stage is served by a strong and a weak model; a
+router sends each request, per stage, to one of them by a threshold on its difficulty.
+
+Rules (docs/baselines.md): the task's first workflow (RouteLLM routes single prompts; the
+first candidate is the direct one); strong ``qwen2.5-14b``, weak ``qwen2.5-7b`` on the
+default config (tp=1, pp=1, else the first listed); when a model is not in the problem,
+strong = the most accurate and weak = the smallest model with a perf row on the default
+config. Settings set the difficulty threshold below which a request goes to the weak model:
+``max-quality`` 0.0 (all strong), ``balanced`` 0.35, ``min-cost`` 0.65 (difficulty is
+uniform on [0, 1], so 100%, 65% and 35% of requests reach the strong model). Both models are
+shared across tasks like a RouteLLM service: a stage reuses a deployed instance of the
+model when its utilisation plus the share of load routed there stays <= 1, else one new
+instance is placed LeastLoaded (strong stages first, then weak) - one instance per model,
+not the spec's replica count. The loads are not checked (an instance may be overloaded).
+The plan's stages name the strong model; the weak instances are in ``extra["deployment"]``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from selector.index import NEW, REUSE
+from selector.placement import free_memory, place
+from selector.plan import Plan
+from selector.problem import Problem
+from solvers.base import Selector
+from solvers.baselines.common import TOL, compile_problem, deployment, evaluate, new_demands, spec_face
+
+SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65}
+
+
+class RouteLLMSelector(Selector):
+    name = "routellm"
+
+    def __init__(self, *, setting: str = "balanced", strong: str = "qwen2.5-14b", weak: str = "qwen2.5-7b") -> None:
+        if setting not in SETTINGS:
+            raise KeyError(f"unknown RouteLLM setting '{setting}'; known: {', '.join(SETTINGS)}")
+        self.setting, self.strong, self.weak = setting, strong, weak
+        self.threshold = SETTINGS[setting]
+
+    def _models(self, problem: Problem, default) -> tuple[str, str] | None:
+        on_default = [m for m in problem.models
+                      if any(r.model == m.name and (r.tp, r.pp) == default for r in problem.perf)]
+        if not on_default:
+            return None
+        names = {m.name for m in on_default}
+        strong = self.strong if self.strong in names else max(on_default, key=lambda m: m.accuracy).name
+        weak = self.weak if self.weak in names else min(on_default, key=lambda m: m.active_params_b).name
+        return strong, weak
+
+    def _pick(self, cp, wi, model: str, default, share: float, util: dict[int, float]):
+        """Per stage: a reusable instance of ``model`` with room for ``share`` of the load, else new."""
+        p = cp.problem
+        mi = next(i for i, m in enumerate(p.models) if m.name == model)
+        out = []
+        for st in cp.workflows[wi].stages:
+            opt = None
+            for o in st.options:
+                if o.model != mi:
+                    continue
+                if o.kind == REUSE and util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add <= 1 + TOL:
+                    opt = o
+                    util[o.instance] = util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add
+                    break
+                if o.kind == NEW and (o.tp, o.pp) == default and opt is None:
+                    opt = o
+            if opt is None:
+                return None
+            out.append(opt)
+        return out
+
+    def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
+        t0 = time.perf_counter()
+        cp = compile_problem(problem)
+        wi = 0
+        cfgs = [(c.tp, c.pp) for c in problem.configs]
+        default = (1, 1) if (1, 1) in cfgs else cfgs[0]
+        pair = self._models(problem, default)
+        share = 1.0 - self.threshold
+        util: dict[int, float] = {}
+        strong = pair and self._pick(cp, wi, pair[0], default, share, util)
+        weak = pair and self._pick(cp, wi, pair[1], default, 1.0 - share, util)
+        if not strong or not weak:
+            return spec_face(cp, None, solver=self.name, t0=t0, rule="routellm", deploy=None, wi=wi,
+                             time_limit_s=time_limit_s, why="no strong/weak option on every stage",
+                             unplaced_reason="no strong/weak option on every stage")
+        choice = [cp.workflows[wi].stages[s].options.index(o) for s, o in enumerate(strong)]
+        ev = evaluate(cp, wi, choice)
+        # a RouteLLM service runs one instance per model; the next task adds one when it is full
+        weak = [replace(o, replicas=1) if o.kind == NEW else o for o in weak]
+        strong = [replace(o, replicas=1) if o.kind == NEW else o for o in strong]
+        placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak))
+        deploy = None
+        if placed is not None:
+            n = len(new_demands(strong))
+            a = deployment(cp, wi, strong, placed[:n], load_share=share)
+            b = deployment(cp, wi, weak, placed[n:], load_share=1.0 - share, tag="weak")
+            util_add = dict(a["util_add"])
+            for k, v in b["util_add"].items():
+                util_add[k] = util_add.get(k, 0.0) + v
+            deploy = {"workflow": a["workflow"], "instances": a["instances"] + b["instances"],
+                      "stages": [{**x, "weak": y["strong"]} for x, y in zip(a["stages"], b["stages"])],
+                      "util_add": util_add,
+                      "routing": {"setting": self.setting, "threshold": self.threshold, "strong": pair[0],
+                                  "weak": pair[1]}}
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy, wi=wi,
+                         time_limit_s=time_limit_s, unplaced_reason="strong and weak replicas cannot be placed")
