@@ -4,7 +4,7 @@ the requests of one experiment cell (trace, load level).
 Synthetic stand-in (used only when the Azure CSVs are absent): arrivals are a Poisson
 process whose rate is piecewise constant per minute, following the real trace's requests per
 minute; prompt and output tokens are drawn independently from the real trace's percentiles
-(1% steps, linear in between). Statistics: configs/traces/azure2023.yaml, derived from the
+(1% steps, 0.1% above the 99th; linear in between). Statistics: configs/traces/azure2023.yaml, derived from the
 CSVs by ``python -m harness.workload`` (source named in the file).
 
 A cell (docs/harness.md, "Load levels"): the trace's first ``n_requests`` requests (the
@@ -29,15 +29,16 @@ from harness.cluster import Workload
 from harness.trace import Trace, azure_trace_path, load_trace
 
 STATS_PATH = Path(__file__).resolve().parent.parent / "configs" / "traces" / "azure2023.yaml"
-PERCENTILES = np.arange(0, 101)
+PERCENTILES = np.round(np.concatenate([np.arange(0, 99), np.arange(99, 100.05, 0.1)]), 1)  # fine tail
 
 
 def derive_stats(trace: Trace) -> dict:
-    """Per-minute request counts and 0..100th token percentiles of ``trace``."""
+    """Per-minute request counts and token percentiles (``PERCENTILES``) of ``trace``."""
     minutes = np.bincount((trace.arrived_at_s // 60).astype(int))
     return {"requests": len(trace), "duration_s": round(trace.duration_s, 3),
             "requests_per_minute": [int(c) for c in minutes],
             "prompt_tokens_mean": round(float(trace.prompt_tokens.mean()), 2),
+            "percentiles": [float(q) for q in PERCENTILES],
             "output_tokens_mean": round(float(trace.output_tokens.mean()), 2),
             "prompt_tokens_percentiles": [round(float(x), 1) for x in np.percentile(trace.prompt_tokens, PERCENTILES)],
             "output_tokens_percentiles": [round(float(x), 1) for x in np.percentile(trace.output_tokens, PERCENTILES)]}
@@ -57,8 +58,9 @@ def synthetic_trace(kind: str, *, seed: int = 0, stats: dict | None = None) -> T
         times.append(np.sort(rng.uniform(60.0 * minute, 60.0 * (minute + 1), n)))
     t = np.concatenate(times)
     q = rng.uniform(0, 100, (2, len(t)))
-    prompt = np.maximum(1, np.rint(np.interp(q[0], PERCENTILES, st["prompt_tokens_percentiles"])))
-    output = np.maximum(1, np.rint(np.interp(q[1], PERCENTILES, st["output_tokens_percentiles"])))
+    pct = st["percentiles"]
+    prompt = np.maximum(1, np.rint(np.interp(q[0], pct, st["prompt_tokens_percentiles"])))
+    output = np.maximum(1, np.rint(np.interp(q[1], pct, st["output_tokens_percentiles"])))
     return Trace(f"synthetic-{kind}", t - t[0], prompt.astype(np.int64), output.astype(np.int64))
 
 

@@ -1,0 +1,89 @@
+"""The baselines' documented rules (docs/baselines.md), on the real seven tasks."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from harness.deployment import apply_deployment, deployment_of
+from selector.deploy import with_cluster
+from solvers.registry import get_solver
+
+TASKS = ["code-completion", "chat", "rag-qa", "code-review", "summarization", "math-reasoning", "text-to-sql"]
+
+
+@functools.lru_cache(maxsize=1)
+def _problems():
+    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.taskspec import CONFIGS
+    cluster, gpu = load_cluster_file(CONFIGS / "clusters" / "a6000x8.yaml")
+    cat = load_catalog()
+    return [resolve_task(t, catalog=cat, cluster=cluster, gpu=gpu) for t in TASKS]
+
+
+def _deploy(solver):
+    problems = _problems()
+    cluster, out = problems[0].cluster, []
+    for p in problems:
+        p = with_cluster(p, cluster)
+        plan = solver.select(p, time_limit_s=30)
+        dep = deployment_of(p, plan)
+        cluster = apply_deployment(p, dep)
+        out.append((p, plan, dep))
+    return out, cluster
+
+
+def test_langchain_fixed_workflow_model_config_no_reuse_packed():
+    seq, cluster = _deploy(get_solver("langchain"))
+    for p, plan, dep in seq:
+        assert dep.placed
+        assert dep.workflow == next(w.name for w in p.workflows if len(w.stages) > 1)
+        assert {i.model for i in dep.instances} == {"llama-3.1-8b"}   # most accurate <= 8.5B
+        assert all((i.tp, i.pp) == (1, 1) for i in dep.instances)
+        new_ids = {i.id for i in dep.instances}
+        assert all(set(r.strong) <= new_ids for r in dep.stages)       # never reuses
+    # packing: GPUs fill in id order, two 19.8 GB instances per 48 GB GPU
+    gpus = [i.gpus[0] for _, _, d in seq for i in d.instances]
+    assert gpus == sorted(gpus) and max(gpus.count(g) for g in set(gpus)) == 2
+    assert len(cluster.instances) == 16
+
+
+def test_langchain_registry_face_is_spec_valid_or_flagged():
+    from selector.verify import verify_plan
+    for p, plan, _ in _deploy(get_solver("langchain"))[0]:
+        assert plan.solved and not verify_plan(p, plan)
+        if plan.workflow != plan.extra["deployment"]["workflow"]:
+            assert "fallback" in plan.extra
+
+
+@pytest.mark.parametrize("setting, share", [("max-quality", 1.0), ("balanced", 0.65), ("min-cost", 0.35)])
+def test_routellm_deploys_strong_and_weak_and_shares_them(setting, share):
+    seq, _ = _deploy(get_solver("routellm", setting=setting))
+    weak_ids = set()
+    for p, plan, dep in seq:
+        if not dep.placed:
+            continue
+        assert dep.workflow == p.workflows[0].name
+        assert dep.routing["threshold"] == pytest.approx(1 - share)
+        for r in dep.stages:
+            assert r.weak, "every stage has a weak route"
+            weak_ids.update(r.weak)
+    assert len(weak_ids) < sum(d.placed for _, _, d in seq)   # the weak pool is shared across tasks
+    models = {i.model for _, _, d in seq for i in d.instances}
+    assert models <= {"qwen2.5-14b", "qwen2.5-7b"}
+
+
+def test_murakkab_fixed_workflow_and_offline_reuse():
+    peak, _ = _deploy(get_solver("murakkab"))
+    avg, _ = _deploy(get_solver("murakkab", reuse_load="average"))
+    for p, plan, dep in peak:
+        assert dep.workflow == next(w.name for w in p.workflows if len(w.stages) > 1)
+    reused = lambda seq: sum(1 for _, plan, _ in seq for s in plan.stages if s.reuse)  # noqa: E731
+    assert reused(avg) >= reused(peak)
+
+
+def test_flowmaker_noreuse_never_reuses():
+    seq, _ = _deploy(get_solver("flowmaker-noreuse"))
+    assert all(s.reuse is None for _, plan, _ in seq for s in plan.stages)
+    fm, _ = _deploy(get_solver("flowmaker"))
+    assert any(s.reuse for _, plan, _ in fm for s in plan.stages)
