@@ -122,6 +122,18 @@ class Instance:
         self.iterations = self.preemptions = self.rejected = self.completed = 0
         self.busy_s = 0.0
         self.tokens = 0
+        self._decode_coef: dict[int, tuple[float, float]] = {}
+        self.blocked: tuple[Call | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
+
+    def decode_s(self, n: int, ctx: float) -> float:
+        """``step.step_s(0, 0, n, ctx)``, memoised as ``a(n) + b(n) * ctx``: a decode iteration's time
+        is affine in the batch's total context (attention reads it; nothing else depends on it);
+        tests/harness check the identity against the profiler."""
+        c = self._decode_coef.get(n)
+        if c is None:
+            a = self.step.step_s(0, 0.0, n, 0.0)
+            c = self._decode_coef[n] = (a, (self.step.step_s(0, 0.0, n, 1e6) - a) / 1e6)
+        return c[0] + c[1] * ctx
 
     # ---- capacity ------------------------------------------------------------------
     @property

@@ -32,10 +32,13 @@ class VllmScheduler:
         inst.chunks.clear()
         inst.n_decode = 0
         for _ in range(2):  # a second pass only after preemption emptied the decode batch
-            if inst.waiting:
+            # admission is retried only when the queue head or the free blocks changed
+            if inst.waiting and (inst.waiting[0] is not inst.blocked[0] or inst.free > inst.blocked[1]
+                                 or not inst.running):
                 dur = self._prefill(inst, now)
                 if dur:
                     return dur
+                inst.blocked = (inst.waiting[0], inst.free)
             if not inst.running:
                 return 0.0
             need = inst.need_blocks()
@@ -45,7 +48,7 @@ class VllmScheduler:
             if inst.running:
                 inst.free -= need
                 inst.n_decode = n = len(inst.running)
-                return inst.step.step_s(0, 0.0, n, float(inst.ctx_sum))
+                return inst.decode_s(n, inst.ctx_sum)
         return 0.0
 
     def _prefill(self, inst: Instance, now: float) -> float:
@@ -122,6 +125,8 @@ class SarathiScheduler:
             finishing += m == c.eff
         if tokens == 0:
             return 0.0
+        if tokens == n:
+            return inst.decode_s(n, inst.ctx_sum)
         return inst.step.step_s(tokens - n, attn, n, float(inst.ctx_sum), prefill_seqs=finishing)
 
 

@@ -123,3 +123,15 @@ def test_tpot_and_ttft_follow_their_definitions():
     assert res.summary["tpot_s"]["mean"] == pytest.approx((t["done_s"][0] - t["first_s"][0]) / 10)
     one = simulate(make_trace([0.0], 100, 1), SimulateConfig(**A100_7B))
     assert one.summary["tpot_s"]["mean"] is None
+
+
+@pytest.mark.parametrize("model, gpu, tp", [("llama-2-70b", "a100-80gb", 2), ("qwen2.5-7b", "a6000", 1),
+                                            ("mixtral-8x7b", "h100-sxm", 2)])
+def test_memoised_decode_time_equals_the_profiler(model, gpu, tp):
+    from harness.instance import Instance
+    from harness.schedulers import VllmScheduler
+    sm = step_model(model, gpu, tp, 1)
+    inst = Instance(name="x", step=sm, scheduler=VllmScheduler(), kv_tokens=1024, sink=lambda c, t: None)
+    rng = np.random.default_rng(0)
+    for n, ctx in zip(rng.integers(1, 256, 200), rng.integers(1, 500_000, 200)):
+        assert inst.decode_s(int(n), int(ctx)) == pytest.approx(sm.step_s(0, 0.0, int(n), float(ctx)), rel=1e-9)
