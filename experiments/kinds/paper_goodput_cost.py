@@ -66,7 +66,7 @@ def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
                          "placed": dep.placed, "workflow": dep.workflow, "instances_new": len(dep.instances),
                          "gb_new": sum(i.mem_gb for i in dep.instances),
                          "models": ",".join(sorted({i.model for i in dep.instances})),
-                         "fallback": plan.extra.get("fallback"), "select_s": time.perf_counter() - t0})
+                         "spec_violation": plan.extra.get("spec_violation"), "select_s": time.perf_counter() - t0})
         out[_label(spec)] = seq
         atomic_write_text(ctx.run_dir / "deployments" / f"{_label(spec)}.json",
                           json.dumps({"cluster": cluster.model_dump(mode="json")}, indent=1))
@@ -192,10 +192,10 @@ def summary_md(df: pd.DataFrame, deps: pd.DataFrame, ref: str = "flowmaker") -> 
                     paper = PAPER.get(base, "") if name == "all" else ""
                     lines.append(f"| {base} | {name} | {_span(g)} | {_span(c)} | {paper} |")
     lines += ["", "## Deployments", "", "| selector | task | status | placed | workflow | new instances | "
-              "new GB | models | fallback |", "|---|---|---|---|---|---|---|---|---|"]
+              "new GB | models | violates spec |", "|---|---|---|---|---|---|---|---|---|"]
     for r in deps.itertuples():
         lines.append(f"| {r.selector} | {r.task} | {r.status} | {r.placed} | {r.workflow} | {r.instances_new} | "
-                     f"{r.gb_new:.1f} | {r.models} | {r.fallback or ''} |")
+                     f"{r.gb_new:.1f} | {r.models} | {r.spec_violation or ''} |")
     lines += ["", "Ratios use per-cell values; `inf` cells (baseline goodput 0) are left out of the spans. "
               "Why our numbers differ from the paper's: docs/baselines.md."]
     return "\n".join(lines) + "\n"

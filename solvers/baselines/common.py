@@ -1,14 +1,12 @@
-"""What the baselines share: their fixed workflow, the fallback that keeps their registry face
-spec-conformant, and the explicit deployment they report in ``plan.extra["deployment"]``.
+"""What the baselines share: their fixed workflow, their spec face (own choice or infeasible)
+and the explicit deployment they report in ``plan.extra["deployment"]``.
 
-Two faces (docs/baselines.md): ``select`` must answer the spec like every selector (the
-conformance suite asks for a valid plan whenever the problem is feasible), but a baseline
-deploys by its own rules even where they break the spec (no SLO check, packed GPUs, a weak
-model beside the strong one). So a baseline's plan is its own choice when that choice is
-spec-feasible, otherwise the answer of ``flowmaker`` (within the baseline's fixed workflow
-first, then over all workflows), flagged in ``extra["fallback"]``; and
-``extra["deployment"]`` always holds what the baseline really deploys (``None``: nothing
-could be placed). The harness deploys ``extra["deployment"]``.
+Two faces (docs/baselines.md): a baseline deploys by its own rules even where they break the
+spec (no SLO check, packed GPUs, a weak model beside the strong one). Its plan is its own
+choice, status ``feasible``, when that choice meets every spec constraint; otherwise the plan
+is ``infeasible`` with the broken constraint in ``reason`` and ``extra["spec_violation"]``
+(never another selector's answer in its name). ``extra["deployment"]`` always holds what
+the baseline really deploys (``None``: nothing could be placed), and the harness deploys that.
 """
 from __future__ import annotations
 
@@ -123,8 +121,8 @@ def deployment_from_plan(problem: Problem, plan: Plan) -> dict:
 def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, rule: str,
               deploy: dict | None, wi: int, time_limit_s: float, unplaced_reason: str | None = None,
               why: str | None = None) -> Plan:
-    """The plan a baseline returns (module docstring): its own choice if spec-feasible, else the
-    flowmaker fallback; ``extra`` carries the real deployment either way."""
+    """The plan a baseline returns (module docstring): its own choice if spec-feasible, else an
+    infeasible plan naming the broken constraint; ``extra`` carries the real deployment either way."""
     extra: dict = {"deployment": deploy, "rule": rule}
     if deploy is None:
         extra["unplaced_reason"] = unplaced_reason or "the baseline's deployment cannot be placed"
@@ -132,17 +130,10 @@ def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, ru
         return to_plan(cp, ev, status="feasible", solver=solver, elapsed_s=time.perf_counter() - t0,
                        evaluated=1, extra=extra)
     why = why or (ev.violated if ev is not None else "no option")
-    extra["fallback"] = f"own choice violates {why}; plan is flowmaker's answer"
-    from solvers.registry import get_solver
-    fm = get_solver("flowmaker")
-    plan = fm.select(only_workflow(cp.problem, cp.problem.workflows[wi].name), time_limit_s=time_limit_s)
-    if not plan.solved:
-        plan = fm.select(cp.problem, time_limit_s=time_limit_s)
-    if not plan.solved:
-        return replace(infeasible_plan(cp, solver=solver, reason=plan.reason or why,
-                                       elapsed_s=time.perf_counter() - t0, evaluated=1), extra=extra)
-    return replace(plan, solver=solver, variant_space=cp.variant_space, status="feasible",
-                   elapsed_s=time.perf_counter() - t0, extra=extra)
+    extra["spec_violation"] = why
+    return replace(infeasible_plan(cp, solver=solver, reason=f"{solver}'s own choice violates {why} "
+                                   "(a baseline deploys by its rules; see extra.deployment)",
+                                   elapsed_s=time.perf_counter() - t0, evaluated=1), extra=extra)
 
 
 def least_loaded(cp: Compiled, options: Sequence[Option]):

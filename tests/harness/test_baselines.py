@@ -51,9 +51,11 @@ def test_langchain_fixed_workflow_model_config_no_reuse_packed():
 def test_langchain_registry_face_is_spec_valid_or_flagged():
     from selector.verify import verify_plan
     for p, plan, _ in _deploy(get_solver("langchain"))[0]:
-        assert plan.solved and not verify_plan(p, plan)
-        if plan.workflow != plan.extra["deployment"]["workflow"]:
-            assert "fallback" in plan.extra
+        if plan.solved:            # its own choice, valid under the spec
+            assert not verify_plan(p, plan)
+            assert plan.workflow == plan.extra["deployment"]["workflow"]
+        else:                      # its own choice breaks the spec: said, never replaced
+            assert plan.extra["spec_violation"] and plan.extra["spec_violation"] in plan.reason
 
 
 @pytest.mark.parametrize("setting, share", [("max-quality", 1.0), ("balanced", 0.65), ("min-cost", 0.35)])
