@@ -7,8 +7,10 @@ from orchestrator.engines.profiles import (BatchProfile, LatencyProfile, LinearL
                                            LinearProfile, StepModelProfile, TableProfile,
                                            max_efficient_batch, profiler_llm_profile)
 from orchestrator.engines.sim import SimEngine, SimLLMEngine
+from orchestrator.engines.iteration import Iteration, IterationLLMEngine
 
 __all__ = ["BatchResult", "Engine", "EngineError", "Invocation", "InvocationOutput", "PendingBatch",
            "build_instances", "llm_instances", "load_engine_spec", "profiler_llm_instances",
            "BatchProfile", "LatencyProfile", "LinearLLMProfile", "LinearProfile", "StepModelProfile",
-           "TableProfile", "max_efficient_batch", "profiler_llm_profile", "SimEngine", "SimLLMEngine"]
+           "TableProfile", "max_efficient_batch", "profiler_llm_profile", "SimEngine", "SimLLMEngine",
+           "Iteration", "IterationLLMEngine"]

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.engines.base import Engine
 from orchestrator.engines.profiles import (LatencyProfile, LinearLLMProfile, LinearProfile,
                                            TableProfile, profiler_llm_profile)
-from orchestrator.engines.sim import SimEngine, SimLLMEngine
+from orchestrator.engines.iteration import IterationLLMEngine
+from orchestrator.engines.sim import SimEngine
 from orchestrator.primitives import Kind
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "configs" / "engines"
@@ -72,6 +73,8 @@ class LLMSpec(_Frozen):
     hardware: str
     provenance: str
     kv_capacity_tokens: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(4096, gt=0, description="vLLM prefill-pass token budget "
+                                        "(its default: max(max_model_len, 2048))")
     profile: LinearLLMSpec
 
 
@@ -91,16 +94,21 @@ def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,
     """``n_instances`` fresh simulated instances of a spec."""
     if isinstance(spec, LLMSpec):
         return llm_instances(name=spec.name, profile=spec.profile.build(), n_instances=n_instances,
-                             kv_capacity_tokens=spec.kv_capacity_tokens, prefix_caching=prefix_caching)
+                             kv_capacity_tokens=spec.kv_capacity_tokens, prefix_caching=prefix_caching,
+                             max_num_batched_tokens=spec.max_num_batched_tokens)
     profiles = {k: v.build() for k, v in spec.profiles.items()}
     return [SimEngine(name=f"{spec.name}#{i}", kind=spec.kind, profiles=profiles,
                       ref_tokens=spec.ref_tokens_per_item) for i in range(n_instances)]
 
 
 def llm_instances(*, name: str, profile: LatencyProfile, n_instances: int = 1,
-                  kv_capacity_tokens: int = 16_000, prefix_caching: bool = False) -> list[Engine]:
-    return [SimLLMEngine(name=f"{name}#{i}", profile=profile, kv_capacity_tokens=kv_capacity_tokens,
-                         prefix_caching=prefix_caching) for i in range(n_instances)]
+                  kv_capacity_tokens: int = 16_000, prefix_caching: bool = False,
+                  max_num_batched_tokens: int = 4096) -> list[Engine]:
+    """Simulated LLM instances: iteration-level (vLLM schedule) under the discrete-event runtime,
+    batch-at-once under ``submit``."""
+    return [IterationLLMEngine(name=f"{name}#{i}", profile=profile, kv_capacity_tokens=kv_capacity_tokens,
+                               prefix_caching=prefix_caching, max_num_batched_tokens=max_num_batched_tokens)
+            for i in range(n_instances)]
 
 
 def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_instances: int = 1,

@@ -14,7 +14,7 @@ from orchestrator.primitives import Kind, PREFILL_KINDS
 class Launch:
     instance: int
     batch: tuple[Pending, ...]
-    result: BatchResult
+    result: BatchResult | None   # None: an iterative instance, whose iterations deliver results
 
 
 class EngineScheduler:
@@ -81,7 +81,11 @@ class EngineScheduler:
                 self._affinity[inv.kv_key] = i
             elif inv.kind == Kind.DECODING:
                 self._affinity.pop(inv.kv_key, None)
-        result = self.instances[i].submit([p.payload for p in batch], now_s=now_s).result()
+        inst = self.instances[i]
+        if getattr(inst, "iterative", False):
+            result = None       # the runtime enqueues it and drives the instance's iterations
+        else:
+            result = inst.submit([p.payload for p in batch], now_s=now_s).result()
         self.inflight[i] += sum(p.size for p in batch)
         self.executed[i] += sum(p.size for p in batch)
         self.batches[i] += 1

@@ -55,6 +55,7 @@ class SimState:
         self.overhead_s = dispatch_overhead_s
         self.queries: dict[int, QueryRun] = {}
         self.results: list[RequestResult] = []
+        self.owner: dict[str, tuple[int, str]] = {}   # invocation key -> (qid, node id)
         self._seq = 0
 
     def next_seq(self) -> int:
@@ -110,10 +111,21 @@ class SimState:
         return out
 
     def dispatch(self) -> list:
+        """Place pending work (engine schedulers), then start a forward pass on every idle
+        iterative LLM instance that has work."""
         out: list = []
         for name, sch in self.schedulers.items():
-            start = self.now + self.overhead_s
-            for la in sch.dispatch(start):
+            for la in sch.dispatch(self.now):
+                start = self.now + self._overhead(la.batch)
+                if la.result is None:
+                    invs = [p.payload for p in la.batch]
+                    for p in la.batch:
+                        self.owner[p.payload.key] = (p.qid, p.node_id)
+                    if start == self.now:
+                        sch.instances[la.instance].enqueue(invs)
+                    else:
+                        out.append((start, P_DONE, Enqueue(name, la.instance, tuple(invs))))
+                    continue
                 for p, res in zip(la.batch, la.result.outputs):
                     q = self.queries[p.qid]
                     out.append((start + res.done_s, P_DONE, NodeDone(p.qid, p.node_id, res.value)))
@@ -123,6 +135,37 @@ class SimState:
                             out.append((start + off, P_PIECE, NodeDone(p.qid, pid, val)))
                 items = sum(p.size for p in la.batch)
                 out.append((start + la.result.duration_s, P_FREE, InstanceFree(name, la.instance, items)))
+        for name, sch in self.schedulers.items():
+            for i, inst in enumerate(sch.instances):
+                if getattr(inst, "iterative", False) and not inst.busy and inst.has_work():
+                    it = inst.start_iteration(self.now)
+                    if it is not None:
+                        inst.busy = True
+                        out.append((self.now + it.duration_s, P_DONE, IterationEnd(name, i, it)))
+        return out
+
+    def _overhead(self, batch: Sequence[Pending]) -> float:
+        # A decode is issued with its prefill: Ayo's graph scheduler submits a Decoding once its
+        # prefilling parent is RUNNING (schedulers/graph_scheduler.py, check_node_ready), and a
+        # LlamaIndex LLM call is one vLLM request; so it pays no separate dispatch.
+        if all(isinstance(p.payload, Invocation) and p.payload.kind == Kind.DECODING for p in batch):
+            return 0.0
+        return self.overhead_s
+
+    def iteration_done(self, engine: str, i: int, it: Any) -> list:
+        sch = self.schedulers[engine]
+        sch.instances[i].busy = False
+        out: list = []
+        for key, idx, value in it.pieces:
+            qid, nid = self.owner[key]
+            q = self.queries[qid]
+            pid = f"{nid}/piece{idx}"
+            if pid in q.graph.nodes:
+                out += self.complete(q, pid, value)
+        for key, value in it.done:
+            qid, nid = self.owner.pop(key)
+            sch.free(i, 1)
+            out += self.complete(self.queries[qid], nid, value)
         return out
 
 
@@ -142,6 +185,29 @@ class NodeDone:
 
     def handle(self, s: SimState) -> list:
         return s.complete(s.queries[self.qid], self.node_id, self.value)
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Primitives reach an iterative instance after the dispatch overhead."""
+    engine: str
+    instance: int
+    invocations: tuple
+
+    def handle(self, s: SimState) -> list:
+        s.schedulers[self.engine].instances[self.instance].enqueue(list(self.invocations))
+        return []
+
+
+@dataclass(frozen=True)
+class IterationEnd:
+    """A forward pass of an iterative LLM instance ends: deliver what it finished."""
+    engine: str
+    instance: int
+    iteration: Any
+
+    def handle(self, s: SimState) -> list:
+        return s.iteration_done(self.engine, self.instance, self.iteration)
 
 
 @dataclass(frozen=True)
