@@ -63,9 +63,13 @@ def _instr(c: Component, role: str, tokens: int) -> Lit:
 
 
 def _llm_pair(c: Component, tag: str, segments: tuple, *, fmt: str, out_tokens: int,
-              n_items: int = 1, splittable: bool = False) -> list[Node]:
+              n_items: int = 1, splittable: bool = False, loop_call: int | None = None) -> list[Node]:
+    """A prefill->decode pair. ``loop_call``: the call's index in the module's own loop over
+    independent LLM calls (tree-synthesis leaves); a framework that runs modules as black boxes
+    issues them one after another (see ``orchestrator.baselines``)."""
     pid, did = f"{c.name}/{tag}prefill", f"{c.name}/{tag}decode"
-    p = Node(pid, Kind.PREFILLING, c.name, c.engine, {"segments": segments}, {"kv_chain": did})
+    pp = {"kv_chain": did} if loop_call is None else {"kv_chain": did, "loop_call": loop_call}
+    p = Node(pid, Kind.PREFILLING, c.name, c.engine, {"segments": segments}, pp)
     d = Node(did, Kind.DECODING, c.name, c.engine, {"kv": Ref(pid)},
              {"kv_chain": did, "fmt": fmt, "output_tokens": out_tokens, "n_items": n_items},
              splittable=splittable)
@@ -150,7 +154,7 @@ def _synthesis(c: Component, cfg: QueryConfig, use: Use) -> Expansion:
         nodes = []
         for i in range(k):
             seg = (_instr(c, "qa", instr_tokens), q, ctx.ref.at(i))
-            nodes += _llm_pair(c, f"leaf{i}_", seg, fmt="text", out_tokens=leaf_tokens)
+            nodes += _llm_pair(c, f"leaf{i}_", seg, fmt="text", out_tokens=leaf_tokens, loop_call=i)
         leaves = tuple(Ref(f"{c.name}/leaf{i}_decode") for i in range(k))
         nodes += _llm_pair(c, "root_", (_instr(c, "sum", instr_tokens), q) + leaves, fmt="text",
                            out_tokens=cfg.answer_tokens)

@@ -221,11 +221,23 @@ ALL_PASSES: tuple[Pass, ...] = (DependencyPruning(), StageDecomposition(), Prefi
 PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in ALL_PASSES}
 
 
+def _registry() -> dict[str, Pass]:
+    from orchestrator.baselines import BASELINE_PASSES  # noqa: PLC0415 - baselines imports this module
+    reg = dict(PASSES_BY_NAME)
+    for p in BASELINE_PASSES:
+        if p.name in reg:
+            raise KeyError(f"pass {p.name!r} registered twice")
+        reg[p.name] = p
+    return reg
+
+
 def passes_named(names: Sequence[str]) -> tuple[Pass, ...]:
-    unknown = [n for n in names if n not in PASSES_BY_NAME]
+    """Passes by name: the four Teola passes and the baselines' module rewrites."""
+    reg = _registry()
+    unknown = [n for n in names if n not in reg]
     if unknown:
-        raise KeyError(f"unknown pass {unknown[0]!r}; known: {', '.join(PASSES_BY_NAME)}")
-    return tuple(PASSES_BY_NAME[n] for n in names)
+        raise KeyError(f"unknown pass {unknown[0]!r}; known: {', '.join(reg)}")
+    return tuple(reg[n] for n in names)
 
 
 @dataclass(frozen=True)

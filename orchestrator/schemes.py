@@ -1,10 +1,13 @@
 """Execution schemes: which graph a query runs as, and how engines batch it.
 
 * ``teola``: all four passes (the e-graph), topology-aware batching up to the profiled max batch.
-* ``llamadist-po`` / ``llamadist-to``: the module chain (p-graph in template order, no passes),
-  per-invocation or throughput-oriented (FIFO up to the max batch) scheduling.
-* ``llamadistpc-po`` / ``llamadistpc-to``: plus manual parallelism of independent modules
-  (dependency pruning) and LLM prefix caching.
+* ``llamadist-po`` / ``llamadist-to``: the module chain (p-graph in template order) with each
+  module run as LlamaIndex runs it (``orchestrator.baselines.LlamaIndexModules``: sequential
+  tree-synthesis leaves, embedding in sequential batches of 10, one retriever call per expanded
+  query, no decode pipelining), per-invocation or throughput-oriented (FIFO up to the max batch).
+* ``llamadistpc-po`` / ``llamadistpc-to``: plus manual parallelism of independent *modules*
+  (``ModulePruning``: a module waits for the modules it reads from, as black boxes) and LLM
+  prefix caching.
 * ablations: ``teola-no-<pass>`` (one pass off), ``teola-no-par-pipe`` (no passes, Teola's
   scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``.
 """
@@ -16,6 +19,9 @@ from typing import Callable
 from orchestrator.batching import BatchingPolicy, Blind, PerInvocation, TopologyAware
 
 ALL = ("prune", "stage", "prefill_split", "decode_pipeline")
+#: LlamaIndex modules as black boxes (orchestrator.baselines); PC adds module-level parallelism
+LLAMADIST = ("llamaindex",)
+LLAMADIST_PC = ("llamaindex", "module_prune")
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,10 @@ def _topo() -> BatchingPolicy:
 def _schemes() -> dict[str, Scheme]:
     out = [
         Scheme("teola", ALL, _topo),
-        Scheme("llamadist-po", (), PerInvocation),
-        Scheme("llamadist-to", (), Blind),
-        Scheme("llamadistpc-po", ("prune",), PerInvocation, prefix_caching=True),
-        Scheme("llamadistpc-to", ("prune",), Blind, prefix_caching=True),
+        Scheme("llamadist-po", LLAMADIST, PerInvocation),
+        Scheme("llamadist-to", LLAMADIST, Blind),
+        Scheme("llamadistpc-po", LLAMADIST_PC, PerInvocation, prefix_caching=True),
+        Scheme("llamadistpc-to", LLAMADIST_PC, Blind, prefix_caching=True),
         Scheme("teola-no-par-pipe", (), _topo),
         Scheme("teola-blind", ALL, Blind),
         Scheme("teola-topo-lowest", ALL, lambda: TopologyAware(direction="lowest")),

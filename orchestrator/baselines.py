@@ -1,0 +1,126 @@
+"""How the baselines run each module: LlamaIndex modules as black boxes (LlamaDist), and
+LlamaDistPC's manual parallelism of independent *modules*.
+
+These are graph rewrites like the passes (``apply(graph, ctx) -> graph``, same object when
+nothing matches), applied to the p-graph of the baseline schemes only. They never change what a
+query computes, only when each primitive may start. What LlamaIndex does inside a module, from
+its source (run-llama/llama_index, llama-index-core):
+
+* tree synthesis: ``response_synthesizers/tree_summarize.py``, ``TreeSummarize.get_response``:
+  with the default ``use_async=False`` the leaf summaries are
+  ``[self._llm.predict(...) for text_chunk in text_chunks]``, one LLM call after another, then
+  the root call. Refine (``refine.py``) is a chain by construction (already so in the p-graph).
+* embedding a list of texts: ``base/embeddings/base.py``, ``get_text_embedding_batch`` sends
+  batches of ``embed_batch_size`` (``DEFAULT_EMBED_BATCH_SIZE = 10``) one after another;
+  ``VectorStoreIndex`` then inserts the nodes into the vector store.
+* retrieval for expanded queries: ``retrievers/fusion_retriever.py``, ``QueryFusionRetriever``:
+  ``_get_queries`` parses the *whole* LLM completion before any retrieval (no decode
+  pipelining), then each query is retrieved by its own ``retriever.aretrieve(query)`` (one query
+  embedding and one vector-store query each; concurrent under the default ``use_async=True``).
+* reranking (``FlagEmbeddingReranker`` / ``SentenceTransformerRerank``): one scoring call over
+  all (query, node) pairs: already one primitive in the p-graph.
+
+LlamaDistPC (Teola sec. 6, baselines) parallelises independent modules by hand: a module starts
+when every module it reads data from has *finished* (module-level dependencies, each module
+still a black box), instead of after its predecessor in template order.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from orchestrator.graph import Graph, GraphEditor
+from orchestrator.passes import Pass, PassContext, StageDecomposition
+from orchestrator.primitives import Kind
+
+#: llama_index.core.constants.DEFAULT_EMBED_BATCH_SIZE
+LLAMAINDEX_EMBED_BATCH = 10
+
+
+class LlamaIndexModules(Pass):
+    """Rewrite the p-graph into what LlamaIndex executes inside each module (rules above)."""
+    name = "llamaindex"
+
+    def __init__(self, *, embed_batch: int = LLAMAINDEX_EMBED_BATCH) -> None:
+        self.embed_batch = embed_batch
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        for nid in g.order:
+            n = g.nodes[nid]
+            if n.kind == Kind.EMBEDDING and n.n_items > self.embed_batch:
+                return self._sequential_batches(g, nid)
+            if n.kind == Kind.SEARCHING and n.n_items > 1:
+                split = self._per_query(g, n)
+                if split is not None:
+                    return split
+        return self._sequential_loop_calls(g)
+
+    def _sequential_batches(self, g: Graph, nid: str) -> Graph:
+        g2 = StageDecomposition._decompose(g, g.nodes[nid], self.embed_batch)
+        ed = GraphEditor.of(g2)
+        stages = sorted((s for s in ed.nodes if s.startswith(f"{nid}/s")), key=lambda s: int(s.rsplit("/s", 1)[1]))
+        for a, b in zip(stages, stages[1:]):
+            ed.edges.add((a, b))      # batch j+1 is sent when batch j returns
+        return ed.freeze()
+
+    @staticmethod
+    def _per_query(g: Graph, s) -> Graph | None:
+        """One retriever call (embed one query, search it) per query."""
+        q = s.inputs["queries"]
+        src = g.nodes.get(getattr(q, "node", None) or "")
+        if src is None or src.kind != Kind.EMBEDDING or src.n_items != s.n_items or q.lo is not None \
+                or q.index is not None or q.transform is not None:
+            return None
+        g1 = StageDecomposition._decompose(g, src, 1)
+        agg = next(n for n in g1.nodes.values() if n.kind == Kind.AGGREGATE and n.id.startswith(f"{src.id}/agg"))
+        return StageDecomposition._push_through(g1, g1.nodes[s.id], agg)
+
+    @staticmethod
+    def _sequential_loop_calls(g: Graph) -> Graph:
+        calls: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for n in g.nodes.values():
+            if n.kind == Kind.PREFILLING and "loop_call" in n.params:
+                calls[n.component].append((int(n.params["loop_call"]), n.id))
+        new = set()
+        for comp, lst in calls.items():
+            lst.sort()
+            for (_, prev), (_, nxt) in zip(lst, lst[1:]):
+                edge = (g.nodes[prev].params["kv_chain"], nxt)   # previous call's decode -> next prefill
+                if edge not in g.edges:
+                    new.add(edge)
+        if not new:
+            return g
+        ed = GraphEditor.of(g)
+        ed.edges |= new
+        return ed.freeze()
+
+
+class ModulePruning(Pass):
+    """LlamaDistPC: keep a module's own edges and data edges; a module's first primitives wait
+    for the last primitives of every module it reads from (and no longer for its template
+    predecessor when it reads nothing from it)."""
+    name = "module_prune"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        comp = {nid: n.component for nid, n in g.nodes.items()}
+        inside = {(s, d) for s, d in g.edges if comp[s] == comp[d]}
+        data = {(s, d) for s, d in g.edges if s in g.nodes[d].sources()}
+        has_parent_inside = {d for _, d in inside}
+        has_child_inside = {s for s, _ in inside}
+        members: dict[str, list[str]] = defaultdict(list)
+        for nid, c in comp.items():
+            members[c].append(nid)
+        reads = {(comp[s], comp[d]) for s, d in data if comp[s] != comp[d] and g.nodes[s].kind != Kind.INPUT}
+        module = set()
+        for a, b in reads:
+            tails = [t for t in members[a] if t not in has_child_inside]
+            heads = [h for h in members[b] if h not in has_parent_inside]
+            module |= {(t, h) for t in tails for h in heads}
+        keep = frozenset(inside | data | module)
+        if keep == g.edges:
+            return g
+        ed = GraphEditor.of(g)
+        ed.edges = set(keep)
+        return ed.freeze()
+
+
+BASELINE_PASSES: tuple[Pass, ...] = (LlamaIndexModules(), ModulePruning())
