@@ -1,28 +1,39 @@
-"""Profiler: model/GPU catalog, analytic step-time/memory model, latency tables.
+"""Profiler: model/GPU catalog, analytic step-time/memory model, latency tables, measured backends.
 
 Public API (see docs/profiler.md): catalog loaders in profiler.catalog, the analytic
-model in profiler.analytic, the table schema in profiler.table (imports pandas/pyarrow).
+model in profiler.analytic, the table schema in profiler.table (imports pandas/pyarrow),
+the measured backends in profiler.torch_bench / profiler.fingerprint / profiler.trtllm_backend.
+
+Names below are resolved lazily (PEP 562), so `import profiler.torch_bench` needs only torch
+and the standard library (the GPU check runs where pydantic, yaml and pandas are absent).
 """
 
-from profiler.analytic import AnalyticModel, Prediction, StepModel, attn_tokens2, unsupported_reason
-from profiler.calibration import Calibration, GpuCalibration, load_calibration
-from profiler.catalog import (
-    CatalogError,
-    ClusterSpec,
-    GpuSpec,
-    ModelSpec,
-    load_accuracy,
-    load_cluster,
-    load_deploy_configs,
-    load_gpus,
-    load_models,
-    repo_root,
-    shared_data_dir,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AnalyticModel", "Calibration", "CatalogError", "ClusterSpec", "GpuCalibration", "GpuSpec",
-    "ModelSpec", "Prediction", "StepModel", "attn_tokens2", "load_accuracy", "load_calibration",
-    "load_cluster", "load_deploy_configs", "load_gpus", "load_models", "repo_root",
-    "shared_data_dir", "unsupported_reason",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AnalyticModel": "analytic", "Prediction": "analytic", "StepModel": "analytic",
+    "attn_tokens2": "analytic", "unsupported_reason": "analytic",
+    "Calibration": "calibration", "GpuCalibration": "calibration", "load_calibration": "calibration",
+    "CatalogError": "catalog", "ClusterSpec": "catalog", "GpuSpec": "catalog", "ModelSpec": "catalog",
+    "load_accuracy": "catalog", "load_cluster": "catalog", "load_deploy_configs": "catalog",
+    "load_gpus": "catalog", "load_models": "catalog", "repo_root": "catalog",
+    "shared_data_dir": "catalog",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'profiler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"profiler.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,7 +19,6 @@ from profiler import ops
 from profiler.calibration import Calibration, GpuCalibration, load_default_calibration
 from profiler.catalog import GpuSpec, ModelSpec
 
-RUNTIME_OVERHEAD_GB_PER_GPU = 1.0  # CUDA context + NCCL buffers + allocator slack (vLLM ~0.5-1.5 GB)
 LOGIT_BYTES = 4  # logits are materialised in fp32
 
 
@@ -256,8 +255,9 @@ def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db
         iteration_overhead_s=cal.iteration_overhead_ms * 1e-3,
         weights_gb=m.weight_bytes(db) / 1e9,
         kv_gb_per_token=2 * m.layers * kvh * tp * d * db / 1e9,
-        act_gb_per_token=tp * pp * (4 * h + (qh + 2 * kvh) * d + 3 * f * m.experts_per_token) * db / 1e9,
+        act_gb_per_token=cal.activation_factor * tp * pp * (
+            4 * h + (qh + 2 * kvh) * d + 3 * f * m.experts_per_token) * db / 1e9,
         logit_gb_per_seq=m.vocab * LOGIT_BYTES / 1e9,
-        runtime_overhead_gb=RUNTIME_OVERHEAD_GB_PER_GPU * tp * pp,
+        runtime_overhead_gb=cal.runtime_overhead_gb * tp * pp,
         calibration_source=cal.source,
     )

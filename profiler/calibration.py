@@ -34,6 +34,10 @@ class GpuCalibration(BaseModel):
     sendrecv_latency_us: float | None = Field(default=None, ge=0, description="None: GPU link latency")
     sendrecv_bw_eff: float = Field(default=0.8, gt=0, le=1)
     iteration_overhead_ms: float = Field(default=0.0, ge=0, description="CPU time per engine step")
+    runtime_overhead_gb: float = Field(default=1.0, ge=0, description="memory per GPU outside "
+                                       "weights, KV and activations (context, workspaces)")
+    activation_factor: float = Field(default=1.0, gt=0, description="measured / modelled "
+                                     "activation workspace per batched token")
     source: str = "default (uncalibrated)"
 
 
@@ -79,10 +83,24 @@ def load_calibration(path: Path | str | None = None) -> Calibration:
         raise CatalogError(f"{path}: field '{field}': {err['msg']}") from None
 
 
+def measured_calibration_path() -> Path:
+    return configs_dir() / "calibration" / "measured.yaml"
+
+
 def load_default_calibration() -> Calibration | None:
-    """configs/calibration/vidur.yaml when present, else None (the model then uses defaults)."""
-    path = default_calibration_path()
-    return load_calibration(path) if path.is_file() else None
+    """configs/calibration/vidur.yaml overlaid with configs/calibration/measured.yaml (fits on
+    measured profile tables, `python -m profiler calibrate`): a GPU listed in the latter takes
+    its constants from there. None when neither exists (the model then uses defaults)."""
+    base, measured = default_calibration_path(), measured_calibration_path()
+    cal = load_calibration(base) if base.is_file() else None
+    if not measured.is_file():
+        return cal
+    over = load_calibration(measured)
+    if cal is None:
+        return over
+    return cal.model_copy(update={"gpus": {**cal.gpus, **over.gpus},
+                                  "source": f"{cal.source} + {over.source}",
+                                  "files": cal.files + over.files})
 
 
 def save_calibration(cal: Calibration, path: Path | str, header: str = "") -> None:
