@@ -1,4 +1,5 @@
-"""Command line: `python -m profiler {predict,table,calibrate-vidur}`.
+"""Command line: `python -m profiler {predict,table,calibrate-vidur,run,validate,calibrate,convert,
+device-plan}`.
 
 User errors (unknown model/GPU, bad numbers, missing data) print one line on stderr and
 exit with status 2.
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 from profiler.analytic import AnalyticModel
-from profiler.calibration import default_calibration_path, save_calibration
+from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import CatalogError, load_deploy_configs, load_gpus, load_models, shared_data_dir
 
 DEFAULT_BATCHES = [1, 2, 4, 8, 16, 32, 64]
@@ -22,6 +23,12 @@ DEFAULT_OUTPUTS = [32, 128, 512]
 
 class UsageError(Exception):
     pass
+
+
+try:  # the trtllm backend's "not installed" error, without importing the backend's library
+    from profiler.trtllm_backend import BackendUnavailable as BackendMissing
+except ImportError:  # pragma: no cover
+    BackendMissing = RuntimeError  # type: ignore[misc, assignment]
 
 
 def _positive(text: str) -> int:
@@ -62,6 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     cv = sub.add_parser("calibrate-vidur", help="fit configs/calibration/vidur.yaml on vidur's data")
     cv.add_argument("--data", type=Path, help="vidur data dir (default <shared>/vidur)")
     cv.add_argument("--out", type=Path, default=default_calibration_path())
+    rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
+    rn.add_argument("config", type=Path)
+    rn.add_argument("--out", type=Path, help="table path (default: the config's out)")
+    rn.add_argument("--max-points", type=_positive, help="stop after this many new points")
+    rn.add_argument("--no-progress", action="store_true")
+    va = sub.add_parser("validate", help="analytic model (or --reference table) vs a measured table")
+    va.add_argument("--measured", type=Path, required=True)
+    va.add_argument("--reference", type=Path, help="compare with this measured table instead "
+                    "(e.g. fingerprint vs full depth: error of --measured relative to it)")
+    ca = sub.add_parser("calibrate", help="fit per-GPU analytic constants to measured tables")
+    ca.add_argument("--measured", type=Path, nargs="+", required=True)
+    ca.add_argument("--out", type=Path, default=measured_calibration_path())
+    co = sub.add_parser("convert", help="table rows as JSON lines (GPU check output) -> parquet")
+    co.add_argument("rows", type=Path)
+    co.add_argument("--out", type=Path, required=True)
+    dp = sub.add_parser("device-plan", help="write the GPU check's plan (archs, grid, predictions)")
+    dp.add_argument("--out", type=Path, help="default profiler/scripts/device_check_plan.json")
     return p
 
 
@@ -133,10 +157,123 @@ def _calibrate(a: argparse.Namespace) -> None:
     print(f"wrote {a.out}")
 
 
+def _run(a: argparse.Namespace) -> None:
+    from profiler.measured import load_profile_config, run_profile
+    cfg = load_profile_config(a.config)
+    s = run_profile(cfg, out=a.out, max_points=a.max_points, progress=not a.no_progress)
+    state = "complete" if s.complete else "partial (run again to resume)"
+    print(f"{cfg.name}: measured {s.measured} points, {s.skipped} already done; "
+          f"wrote {s.rows} rows to {s.table} [{state}]")
+
+
+def _read(path: Path):
+    from profiler.table import TableError, read_table
+    if not path.is_file():
+        raise UsageError(f"{path}: no such table")
+    try:
+        return read_table(path)
+    except TableError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _validate(a: argparse.Namespace) -> None:
+    from profiler.calibration import Calibration, load_calibration, load_default_calibration
+    from profiler.measured import all_gpus, all_models
+    from profiler.validate import errors, format_mape, mape, predict_like
+    measured = _read(a.measured)
+    if a.reference is not None:
+        from profiler.table import KEY
+        ref = _read(a.reference).merge(measured[KEY], on=KEY)  # the keys both tables hold
+        if ref.empty:
+            raise UsageError(f"--reference: {a.reference} shares no key with {a.measured}")
+        measured = measured.merge(ref[KEY], on=KEY)
+        print(format_mape(mape(errors(ref, measured)), f"{a.measured} vs reference {a.reference} (MAPE %)"))
+        return
+    models, gpus = all_models(), all_gpus()
+    vidur = default_calibration_path()
+    before = load_calibration(vidur) if vidur.is_file() else Calibration()
+    after = load_default_calibration() or Calibration()
+    changed = any(after.gpus.get(g) != before.gpus.get(g) for g in set(measured.gpu))
+    runs = [("uncalibrated (vidur constants or defaults)", before)]
+    if changed:
+        runs.append((f"calibrated ({measured_calibration_path().name} overlay)", after))
+    for label, cal in runs:
+        pred = predict_like(measured, models, gpus, cal)
+        print(format_mape(mape(errors(measured, pred)), f"analytic {label} vs {a.measured} (MAPE %)"))
+    if not changed:
+        print(f"(no measured calibration for {', '.join(sorted(set(measured.gpu)))}: "
+              "run python -m profiler calibrate --measured TABLE)")
+
+
+def _calibrate_measured(a: argparse.Namespace) -> None:
+    import datetime as dt
+    import pandas as pd
+    from profiler.calibration import Calibration, load_calibration
+    from profiler.measured import all_gpus, all_models
+    from profiler.validate import ERROR_METRICS, errors, fit_gpu, predict_like
+    measured = pd.concat([_read(p) for p in a.measured], ignore_index=True)
+    models, gpus = all_models(), all_gpus()
+    vidur = default_calibration_path()
+    base = load_calibration(vidur) if vidur.is_file() else Calibration()
+    prev = load_calibration(a.out) if a.out.is_file() else Calibration(source="measured profile tables")
+    fitted, report = dict(prev.gpus), dict(prev.mape_pct)
+    for gpu in sorted(set(measured.gpu)):
+        rows = measured[measured.gpu == gpu]
+        gc = fit_gpu(measured, gpu, models, gpus, base)
+        fitted[gpu] = gc
+        e0 = errors(rows, predict_like(rows, models, gpus, base))
+        e1 = errors(rows, predict_like(rows, models, gpus, base.model_copy(update={"gpus": {**base.gpus, gpu: gc}})))
+        report[gpu] = {m: {"before": round(float(e0[m].mean()), 2), "after": round(float(e1[m].mean()), 2),
+                           "n": float(len(rows))} for m in ERROR_METRICS}
+        print(f"{gpu}: " + ", ".join(f"{m} {report[gpu][m]['before']:.1f}% -> {report[gpu][m]['after']:.1f}%"
+                                     for m in ERROR_METRICS) + f" MAPE over {len(rows)} rows")
+    files = sorted(set(prev.files) | {str(p) for p in a.measured})
+    cal = Calibration(source="measured profile tables", files=files,
+                      fit_date=dt.date.today().isoformat(), gpus=fitted, mape_pct=report,
+                      notes="python -m profiler calibrate: time constants by least squares on "
+                            "log(pred/measured) TTFT+TPOT, memory by linear least squares; starts "
+                            "from vidur.yaml (or defaults). Overlays vidur.yaml per GPU.")
+    save_calibration(cal, a.out, header=(
+        "Analytic-model constants fitted on measured profile tables (python -m profiler calibrate).\n"
+        "Loaded on top of vidur.yaml: a GPU listed here takes these constants.\n"
+        "mape_pct: gpu -> metric -> MAPE (%) before (vidur/defaults) / after (fitted), n rows."))
+    print(f"wrote {a.out}")
+
+
+def _convert(a: argparse.Namespace) -> None:
+    import json
+    from profiler.measured import rows_to_table
+    from profiler.table import TableError, write_table
+    if not a.rows.is_file():
+        raise UsageError(f"{a.rows}: no such file")
+    rows = [json.loads(line) for line in a.rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        df = rows_to_table(rows)
+    except (TableError, KeyError) as exc:
+        raise UsageError(f"{a.rows}: not table rows ({exc})") from None
+    write_table(df, a.out)
+    print(f"wrote {len(df)} rows to {a.out}")
+
+
+def _device_plan(a: argparse.Namespace) -> None:
+    from profiler.device_plan import PLAN_PATH, write_plan
+    path = a.out or PLAN_PATH
+    plan = write_plan(path)
+    print(f"wrote {path} ({sum(len(m['predictions']) for m in plan['modes'].values())} predictions)")
+
+
+COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate, "run": _run,
+            "validate": _validate, "calibrate": _calibrate_measured, "convert": _convert,
+            "device-plan": _device_plan}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate}[args.cmd](args)
+        COMMANDS[args.cmd](args)
+    except BackendMissing as exc:
+        sys.stderr.write(f"python -m profiler {args.cmd}: {exc}\n")
+        return 2
     except (UsageError, CatalogError) as exc:
         sys.stderr.write(f"python -m profiler {args.cmd}: error: {exc}\n")
         return 2

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GPU check of the measured profiler: on one H200 with PyTorch preinstalled (no network, no
+# other packages), profile llama-3.2-1b and qwen2.5-7b shapes (bf16, random weights, TP1)
+# at full depth and as 1-/2-layer fingerprints, compare with the analytic model, and write
+# rows_*.jsonl, summary.md/json (and parquet when pandas+pyarrow exist) to OUT.
+#
+#   profiler/scripts/device_check.sh [OUT_DIR] [--device cuda|cpu] [--tiny] [--budget-s S]
+#   OUT_DIR defaults to $OUT. CPU test of the script: device_check.sh DIR --device cpu --tiny
+#
+# Hard limit 470 s (the check must finish within 8 minutes); the script itself stops
+# measuring after --budget-s (default 400 s) and writes what it has. Afterwards, on a
+# machine with the project installed:
+#   python -m profiler convert OUT/rows_torch.jsonl --out results/profiles/h200-torch.parquet
+#   python -m profiler validate --measured results/profiles/h200-torch.parquet
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+py="${PYTHON:-python3}"
+command -v "$py" >/dev/null || py=python
+exec timeout --signal=TERM --kill-after=10 470 "$py" "$here/device_check.py" "$@"
