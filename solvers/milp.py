@@ -33,7 +33,7 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   (``enumerate_all_solutions``); ``selector.evaluate.choose`` picks the spec's unique optimum.
 * Warm start. ``get_solver("flowmaker").select`` (the public registry, never its internals)
   gives a feasible variant: it is a solution hint and caps ``P`` at its cost.
-* Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default 8, 1 for
+* Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default: CPU count up to 8, 1 for
   enumeration as CP-SAT requires), ``random_seed``.
 """
 from __future__ import annotations
@@ -53,10 +53,11 @@ SCALE = 1_000_000
 class MilpSelector(Selector):
     name = "milp"
 
-    def __init__(self, *, warm_start: bool = True, workers: int = 8, seed: int = 0,
+    def __init__(self, *, warm_start: bool = True, workers: int | None = None, seed: int = 0,
                  warm_share: float = 0.25) -> None:
+        import os
         self.warm_start = warm_start
-        self.workers = workers
+        self.workers = workers or max(1, min(8, os.cpu_count() or 1))
         self.seed = seed
         self.warm_share = warm_share
 
