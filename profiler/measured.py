@@ -164,6 +164,9 @@ def run_profile(cfg: ProfileConfig, *, out: Path | None = None, max_points: int 
     from tqdm import tqdm  # noqa: PLC0415
     models, gpus = all_models(), all_gpus()
     _check(cfg, models, gpus)
+    if cfg.backend == "trtllm":  # fail before any file or progress bar exists
+        from profiler.trtllm_backend import require  # noqa: PLC0415
+        require()
     table = Path(out) if out else repo_root() / cfg.out
     table.parent.mkdir(parents=True, exist_ok=True)
     log = raw_log_path(table)

@@ -28,6 +28,11 @@ class BackendUnavailable(RuntimeError):
     """The backend's library is not installed here."""
 
 
+def require() -> None:
+    """Raise BackendUnavailable (one line) when TensorRT-LLM cannot be imported."""
+    _import()
+
+
 def _import():
     try:
         import tensorrt_llm  # noqa: PLC0415
