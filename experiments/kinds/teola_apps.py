@@ -26,8 +26,12 @@ ABLATION_SCHEMES = ("teola", "teola-no-prune", "teola-no-stage", "teola-no-prefi
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     apps: tuple[str, ...] = ("search_gen", "naive_rag", "advanced_rag", "contextual_rag")
+    # "high" = the largest rate on a 1-2-4 grid (0.25-0.5-1 for the slow apps) at which the best
+    # baseline's mean stays under 1.6x its one-query latency; beyond it the iteration-level LLM
+    # engines saturate and every scheme's latency grows with the run length (ratios then only
+    # measure queue length). Chosen from the baselines alone, never from Teola's numbers.
     rates_rps: dict[str, tuple[float, ...]] = Field(default_factory=lambda: {
-        "search_gen": (1.0, 4.0), "naive_rag": (1.0, 4.0), "advanced_rag": (0.5, 2.0), "contextual_rag": (0.25, 1.0)})
+        "search_gen": (1.0, 4.0), "naive_rag": (1.0, 2.0), "advanced_rag": (0.5, 2.0), "contextual_rag": (0.25, 0.5)})
     n_queries: int = Field(150, ge=1, description="queries per cell")
     schemes: tuple[str, ...] = ("teola",) + BASELINES
     ablation_app: str = "advanced_rag"
