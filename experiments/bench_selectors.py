@@ -12,8 +12,24 @@ import statistics
 import sys
 import time
 
-from experiments.paper_space import paper_sized_problem
+from selector.deploy import deploy_task, with_cluster
 from selector.index import NEW, compile_problem
+from selector.problem import Problem
+from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.synthetic import paper_problem
+
+
+def paper_sized_problem() -> Problem:
+    """``selector.synthetic.paper_problem`` (24,310 new-deployment variants) on 8x A6000 after
+    three quickstart tasks were deployed with flowmaker, so reuse options exist too."""
+    from solvers.registry import get_solver
+
+    catalog = load_catalog()
+    cluster, gpu = load_cluster_file()
+    for warm in ("code-completion", "chat", "rag-qa"):
+        p = resolve_task(warm, catalog=catalog, cluster=cluster, gpu=gpu)
+        _, cluster = deploy_task(with_cluster(p, cluster), get_solver("flowmaker"))
+    return with_cluster(paper_problem(), cluster)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,6 @@ class ResolveSettings:
     max_batch: int = 64
     max_batch_tokens: int = 4096
     reference_model: str = "llama-3.1-8b"
-    keep_unfit: bool = False      # list deployments whose shard exceeds a GPU (they fail placement)
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
     for name, m in catalog.models.items():
         for tp, pp in catalog.configs:
             mem = perf.mem_gb(m, g, tp, pp, settings)
-            if mem is not None and (settings.keep_unfit or mem / (tp * pp) <= g.mem_gb):
+            if mem is not None and mem / (tp * pp) <= g.mem_gb:
                 deployments.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem})
                 fits.add((name, tp, pp))
     extra = {(i.model, i.tp, i.pp) for i in cluster.instances}

@@ -76,6 +76,8 @@ def _search_workflow(cp: Compiled, wf: WorkflowOptions, kept: set[int],
         window = BestWindow(cp)
         for ch in chunks(cp, restrict(wf, allowed)):
             window.scan(ch)
+            if time.perf_counter() > deadline:   # best so far in this assignment (still feasible)
+                break
         evaluated += window.evaluated
         best = choose(window.window)
         if best is not None:
