@@ -68,6 +68,10 @@ class SentenceEmbeddingEngine(Engine):
     def max_batch_size(self) -> int:
         return self._max_batch
 
+    def warm(self) -> None:
+        """Load the model and run it once (first-call overheads off the clock)."""
+        _encode(load_sentence_model(self.model_dir), ["warm up"])
+
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: Any = None) -> FuturePendingBatch:
         check_kinds(self, batch)
@@ -117,6 +121,9 @@ class EmbeddingReranker(Engine):
 
     def max_batch_size(self) -> int:
         return self._max_batch
+
+    def warm(self) -> None:
+        self._scores("warm up", ["a", "b"])
 
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: Any = None) -> FuturePendingBatch:

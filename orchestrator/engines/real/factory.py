@@ -39,6 +39,9 @@ def build_real_engines(app: Any, *, llm_dir: str | Path, pg_url: str, llm_instan
         else:
             raise KeyError(f"engine {name!r} of app {app.name!r} is a {kind!r} engine; real engines exist for "
                            f"llm, embedding, reranker, vectordb")
+    for insts in out.values():
+        for e in insts:
+            e.warm()
     return out
 
 

@@ -79,6 +79,10 @@ class TorchLLMEngine(Engine):
             self._word[i] = bool(s) and s.isprintable() and not any(c in s for c in '"\\\ufffd[]')
         self._enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]
 
+    def warm(self) -> None:
+        self.load()
+        self.forward(self.prompt_ids(("warm up",), first=True))
+
     # ---- interface ----
     def max_batch_size(self) -> int:
         return self._max_batch

@@ -58,6 +58,9 @@ class PgVectorEngine(Engine):
     def max_batch_size(self) -> int:
         return self._max_batch
 
+    def warm(self) -> None:
+        self.connect()
+
     def connect(self) -> Any:
         if self._conn is None:
             import psycopg

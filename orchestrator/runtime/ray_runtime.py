@@ -1,0 +1,183 @@
+"""Ray as the distributed runtime: each engine's scheduler and instances run in a Ray actor,
+experiment cells run as Ray tasks. The in-process runtime (:mod:`orchestrator.runtime.realtime`)
+stays the default; this module reuses it whole and only moves each :class:`EngineHost` into an
+actor: the graph scheduler stays in the driver, ``enqueue`` / ``dispatch`` become actor calls,
+and completions come back through a long-poll (one thread per actor feeds the driver's event
+queue). Engines are built inside their actor from a picklable builder, so model weights never
+cross the wire; primitives' inputs and outputs do.
+
+    report = run_ray(template, configs, arrivals, builders={"llm": make_llm, ...}, scheme="teola")
+
+``address``: a running cluster (``ray://...`` or ``host:port``); default: ``RAY_ADDRESS`` or a
+local instance started on first use. ``ray`` is imported only here, when called.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from orchestrator.runtime.realtime import EngineHost, RealtimeReport, run_realtime
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> Any:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray; idempotent."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    if not ray.is_initialized():
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        ray.init(address=address or os.environ.get("RAY_ADDRESS"), num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False, ignore_reinit_error=True, runtime_env={"env_vars": env})
+    return ray
+
+
+class _HostActor:
+    """Actor body: one :class:`EngineHost` whose events go to a local queue the driver polls."""
+
+    def __init__(self, name: str, builder: Callable[[], list], policy: Any, torch_threads: int | None,
+                 time_scale: float) -> None:
+        if torch_threads:
+            import torch
+            torch.set_num_threads(torch_threads)
+        self._q: queue.Queue = queue.Queue()
+        instances = builder()
+        for e in instances:          # load weights / connect before the clock starts
+            getattr(e, "warm", lambda: None)()
+        t0 = time.perf_counter()
+        self.host = EngineHost(name=name, instances=instances, policy=policy, max_batch=None, sink=self._q.put,
+                               clock=lambda: time.perf_counter() - t0, time_scale=time_scale)
+
+    def max_batch(self) -> int:
+        return self.host.max_batch()
+
+    def enqueue_many(self, pendings: list) -> None:
+        for p in pendings:
+            self.host.enqueue(p)
+        self.host.dispatch()
+
+    def drop(self, qids: list[int]) -> None:
+        self.host.drop(set(qids))
+
+    def poll(self, timeout_s: float) -> list[tuple]:
+        out = []
+        try:
+            out.append(self._q.get(timeout=timeout_s))
+            while True:
+                out.append(self._q.get_nowait())
+        except queue.Empty:
+            return out
+
+    def batches(self) -> list[int]:
+        return list(self.host.sched.batches)
+
+
+class RayHost:
+    """Driver-side stand-in for an :class:`EngineHost` living in an actor."""
+
+    def __init__(self, *, name: str, instances: Callable[[], list], policy: Any, max_batch: int | None,
+                 sink: Callable[[tuple], None], clock: Callable[[], float], time_scale: float = 1.0,
+                 torch_threads: int | None = None) -> None:
+        import ray
+        self._ray = ray
+        cls = ray.remote(num_cpus=0, max_concurrency=4)(_HostActor)
+        self.actor = cls.remote(name, instances, policy, torch_threads, time_scale)
+        self._mb = ray.get(self.actor.max_batch.remote())
+        self._buf: list = []
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, args=(sink,), daemon=True, name=f"ray-poll-{name}")
+        self._poller.start()
+
+    def max_batch(self) -> int:
+        return self._mb
+
+    def enqueue(self, p: Any) -> None:
+        self._buf.append(p)
+
+    def dispatch(self) -> None:
+        if self._buf:
+            self.actor.enqueue_many.remote(self._buf)
+            self._buf = []
+
+    def drop(self, qids: set[int]) -> None:
+        self._buf = [p for p in self._buf if p.qid not in qids]
+        self.actor.drop.remote(sorted(qids))
+
+    def _poll(self, sink: Callable[[tuple], None]) -> None:
+        while not self._stop.is_set():
+            try:
+                for ev in self._ray.get(self.actor.poll.remote(0.2)):
+                    sink(ev)
+            except Exception as exc:  # noqa: BLE001 - the actor died: its engine is dead
+                sink(("dead", f"actor of {self!r}: {type(exc).__name__}"))
+                return
+
+    def close(self) -> list[int]:
+        self._stop.set()
+        self._poller.join(timeout=5)
+        try:
+            return self._ray.get(self.actor.batches.remote(), timeout=5)
+        finally:
+            self._ray.kill(self.actor)
+
+
+def _build_real(name: str, kwargs: Mapping[str, Any]) -> list:
+    from orchestrator.engines.real.factory import build_real_engines
+    app = kwargs["app"]
+    one = app.model_copy(update={"engines": {name: app.engines[name]}})
+    return build_real_engines(one, **{k: v for k, v in kwargs.items() if k != "app"})[name]
+
+
+def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[float], *,
+            builders: Mapping[str, Callable[[], list]] | None = None, engine_kwargs: Mapping[str, Any] | None = None,
+            address: str | None = None, torch_threads: int | None = None, **kwargs: Any) -> RealtimeReport:
+    """:func:`~orchestrator.runtime.realtime.run_realtime` with each engine in a Ray actor.
+    Engines come from ``builders`` (engine name -> picklable zero-argument callable returning its
+    instances) or, for real engines, ``engine_kwargs`` of
+    :func:`orchestrator.engines.real.factory.build_real_engines` (with ``app``)."""
+    ray = init_ray(address)
+    if builders is None:
+        if engine_kwargs is None:
+            raise ValueError("give builders or engine_kwargs")
+        builders = {n: functools.partial(_build_real, n, dict(engine_kwargs)) for n in engine_kwargs["app"].engines}
+    hosts: list[RayHost] = []
+
+    def factory(**kw: Any) -> RayHost:
+        h = RayHost(torch_threads=torch_threads, **kw)
+        hosts.append(h)
+        return h
+    try:
+        rep = run_realtime(template, query_configs, arrivals_s, builders, host_factory=factory, **kwargs)
+    finally:
+        batches = {}
+        for h in hosts:
+            try:
+                batches[h] = h.close()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+    _ = ray
+    return rep
+
+
+def map_cells(fn: Callable[..., Any], cells: Sequence[tuple], *, address: str | None = None,
+              max_parallel: int = 1) -> list[Any]:
+    """Run ``fn(*cell)`` for every cell as a Ray task, at most ``max_parallel`` at a time (1 keeps
+    wall-clock measurements from disturbing each other); results in cell order."""
+    ray = init_ray(address)
+    task = ray.remote(num_cpus=0)(fn)
+    out: list[Any] = [None] * len(cells)
+    running: dict[Any, int] = {}
+    for i, cell in enumerate(cells):
+        if len(running) >= max_parallel:
+            done, _ = ray.wait(list(running), num_returns=1)
+            out[running.pop(done[0])] = ray.get(done[0])
+        running[task.remote(*cell)] = i
+    for ref, i in running.items():
+        out[i] = ray.get(ref)
+    return out

@@ -1,0 +1,87 @@
+"""The wall-clock runtime reuses the orchestrator's schedulers: with simulated engines slept in
+(scaled) real time it computes exactly what the discrete-event simulation computes; a dying
+engine fails its queries and keeps every other result; the real CPU experiment gives Teola and
+LlamaDist identical answers."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator import load_app, simulate
+from orchestrator.engines.base import PendingBatch
+from orchestrator.runtime.realtime import run_realtime
+
+
+@pytest.mark.parametrize("app_name", ["naive_rag", "advanced_rag", "search_gen", "contextual_rag"])
+@pytest.mark.parametrize("scheme", ["teola", "llamadist-to"])
+def test_wall_clock_runtime_matches_simulation_outputs(app_name, scheme):
+    app = load_app(app_name)
+    cfgs = app.query_configs(2, np.random.default_rng(0))
+    arr = [0.0, 0.02]
+    sim = simulate(app.template(), cfgs, arr, app.build_engines(), scheme=scheme, seed=3)
+    rep = run_realtime(app.template(), cfgs, arr, app.build_engines(), scheme=scheme, seed=3, time_scale=0.01,
+                       timeout_s=60)
+    assert not rep.failed
+    assert [r.outputs for r in rep.results] == [r.outputs for r in sim]
+    assert all(r.latency_s > 0 for r in rep.results)
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+class _Dying:
+    """Wraps a simulated instance; after ``ok`` batches it dies like an unreachable server."""
+
+    def __init__(self, inner, ok: int) -> None:
+        self.inner, self.ok = inner, ok
+        self.name, self.kind, self.serves = inner.name, inner.kind, inner.serves
+        self.continuous = inner.continuous
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+    def submit(self, batch, **kw):
+        if self.ok <= 0:
+            return _Raising()
+        self.ok -= 1
+        return self.inner.submit(batch, **kw)
+
+
+class _Raising(PendingBatch):
+    add_done_callback = None
+
+    def result(self):
+        raise EngineDeadError("connection refused")
+
+
+def test_engine_dying_mid_run_fails_its_queries_and_keeps_finished_ones():
+    app = load_app("naive_rag")
+    cfgs = app.query_configs(4, np.random.default_rng(0))
+    alone = run_realtime(app.template(), cfgs[:1], [0.0], app.build_engines(), scheme="llamadist-po",
+                         time_scale=0.01, timeout_s=30)
+    engines = app.build_engines()
+    # the embedder serves query 0 completely, then dies
+    engines["embedder"] = [_Dying(e, ok=alone.batches["embedder"][0]) for e in engines["embedder"]]
+    rep = run_realtime(app.template(), cfgs, [0.0, 0.5, 1.0, 1.0], engines, scheme="llamadist-po",
+                       time_scale=0.01, timeout_s=30)
+    assert rep.dead_instances == ["bge-large-en-v1.5#0"]
+    assert [r.qid for r in rep.results] == [0]          # finished work is kept
+    assert sorted(rep.failed) == [1, 2, 3]
+    assert "EngineDeadError" in rep.failed[1]
+    assert all("no live instance" in rep.failed[q] for q in (2, 3))
+
+
+def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
+    from experiments.run import main
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("experiment: t\nkind: teola_real_cpu\nparams:\n  n_queries: 2\n  rate_rps: 20\n"
+                   "  answer_tokens: 6\n  leaf_tokens: 6\n  schemes: [teola, llamadist-po]\n")
+    assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
+    (run_dir,) = (tmp_path / "res" / "t").iterdir()
+    s = pd.read_parquet(run_dir / "summary.parquet")
+    assert set(s.app) == {"naive_rag", "advanced_rag"} and (s.failed == 0).all()
+    assert s["same_answers_as_teola"].all()
+    q = pd.read_parquet(run_dir / "queries.parquet")
+    assert len(q) == 8 and (q.latency_s > 0).all()
