@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
     ap.add_argument("--run-id", default=None, help="reuse a run folder to resume it (default: a new timestamped id)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    ap.add_argument("--ray-address", default=None,
+                    help="join this Ray cluster for kinds that run on Ray (`runtime: ray`); sets RAY_ADDRESS")
     args = ap.parse_args(argv)
+    if args.ray_address:
+        os.environ["RAY_ADDRESS"] = args.ray_address
     try:
         cfg = load_config(args.config)
         mod = kind_module(cfg.kind)
