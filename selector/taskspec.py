@@ -47,6 +47,14 @@ class WorkflowSpec(_Frozen):
     stages: Annotated[tuple[StageSpec, ...], Field(min_length=1)]
 
 
+class OrchestrationSpec(_Frozen):
+    """How the harness runs one request of a workflow through the orchestrator (docs/harness.md,
+    "Orchestrated requests"): ``app`` names an application in ``configs/apps``; ``stages`` binds
+    each of its LLM components to the workflow stage whose deployed instances serve it."""
+    app: str
+    stages: dict[str, str] = Field(min_length=1, description="app component -> workflow stage")
+
+
 class TaskSpec(_Frozen):
     name: str
     description: str = ""
@@ -56,11 +64,26 @@ class TaskSpec(_Frozen):
     latency_slo_factor: float | None = Field(default=None, gt=0)
     arrival_rate_rps: float = Field(gt=0)
     workflows: Annotated[tuple[WorkflowSpec, ...], Field(min_length=1)]
+    orchestration: dict[str, OrchestrationSpec] = Field(
+        default_factory=dict, description="per workflow name: the orchestrator app that runs one request "
+                                          "(optional; used only by harness runs with orchestration chain|teola)")
 
     @model_validator(mode="after")
     def _one_slo(self) -> TaskSpec:
         if (self.latency_slo_s is None) == (self.latency_slo_factor is None):
             raise ValueError("give exactly one of latency_slo_s and latency_slo_factor")
+        return self
+
+    @model_validator(mode="after")
+    def _orchestration_names(self) -> TaskSpec:
+        stages = {w.name: {s.name for s in w.stages} for w in self.workflows}
+        for wf, o in self.orchestration.items():
+            if wf not in stages:
+                raise ValueError(f"orchestration: unknown workflow '{wf}'; known: {', '.join(stages)}")
+            bad = sorted(set(o.stages.values()) - stages[wf])
+            if bad:
+                raise ValueError(f"orchestration.{wf}: unknown stage(s) {', '.join(bad)}; "
+                                 f"known: {', '.join(sorted(stages[wf]))}")
         return self
 
 
