@@ -42,21 +42,39 @@ def unsupported_reason(model: ModelSpec, tp: int, pp: int) -> str | None:
     return None
 
 
+def _roof(compute_s: float, memory_s: float, overlap: float) -> float:
+    """max(c, m) + (1 - overlap) * min(c, m): overlap 1 is the roofline, 0 the serial sum."""
+    if compute_s >= memory_s:
+        return compute_s + (1.0 - overlap) * memory_s
+    return memory_s + (1.0 - overlap) * compute_s
+
+
 @dataclass(frozen=True)
 class _Gemm:
     flop_s_per_token: float
     weight_s: float
     act_s_per_token: float
     overhead_s: float
+    overlap: float = 1.0
+    spill: float = 1.0  # weight-time multiplier when more than one row (weights beyond cache)
 
     def time(self, tokens: float) -> float:
-        return max(tokens * self.flop_s_per_token, self.weight_s + tokens * self.act_s_per_token) + self.overhead_s
+        w = self.weight_s * (self.spill if tokens > 1 else 1.0)
+        return _roof(tokens * self.flop_s_per_token, w + tokens * self.act_s_per_token,
+                     self.overlap) + self.overhead_s
+
+
+def _spill(gpu: GpuSpec, cal: GpuCalibration, weight_bytes: int) -> float:
+    """CPU BLAS: a skinny multi-row GEMM whose weights do not fit the per-core cache streams them
+    about twice (measured: docs/profiler_measured.md); 1 where the device sets no cache_mb."""
+    return cal.spill_factor if gpu.cache_mb and weight_bytes > gpu.cache_mb * 1e6 else 1.0
 
 
 def _gemm(gpu: GpuSpec, cal: GpuCalibration, k: int, n: int, dtype_bytes: int) -> _Gemm:
     bw = cal.mem_eff * ops.mem_bw(gpu)
     return _Gemm(2.0 * k * n / (cal.compute_eff * ops.peak_flops(gpu)), k * n * dtype_bytes / bw,
-                 (k + n) * dtype_bytes / bw, cal.kernel_overhead_us * ops.US)
+                 (k + n) * dtype_bytes / bw, cal.kernel_overhead_us * ops.US, cal.overlap,
+                 _spill(gpu, cal, k * n * dtype_bytes))
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,7 @@ class StepModel:
     act_gb_per_token: float  # activation workspace per batched token, all GPUs
     logit_gb_per_seq: float
     runtime_overhead_gb: float
+    overlap: float = 1.0  # compute/memory overlap of every kernel (`_roof`)
     calibration_source: str = field(default="", compare=False)
 
     def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
@@ -102,10 +121,12 @@ class StepModel:
             routed = tokens * self.experts_per_token
             touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
             for g in self.expert_gemms:
-                t += max(routed * g.flop_s_per_token, touched * g.weight_s + routed * g.act_s_per_token)
+                t += _roof(routed * g.flop_s_per_token, touched * g.weight_s + routed * g.act_s_per_token,
+                           self.overlap)
                 t += g.overhead_s
         if prefill_tokens > 0:
-            t += max(tokens2 * self.attn_prefill_s_per_t2, prefill_tokens * self.attn_prefill_s_per_token)
+            t += _roof(tokens2 * self.attn_prefill_s_per_t2, prefill_tokens * self.attn_prefill_s_per_token,
+                       self.overlap)
             t += self.attn_overhead_s
         if decode_batch > 0:
             t += decode_ctx * self.attn_decode_s_per_ctx + self.attn_overhead_s
@@ -243,8 +264,8 @@ def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db
         elem_s_per_token=elem_bytes / bw_e, elem_fixed_s=5 * cal.elementwise_overhead_us * ops.US,
         attn_prefill_s_per_t2=2.0 * d * qh / (cal.attn_prefill_eff * ops.peak_flops(gpu)),
         attn_prefill_s_per_token=(2 * qh + 2 * kvh) * d * db / (cal.mem_eff * ops.mem_bw(gpu)),
-        attn_decode_s_per_ctx=max(2 * kvh * d * db / bw_a,
-                                  4.0 * d * qh / (cal.compute_eff * ops.peak_flops(gpu))),
+        attn_decode_s_per_ctx=_roof(4.0 * d * qh / (cal.compute_eff * ops.peak_flops(gpu)),
+                                    2 * kvh * d * db / bw_a, cal.overlap),
         attn_overhead_s=cal.attn_overhead_us * ops.US,
         allreduce_fixed_s=ops.allreduce_latency_s(gpu, cal) if tp > 1 else 0.0,
         allreduce_s_per_token=(2.0 * (tp - 1) / tp * h * db / (cal.allreduce_bw_eff * link_bw)),
@@ -259,5 +280,6 @@ def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db
             4 * h + (qh + 2 * kvh) * d + 3 * f * m.experts_per_token) * db / 1e9,
         logit_gb_per_seq=m.vocab * LOGIT_BYTES / 1e9,
         runtime_overhead_gb=cal.runtime_overhead_gb * tp * pp,
+        overlap=cal.overlap,
         calibration_source=cal.source,
     )

@@ -34,6 +34,12 @@ class GpuCalibration(BaseModel):
     sendrecv_latency_us: float | None = Field(default=None, ge=0, description="None: GPU link latency")
     sendrecv_bw_eff: float = Field(default=0.8, gt=0, le=1)
     iteration_overhead_ms: float = Field(default=0.0, ge=0, description="CPU time per engine step")
+    spill_factor: float = Field(default=1.0, ge=1, description="weight-streaming time multiplier "
+                                "of a multi-row GEMM whose weights exceed the device's cache_mb "
+                                "(CPU BLAS; 1 = none)")
+    overlap: float = Field(default=1.0, ge=0, le=1, description="how far a kernel's compute and "
+                           "memory time overlap: t = max(c, m) + (1 - overlap) * min(c, m); 1 = "
+                           "roofline (GPUs), 0 = serial sum")
     runtime_overhead_gb: float = Field(default=1.0, ge=0, description="memory per GPU outside "
                                        "weights, KV and activations (context, workspaces)")
     activation_factor: float = Field(default=1.0, gt=0, description="measured / modelled "

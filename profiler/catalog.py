@@ -86,6 +86,9 @@ class GpuSpec(_Frozen):
     link: Literal["nvlink", "pcie"]
     link_bw_gbps: float = Field(gt=0, description="per-GPU unidirectional bandwidth")
     link_latency_us: float = Field(ge=0)
+    cache_mb: float | None = Field(default=None, gt=0, description="CPU devices: per-core cache "
+                                   "(MB, 1e6 bytes); a multi-row GEMM whose weights exceed it pays "
+                                   "the calibration's spill_factor. None: not modelled (GPUs)")
 
 
 class ClusterGpu(_Frozen):

@@ -210,7 +210,7 @@ def _calibrate_measured(a: argparse.Namespace) -> None:
     import pandas as pd
     from profiler.calibration import Calibration, load_calibration
     from profiler.measured import all_gpus, all_models
-    from profiler.validate import ERROR_METRICS, errors, fit_gpu, predict_like
+    from profiler.validate import ERROR_METRICS, errors, fit_gpu, held_out_errors, predict_like
     measured = pd.concat([_read(p) for p in a.measured], ignore_index=True)
     models, gpus = all_models(), all_gpus()
     vidur = default_calibration_path()
@@ -223,20 +223,27 @@ def _calibrate_measured(a: argparse.Namespace) -> None:
         fitted[gpu] = gc
         e0 = errors(rows, predict_like(rows, models, gpus, base))
         e1 = errors(rows, predict_like(rows, models, gpus, base.model_copy(update={"gpus": {**base.gpus, gpu: gc}})))
+        # out of sample: each model predicted by constants fitted on the other models only
+        e2 = held_out_errors(rows, gpu, models, gpus, base) if rows.model.nunique() > 1 else None
         report[gpu] = {m: {"before": round(float(e0[m].mean()), 2), "after": round(float(e1[m].mean()), 2),
+                           "held_out": None if e2 is None else round(float(e2[m].mean()), 2),
                            "n": float(len(rows))} for m in ERROR_METRICS}
         print(f"{gpu}: " + ", ".join(f"{m} {report[gpu][m]['before']:.1f}% -> {report[gpu][m]['after']:.1f}%"
                                      for m in ERROR_METRICS) + f" MAPE over {len(rows)} rows")
+        if e2 is not None:
+            print(f"{gpu} leave-one-model-out: " + ", ".join(
+                f"{m} {report[gpu][m]['held_out']:.1f}%" for m in ERROR_METRICS))
     files = sorted(set(prev.files) | {str(p) for p in a.measured})
     cal = Calibration(source="measured profile tables", files=files,
                       fit_date=dt.date.today().isoformat(), gpus=fitted, mape_pct=report,
-                      notes="python -m profiler calibrate: time constants by least squares on "
-                            "log(pred/measured) TTFT+TPOT, memory by linear least squares; starts "
+                      notes="python -m profiler calibrate: time constants (incl. overlap, "
+                            "spill_factor) by least squares on log(pred/measured) TTFT+TPOT, memory by linear least squares; starts "
                             "from vidur.yaml (or defaults). Overlays vidur.yaml per GPU.")
     save_calibration(cal, a.out, header=(
         "Analytic-model constants fitted on measured profile tables (python -m profiler calibrate).\n"
         "Loaded on top of vidur.yaml: a GPU listed here takes these constants.\n"
-        "mape_pct: gpu -> metric -> MAPE (%) before (vidur/defaults) / after (fitted), n rows."))
+        "mape_pct: gpu -> metric -> MAPE (%) before (vidur/defaults) / after (fitted, in sample) /\n"
+        "held_out (each model predicted by constants fitted on the other models), n rows."))
     print(f"wrote {a.out}")
 
 

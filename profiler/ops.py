@@ -2,7 +2,8 @@
 
 Every function returns seconds and accepts floats or numpy arrays (the fit evaluates
 thousands of measured shapes at once). Roofline: time = max(FLOPs / (eff_c * peak),
-bytes / (eff_m * bandwidth)) + a fixed per-kernel cost.
+bytes / (eff_m * bandwidth)) + a fixed per-kernel cost, generalised by the calibration's
+`overlap` to max(c, m) + (1 - overlap) * min(c, m) (`roof`; overlap 1 is the plain roofline).
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ def mem_bw(gpu: GpuSpec) -> float:
     return gpu.mem_bw_gbps * 1e9
 
 
+def roof(compute_s, memory_s, overlap: float = 1.0):
+    """Kernel time from its compute and memory times: max + (1 - overlap) * min."""
+    hi, lo = np.maximum(compute_s, memory_s), np.minimum(compute_s, memory_s)
+    return hi if overlap >= 1.0 else hi + (1.0 - overlap) * lo
+
+
 def gemm_s(gpu: GpuSpec, cal: GpuCalibration, tokens, k, n, dtype_bytes: int = 2):
     """[tokens x k] @ [k x n]: 2*tokens*k*n FLOPs; reads weights k*n and activations once."""
     flops_s = 2.0 * tokens * k * n / (cal.compute_eff * peak_flops(gpu))
     bytes_s = (k * n + tokens * (k + n)) * dtype_bytes / (cal.mem_eff * mem_bw(gpu))
-    return np.maximum(flops_s, bytes_s) + cal.kernel_overhead_us * US
+    return roof(flops_s, bytes_s, cal.overlap) + cal.kernel_overhead_us * US
 
 
 def elementwise_s(gpu: GpuSpec, cal: GpuCalibration, nbytes):
@@ -44,7 +51,7 @@ def attn_prefill_s(gpu: GpuSpec, cal: GpuCalibration, tokens2, tokens, q_heads, 
     flops_s = 2.0 * head_dim * q_heads * tokens2 / (cal.attn_prefill_eff * peak_flops(gpu))
     nbytes = tokens * (2 * q_heads + 2 * kv_heads) * head_dim * dtype_bytes
     bytes_s = nbytes / (cal.mem_eff * mem_bw(gpu))
-    return np.maximum(flops_s, bytes_s) + cal.attn_overhead_us * US
+    return roof(flops_s, bytes_s, cal.overlap) + cal.attn_overhead_us * US
 
 
 def attn_decode_s(gpu: GpuSpec, cal: GpuCalibration, context_tokens, q_heads, kv_heads,
@@ -53,7 +60,7 @@ def attn_decode_s(gpu: GpuSpec, cal: GpuCalibration, context_tokens, q_heads, kv
     bytes_s = context_tokens * 2 * kv_heads * head_dim * dtype_bytes / (
         cal.attn_decode_mem_eff * mem_bw(gpu))
     flops_s = 4.0 * head_dim * q_heads * context_tokens / (cal.compute_eff * peak_flops(gpu))
-    return np.maximum(flops_s, bytes_s) + cal.attn_overhead_us * US
+    return roof(flops_s, bytes_s, cal.overlap) + cal.attn_overhead_us * US
 
 
 def allreduce_latency_s(gpu: GpuSpec, cal: GpuCalibration) -> float:

@@ -26,7 +26,11 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 TIME_PARAMS = (("compute_eff", 0.01, 1.0), ("mem_eff", 0.01, 1.0), ("kernel_overhead_us", 0.0, 2000.0),
                ("elementwise_mem_eff", 0.01, 1.0), ("elementwise_overhead_us", 0.0, 2000.0),
                ("attn_prefill_eff", 0.002, 1.0), ("attn_decode_mem_eff", 0.01, 1.0),
-               ("attn_overhead_us", 0.0, 2000.0), ("iteration_overhead_ms", 0.0, 100.0))
+               ("attn_overhead_us", 0.0, 2000.0), ("iteration_overhead_ms", 0.0, 100.0),
+               ("overlap", 0.0, 1.0), ("spill_factor", 1.0, 5.0))
+
+INTERIOR_START = {"overlap": 0.5, "spill_factor": 1.5}
+DEFAULT = GpuCalibration()
 
 
 def _specs(table: pd.DataFrame, models: dict[str, ModelSpec], gpus: dict[str, GpuSpec]) -> None:
@@ -88,15 +92,17 @@ def _with(cal: Calibration, gpu: str, gc: GpuCalibration) -> Calibration:
 
 
 def fit_gpu(measured: pd.DataFrame, gpu: str, models: dict[str, ModelSpec], gpus: dict[str, GpuSpec],
-            base: Calibration) -> GpuCalibration:
+            base: Calibration, params=TIME_PARAMS) -> GpuCalibration:
     """Fit `gpu`'s constants to its rows of `measured`, starting from `base`'s constants."""
     from scipy.optimize import least_squares, lsq_linear  # noqa: PLC0415
     rows = measured[measured.gpu == gpu].reset_index(drop=True)
     start = base.for_gpu(gpu)
-    names = [n for n, _, _ in TIME_PARAMS]
-    lo = np.array([lo for _, lo, _ in TIME_PARAMS])
-    hi = np.array([hi for _, _, hi in TIME_PARAMS])
-    x0 = np.clip([getattr(start, n) for n in names], lo + 1e-9, hi - 1e-9)
+    names = [n for n, _, _ in params]
+    lo = np.array([lo for _, lo, _ in params])
+    hi = np.array([hi for _, _, hi in params])
+    # from a default at a bound (overlap 1, spill 1) the fit would start on a kink
+    x0 = np.clip([INTERIOR_START.get(n, getattr(start, n)) if getattr(start, n) == getattr(
+        DEFAULT, n) else getattr(start, n) for n in names], lo + 1e-9, hi - 1e-9)
     meas = np.log(np.concatenate([rows.ttft_s, rows.tpot_s]))
 
     def consts(x) -> GpuCalibration:
@@ -121,3 +127,16 @@ def fit_gpu(measured: pd.DataFrame, gpu: str, models: dict[str, ModelSpec], gpus
         "runtime_overhead_gb": round(float(overhead), 6), "activation_factor": round(float(factor), 4),
         **{n: round(float(getattr(timed, n)), 6) for n in names},
         "source": f"fitted on measured tables ({len(rows)} rows)"})
+
+
+def held_out_errors(measured: pd.DataFrame, gpu: str, models: dict[str, ModelSpec],
+                    gpus: dict[str, GpuSpec], base: Calibration, by: str = "model") -> pd.DataFrame:
+    """Out-of-sample errors: for each value of column `by` (default: leave one model out), fit
+    `gpu` on the other rows and predict the left-out ones; per-row errors as `errors`."""
+    rows = measured[measured.gpu == gpu]
+    out = []
+    for v in sorted(set(rows[by])):
+        gc = fit_gpu(rows[rows[by] != v], gpu, models, gpus, base)
+        held = rows[rows[by] == v]
+        out.append(errors(held, predict_like(held, models, gpus, _with(base, gpu, gc))))
+    return pd.concat(out, ignore_index=True)
