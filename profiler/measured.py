@@ -47,6 +47,8 @@ class ProfileConfig(BaseModel):
     cpu_timer: Literal["wall", "thread"] = Field(
         default="wall", description="CPU: wall clock, or the thread's CPU time (threads=1; robust "
                                     "on a shared machine)")
+    fingerprint_layers: tuple[PositiveInt, PositiveInt] = Field(
+        default=(1, 2), description="fingerprint backend: the two copy depths (MaverIQ: 1 and 2)")
     out: str = Field(description="parquet table to write, e.g. results/profiles/NAME.parquet")
 
 
@@ -123,13 +125,12 @@ def table_rows(cfg: ProfileConfig, raw: dict[tuple, dict], models: dict[str, Mod
     mine = [r for r in raw.values() if r["model"] in cfg.models and r["gpu"] == cfg.gpu]
     layers = {n: models[n].layers for n in cfg.models}
     if cfg.backend == "fingerprint":
-        return extrapolate(mine, layers)
+        return extrapolate(mine, layers, cfg.fingerprint_layers)
     return [r for r in mine if r["layers"] == layers[r["model"]]]
 
 
 def _depths(cfg: ProfileConfig, m: ModelSpec) -> tuple[int, ...]:
-    from profiler.fingerprint import FINGERPRINT_LAYERS  # noqa: PLC0415
-    return FINGERPRINT_LAYERS if cfg.backend == "fingerprint" else (m.layers,)
+    return tuple(cfg.fingerprint_layers) if cfg.backend == "fingerprint" else (m.layers,)
 
 
 def _todo(cfg: ProfileConfig, models: dict[str, ModelSpec], raw: dict[tuple, dict]) -> list[tuple]:
@@ -149,6 +150,10 @@ def _check(cfg: ProfileConfig, models: dict[str, ModelSpec], gpus: dict[str, Gpu
             raise CatalogError(f"models: unknown model '{n}'; known: {', '.join(sorted(models))}")
     if cfg.gpu not in gpus:
         raise CatalogError(f"gpu: unknown '{cfg.gpu}'; known: {', '.join(sorted(gpus))}")
+    a1, a2 = cfg.fingerprint_layers
+    if cfg.backend == "fingerprint" and not a1 < a2 <= min(models[n].layers for n in cfg.models):
+        raise CatalogError(f"fingerprint_layers: need a1 < a2 <= the shallowest model's layers, "
+                           f"got {a1}, {a2}")
     if cfg.backend != "trtllm" and list(cfg.deploy) != [(1, 1)]:
         raise CatalogError(f"deploy: backend '{cfg.backend}' measures tp=1, pp=1 only "
                            "(use backend trtllm for tensor/pipeline parallelism)")
