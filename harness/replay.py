@@ -51,26 +51,36 @@ def replay(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
     instances, tasks = sim_tasks(problems, deps, tokens)
     sim = ClusterSim(gpu=gpu, instances=instances, tasks=tasks, engine=engine)
     res = sim.run(workload)
-    slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
-    lat = res["done_s"] - workload.arrival_s
-    failed = res["failed"]
-    served = ~failed & ~np.isnan(lat)
-    good = served & res["acc_ok"] & (lat <= slo + 1e-9)
     residency = max(sim.makespan_s, float(workload.arrival_s[-1]) if len(workload) else 0.0)
+    summary, per_task = cell_metrics(tasks, instances, workload, done_s=res["done_s"], failed=res["failed"],
+                                     acc_ok=res["acc_ok"], residency_s=residency, price_per_gb_s=price_per_gb_s)
+    summary.update({"preemptions": sum(i.preemptions for i in sim.instances.values()),
+                    "events": sim.events, "sim_wall_s": sim.wall_s})
+    return ReplayResult(summary, per_task)
+
+
+def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], workload: Workload, *,
+                 done_s: np.ndarray, failed: np.ndarray, acc_ok: np.ndarray, residency_s: float,
+                 price_per_gb_s: float) -> tuple[dict, list[dict]]:
+    """The cell metrics of docs/metrics.md, shared by every backend (``sim``: simulated seconds;
+    ``servers``: wall seconds since the first arrival). Per request: ``done_s`` (completion, NaN
+    if none), ``failed``, ``acc_ok``; ``residency_s``: how long every instance was resident."""
+    slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
+    lat = done_s - workload.arrival_s
+    served = ~failed & ~np.isnan(lat)
+    good = served & acc_ok & (lat <= slo + 1e-9)
     gb = float(sum(i.mem_gb for i in instances))
     done = lat[served]
     summary = {
         "requests": len(workload), "completed": int(served.sum()), "failed": int(failed.sum()),
         "goodput": float(good.mean()) if len(workload) else 0.0,
-        "accuracy_ok_share": float(res["acc_ok"][served].mean()) if served.any() else 0.0,
+        "accuracy_ok_share": float(acc_ok[served].mean()) if served.any() else 0.0,
         "latency_mean_s": float(done.mean()) if done.size else None,
         "latency_p50_s": float(np.percentile(done, 50)) if done.size else None,
         "latency_p99_s": float(np.percentile(done, 99)) if done.size else None,
         "instances": len(instances), "gb_reserved": gb,
         "tasks_unplaced": sum(not t.placed for t in tasks),
-        "residency_s": residency, "cost_gb_s": gb * residency, "cost_usd": gb * residency * price_per_gb_s,
-        "preemptions": sum(i.preemptions for i in sim.instances.values()),
-        "events": sim.events, "sim_wall_s": sim.wall_s,
+        "residency_s": residency_s, "cost_gb_s": gb * residency_s, "cost_usd": gb * residency_s * price_per_gb_s,
     }
     per_task = []
     for k, t in enumerate(tasks):
@@ -79,4 +89,4 @@ def replay(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
                          "goodput": float(good[m].mean()) if m.any() else None,
                          "latency_mean_s": float(lat[m & served].mean()) if (m & served).any() else None,
                          "latency_slo_s": t.latency_slo_s})
-    return ReplayResult(summary, per_task)
+    return summary, per_task
