@@ -9,9 +9,10 @@ TP/PP degree and GPU mapping, wait for health, and stop them.
 
 ``httpx`` is imported only when a client is made.
 """
-from harness.servers.client import (EngineDeadError, OpenAIClient, OpenAIEngine, ServerError)
+from harness.servers.client import (Completion, EngineDeadError, OpenAIClient, OpenAIEngine, ServerError,
+                                    exact_output_body, served_model)
 from harness.servers.launcher import (BACKENDS, Fleet, ServerProcess, ServerSpec, build_command,
                                       specs_from_plan)
 
-__all__ = ["EngineDeadError", "OpenAIClient", "OpenAIEngine", "ServerError", "BACKENDS", "Fleet",
+__all__ = ["Completion", "exact_output_body", "served_model", "EngineDeadError", "OpenAIClient", "OpenAIEngine", "ServerError", "BACKENDS", "Fleet",
            "ServerProcess", "ServerSpec", "build_command", "specs_from_plan"]

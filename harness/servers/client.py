@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from orchestrator import ops
@@ -28,6 +29,42 @@ class ServerError(EngineError):
 
 class EngineDeadError(ServerError):
     """The server cannot be reached any more (connection refused/reset after the retries)."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One non-streamed completion and what the server says it cost (``usage``; None when the
+    server does not report it)."""
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str | None
+
+
+def exact_output_body(backend: str | None, max_tokens: int) -> dict:
+    """Request fields that make ``backend`` generate exactly ``max_tokens`` tokens (EOS ignored):
+    vLLM and TensorRT-LLM take ``ignore_eos``; ``transformers serve`` rejects unknown fields but
+    takes a ``generation_config`` JSON (``min_new_tokens = max_new_tokens``). ``None``: nothing is
+    asked (a generic server); the caller records the tokens it actually got."""
+    if backend is None:
+        return {}
+    if backend in ("vllm", "trtllm"):
+        return {"ignore_eos": True}
+    if backend == "transformers":
+        n = int(max_tokens)
+        return {"generation_config": json.dumps({"max_new_tokens": n, "min_new_tokens": n, "do_sample": False})}
+    raise KeyError(f"unknown backend {backend!r}; known: transformers, vllm, trtllm (or none)")
+
+
+def served_model(base_url: str, *, timeout_s: float = 5.0) -> str:
+    """The first model id ``GET /v1/models`` lists (the name to put in requests)."""
+    import httpx
+    r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
+    r.raise_for_status()
+    data = r.json().get("data") or []
+    if not data:
+        raise ServerError(f"{base_url}: /v1/models lists no model")
+    return str(data[0]["id"])
 
 
 class OpenAIClient:
@@ -82,6 +119,20 @@ class OpenAIClient:
                     self.failures += 1
                     raise ServerError(f"server {self.name}: timed out after {self.timeout_s} s") from None
             time.sleep(self.backoff_s * 2 ** attempt)
+
+    def completion(self, prompt: str, *, max_tokens: int, extra: dict | None = None) -> Completion:
+        """Greedy, non-streamed completion of ``prompt`` with the server's token ``usage``."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0,
+                **(extra or {})}
+
+        def call() -> Completion:
+            r = self._http.post("/v1/completions", json=body)
+            r.raise_for_status()
+            js = r.json()
+            choice, usage = js["choices"][0], js.get("usage") or {}
+            return Completion(choice.get("text") or "", usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                              choice.get("finish_reason"))
+        return self._with_retries(call)
 
     def complete(self, prompt: str, *, max_tokens: int, on_text: Callable[[str], None] | None = None,
                  extra: dict | None = None) -> str:
