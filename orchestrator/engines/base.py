@@ -4,7 +4,8 @@ The engine scheduler hands an engine *instance* a batch of primitive invocations
 resolved) and gets back, per invocation, its output, when it became final (offset from batch
 start) and any pieces streamed before that; plus the batch's duration. ``submit`` is async-ish:
 it returns a :class:`PendingBatch`; a simulated engine resolves it at once (its times are
-modelled), a real engine may run on a worker and resolve it when done (times measured).
+modelled), a real engine may run on a worker and resolve it when done (times measured). An
+engine that ``streams`` also reports each piece the moment it is complete, to ``on_piece``.
 
 LLM engines keep KV caches keyed by ``Invocation.kv_key``: PartialPrefilling creates one,
 FullPrefilling extends it on the same instance without recomputing the prefix, Decoding reads it
@@ -14,9 +15,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.primitives import Kind
+
+
+#: ``on_piece(invocation_key, piece_index, value)``: a streamed, semantically complete piece.
+PieceCallback = Callable[[str, int, Any], None]
 
 
 @dataclass(frozen=True)
@@ -73,11 +78,16 @@ class Engine(ABC):
     #: True when the instance takes new work while a batch runs (iteration-level / continuous
     #: batching, as vLLM does) up to ``max_batch_size()`` items in flight; False: one batch at a time.
     continuous: bool = False
+    #: True when ``submit`` calls ``on_piece`` as each piece completes (real engines); False:
+    #: pieces are only in the result's ``InvocationOutput.pieces`` (modelled offsets).
+    streams: bool = False
 
     @abstractmethod
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None) -> PendingBatch:
-        """Start a batch; all invocations' kinds must be in ``serves``. ``now_s`` is the
-        simulated clock (simulated engines model contention with it; real ones ignore it)."""
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: PieceCallback | None = None) -> PendingBatch:
+        """Start a batch; all invocations' kinds must be in ``serves`` (:func:`check_kinds`).
+        ``now_s`` is the simulated clock (simulated engines model contention with it; real ones
+        ignore it). ``on_piece`` gets streamed pieces live where the engine ``streams``."""
 
     @abstractmethod
     def max_batch_size(self) -> int:
@@ -89,3 +99,10 @@ class Engine(ABC):
 
     def holds_kv(self, kv_key: str) -> bool:
         return False
+
+
+def check_kinds(engine: Engine, batch: Sequence[Invocation]) -> None:
+    """Raise :class:`EngineError` unless ``engine`` serves every invocation's kind."""
+    for inv in batch:
+        if inv.kind not in engine.serves:
+            raise EngineError(f"engine {engine.name!r} cannot run {inv.kind}; serves {sorted(engine.serves)}")

@@ -9,7 +9,7 @@ import numpy as np
 
 from orchestrator import ops
 from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocation,
-                                       InvocationOutput, PendingBatch)
+                                       InvocationOutput, PendingBatch, PieceCallback, check_kinds)
 from orchestrator.engines.profiles import BatchProfile, LatencyProfile, max_efficient_batch
 from orchestrator.jsonstream import stream_pieces
 from orchestrator.primitives import Kind, PREFILL_KINDS
@@ -53,11 +53,11 @@ class SimEngine(Engine):
         self._ref_tokens, self._limit = ref_tokens, batch_limit
         self._max_batch: int | None = None
 
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None) -> PendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: PieceCallback | None = None) -> PendingBatch:
+        check_kinds(self, batch)
         by_kind: dict[Kind, list[Invocation]] = {}
         for inv in batch:
-            if inv.kind not in self.serves:
-                raise EngineError(f"engine {self.name!r} cannot run {inv.kind}; serves {sorted(self.serves)}")
             by_kind.setdefault(inv.kind, []).append(inv)
         dur = 0.0
         for kind, invs in by_kind.items():
@@ -124,7 +124,8 @@ class SimLLMEngine(Engine):
             self._prefixes.add(segs[0])
         return segs, ops.n_tokens(segs) - cached, cached
 
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None) -> PendingBatch:
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: PieceCallback | None = None) -> PendingBatch:
         now = 0.0 if now_s is None else now_s
         self._timed = now_s is not None
         pre = [i for i in batch if i.kind in PREFILL_KINDS]

@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.engines.base import Engine, Invocation, InvocationOutput
-from orchestrator.engines.real.worker import BatchWorker, FuturePendingBatch, check_kinds
+from orchestrator.engines.base import Invocation, InvocationOutput, PieceCallback
+from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.primitives import Kind
 
 _MODELS: dict[str, Any] = {}
@@ -50,35 +50,23 @@ def _encode(model: Any, texts: Sequence[str]) -> list[tuple[float, ...]]:
     return [tuple(float(x) for x in row) for row in arr]
 
 
-class SentenceEmbeddingEngine(Engine):
+class SentenceEmbeddingEngine(WorkerEngine):
     """EMBEDDING: ``inputs['texts']`` -> one normalised vector per text. All texts of a batch go
     through one ``encode`` call."""
-    streams = False
 
     def __init__(self, *, name: str, model_dir: str | None = None, max_batch: int = 64) -> None:
-        self.name, self.kind = name, "embedding"
-        self.serves = frozenset({Kind.EMBEDDING})
-        self.model_dir, self._max_batch = model_dir, max_batch
-        self._worker = BatchWorker(name)
+        super().__init__(name=name, kind="embedding", serves=frozenset({Kind.EMBEDDING}), max_batch=max_batch)
+        self.model_dir = model_dir
 
     @property
     def dim(self) -> int:
         return int(load_sentence_model(self.model_dir).get_embedding_dimension())
 
-    def max_batch_size(self) -> int:
-        return self._max_batch
-
     def warm(self) -> None:
         """Load the model and run it once (first-call overheads off the clock)."""
         _encode(load_sentence_model(self.model_dir), ["warm up"])
 
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
-               on_piece: Any = None) -> FuturePendingBatch:
-        check_kinds(self, batch)
-        batch = list(batch)
-        return self._worker.run(lambda t0: self._run(batch, t0))
-
-    def _run(self, batch: list[Invocation], t0: float) -> list[InvocationOutput]:
+    def _run(self, batch: list[Invocation], t0: float, on_piece: PieceCallback | None) -> list[InvocationOutput]:
         import time
         texts = [t for inv in batch for t in inv.inputs["texts"]]
         vecs = _encode(load_sentence_model(self.model_dir), texts)
@@ -89,9 +77,6 @@ class SentenceEmbeddingEngine(Engine):
             outs.append(InvocationOutput(vecs[lo:lo + n], done))
             lo += n
         return outs
-
-    def close(self) -> None:
-        self._worker.shutdown()
 
 
 def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
@@ -104,32 +89,20 @@ def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
     return flat
 
 
-class EmbeddingReranker(Engine):
+class EmbeddingReranker(WorkerEngine):
     """RERANKING: ``inputs['query']``, ``inputs['candidates']`` -> the ``params['top_n']`` texts
     most similar to the query (cosine of bi-encoder embeddings; ties by text). With
     ``cross_encoder_dir`` a sentence-transformers ``CrossEncoder`` scores the pairs instead."""
-    streams = False
 
     def __init__(self, *, name: str, model_dir: str | None = None, cross_encoder_dir: str | Path | None = None,
                  max_batch: int = 256) -> None:
-        self.name, self.kind = name, "reranker"
-        self.serves = frozenset({Kind.RERANKING})
-        self.model_dir, self._max_batch = model_dir, max_batch
+        super().__init__(name=name, kind="reranker", serves=frozenset({Kind.RERANKING}), max_batch=max_batch)
+        self.model_dir = model_dir
         self.cross_encoder_dir = str(cross_encoder_dir) if cross_encoder_dir else None
         self._ce = None
-        self._worker = BatchWorker(name)
-
-    def max_batch_size(self) -> int:
-        return self._max_batch
 
     def warm(self) -> None:
         self._scores("warm up", ["a", "b"])
-
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
-               on_piece: Any = None) -> FuturePendingBatch:
-        check_kinds(self, batch)
-        batch = list(batch)
-        return self._worker.run(lambda t0: self._run(batch, t0))
 
     def _scores(self, query: str, flat: list[str]) -> list[float]:
         if self.cross_encoder_dir:
@@ -141,7 +114,7 @@ class EmbeddingReranker(Engine):
         q = vecs[0]
         return [sum(a * b for a, b in zip(q, v)) for v in vecs[1:]]
 
-    def _run(self, batch: list[Invocation], t0: float) -> list[InvocationOutput]:
+    def _run(self, batch: list[Invocation], t0: float, on_piece: PieceCallback | None) -> list[InvocationOutput]:
         import time
         outs = []
         for inv in batch:
@@ -151,6 +124,3 @@ class EmbeddingReranker(Engine):
             outs.append([t for _, t in ranked[:int(inv.params["top_n"])]])
         done = time.perf_counter() - t0
         return [InvocationOutput(v, done) for v in outs]
-
-    def close(self) -> None:
-        self._worker.shutdown()

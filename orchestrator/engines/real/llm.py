@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from orchestrator import ops
-from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput
-from orchestrator.engines.real.worker import BatchWorker, FuturePendingBatch, PieceCallback, check_kinds
+from orchestrator.engines.base import EngineError, Invocation, InvocationOutput, PieceCallback
+from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.jsonstream import IncrementalJsonList
 from orchestrator.primitives import Kind, PREFILL_KINDS
 
@@ -37,19 +37,18 @@ class _Seq:
     segments: tuple[str, ...]
 
 
-class TorchLLMEngine(Engine):
+class TorchLLMEngine(WorkerEngine):
     """One instance of a causal LM from ``model_dir`` (a local Hugging Face checkpoint)."""
     continuous = False
     streams = True
 
     def __init__(self, *, name: str, model_dir: str | Path, dtype: str = "float32",
                  max_batch: int = 8, kv_capacity_tokens: int = 1 << 20) -> None:
-        self.name, self.kind = name, "llm"
-        self.serves = frozenset(PREFILL_KINDS | {Kind.DECODING})
+        super().__init__(name=name, kind="llm", serves=frozenset(PREFILL_KINDS | {Kind.DECODING}),
+                         max_batch=max_batch)
         self.model_dir, self.dtype = str(model_dir), dtype
-        self._max_batch, self.kv_capacity_tokens = max_batch, kv_capacity_tokens
+        self.kv_capacity_tokens = kv_capacity_tokens
         self._kv: dict[str, _Seq] = {}
-        self._worker = BatchWorker(name)
         self._model = self._tok = None
 
     # ---- loading ----
@@ -84,24 +83,11 @@ class TorchLLMEngine(Engine):
         self.forward(self.prompt_ids(("warm up",), first=True))
 
     # ---- interface ----
-    def max_batch_size(self) -> int:
-        return self._max_batch
-
     def occupied_kv_tokens(self) -> int:
         return sum(s.n_tokens for s in list(self._kv.values()))
 
     def holds_kv(self, kv_key: str) -> bool:
         return kv_key in self._kv
-
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
-               on_piece: PieceCallback | None = None) -> FuturePendingBatch:
-        """Start the batch on this instance's worker thread (``now_s`` unused: times are measured)."""
-        check_kinds(self, batch)
-        batch = list(batch)
-        return self._worker.run(lambda t0: self._run(batch, t0, on_piece))
-
-    def close(self) -> None:
-        self._worker.shutdown()
 
     # ---- execution ----
     def _run(self, batch: list[Invocation], t0: float, on_piece: PieceCallback | None) -> list[InvocationOutput]:

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput
-from orchestrator.engines.real.worker import BatchWorker, FuturePendingBatch, check_kinds
+from orchestrator.engines.base import EngineError, Invocation, InvocationOutput, PieceCallback
+from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.primitives import Kind
 
 _SERVERS: dict[str, Any] = {}
@@ -39,24 +39,18 @@ def _vec(v: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in v) + "]"
 
 
-class PgVectorEngine(Engine):
+class PgVectorEngine(WorkerEngine):
     """INGESTION (``texts``, ``vectors`` -> row handles) and SEARCHING (``queries`` vectors,
     ``index`` handles, ``params['top_k']`` -> texts per query) against PostgreSQL."""
-    streams = False
 
     def __init__(self, *, name: str, url: str, dim: int, table: str = "teola_chunks",
                  max_batch: int = 256, hnsw: bool = True) -> None:
         if not table.isidentifier():
             raise ValueError(f"table must be a plain identifier, not {table!r}")
-        self.name, self.kind = name, "vectordb"
-        self.serves = frozenset({Kind.INGESTION, Kind.SEARCHING})
+        super().__init__(name=name, kind="vectordb", serves=frozenset({Kind.INGESTION, Kind.SEARCHING}),
+                         max_batch=max_batch)
         self.url, self.dim, self.table, self.hnsw = url, dim, table, hnsw
-        self._max_batch = max_batch
         self._conn = None
-        self._worker = BatchWorker(name)
-
-    def max_batch_size(self) -> int:
-        return self._max_batch
 
     def warm(self) -> None:
         self.connect()
@@ -74,13 +68,7 @@ class PgVectorEngine(Engine):
                                 f"USING hnsw (emb vector_cosine_ops)")
         return self._conn
 
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
-               on_piece: Any = None) -> FuturePendingBatch:
-        check_kinds(self, batch)
-        batch = list(batch)
-        return self._worker.run(lambda t0: self._run(batch, t0))
-
-    def _run(self, batch: list[Invocation], t0: float) -> list[InvocationOutput]:
+    def _run(self, batch: list[Invocation], t0: float, on_piece: PieceCallback | None) -> list[InvocationOutput]:
         import time
         conn = self.connect()
         values: dict[str, Any] = {}
@@ -135,7 +123,7 @@ class PgVectorEngine(Engine):
         return found
 
     def close(self) -> None:
-        self._worker.shutdown()
+        super().close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

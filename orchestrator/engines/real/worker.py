@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from orchestrator.engines.base import BatchResult, Invocation, InvocationOutput, PendingBatch
+from orchestrator.engines.base import (BatchResult, Engine, Invocation, InvocationOutput, PendingBatch,
+                                       PieceCallback, check_kinds)
 
-#: ``on_piece(invocation_key, piece_index, value)``: a streamed, semantically complete piece.
-PieceCallback = Callable[[str, int, Any], None]
+__all__ = ["BatchWorker", "FuturePendingBatch", "PieceCallback", "WorkerEngine", "check_kinds"]
 
 
 class FuturePendingBatch(PendingBatch):
@@ -49,8 +50,29 @@ class BatchWorker:
         self._pool.shutdown(wait=True)
 
 
-def check_kinds(engine: Any, batch: Sequence[Invocation]) -> None:
-    from orchestrator.engines.base import EngineError
-    for inv in batch:
-        if inv.kind not in engine.serves:
-            raise EngineError(f"engine {engine.name!r} cannot run {inv.kind}; serves {sorted(engine.serves)}")
+class WorkerEngine(Engine):
+    """An engine instance whose batches run on its own :class:`BatchWorker`: ``submit`` checks
+    the kinds and returns at once; the batch runs in ``_run(batch, t0, on_piece)``."""
+
+    def __init__(self, *, name: str, kind: str, serves: frozenset, max_batch: int) -> None:
+        self.name, self.kind, self.serves = name, kind, serves
+        self._max_batch = max_batch
+        self._worker = BatchWorker(name)
+
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
+               on_piece: PieceCallback | None = None) -> FuturePendingBatch:
+        """Start the batch on this instance's worker thread (``now_s`` unused: times are measured)."""
+        check_kinds(self, batch)
+        batch = list(batch)
+        return self._worker.run(lambda t0: self._run(batch, t0, on_piece))
+
+    @abstractmethod
+    def _run(self, batch: list[Invocation], t0: float,
+             on_piece: PieceCallback | None) -> Sequence[InvocationOutput]:
+        """Run the batch (``t0``: perf_counter at its start, for ``done_s`` offsets)."""
+
+    def close(self) -> None:
+        self._worker.shutdown()
