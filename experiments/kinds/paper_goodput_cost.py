@@ -74,10 +74,9 @@ def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
     return out
 
 
-def run(params: Params, ctx: RunContext) -> None:
-    from harness.cluster import EngineSettings
-    from harness.replay import replay
-    from harness.workload import azure_or_synthetic, cell_workload
+def resolve_all(params) -> tuple[list, str, list[dict]]:
+    """The tasks' resolved problems on ``params.cluster``, its GPU name, and per task
+    ``{workflow: [(prompt, output) tokens per stage]}``."""
     from selector.errors import ProblemError
     from selector.resolve import load_catalog, load_cluster_file, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
@@ -89,14 +88,29 @@ def run(params: Params, ctx: RunContext) -> None:
         specs = [load_task(t) for t in params.tasks]
     except ProblemError as exc:
         raise UserError(str(exc)) from None
-    tokens = [{w.name: stage_tokens(s, w) for w in s.workflows} for s in specs]
-    deps = deploy_all(params, problems, ctx)
+    return problems, gpu, [{w.name: stage_tokens(s, w) for w in s.workflows} for s in specs]
+
+
+def load_traces(params, seed: int) -> dict:
+    """``{trace kind: (Trace, source)}`` for ``params.traces``."""
+    from harness.workload import azure_or_synthetic
     traces = {}
     for kind in params.traces:
         try:
-            traces[kind] = azure_or_synthetic(kind, data_dir=params.data_dir, seed=ctx.seed)
+            traces[kind] = azure_or_synthetic(kind, data_dir=params.data_dir, seed=seed)
         except KeyError as exc:
             raise UserError(f"field 'params.traces': {exc.args[0]}") from None
+    return traces
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    from harness.cluster import EngineSettings
+    from harness.replay import replay
+    from harness.workload import cell_workload
+
+    problems, gpu, tokens = resolve_all(params)
+    deps = deploy_all(params, problems, ctx)
+    traces = load_traces(params, ctx.seed)
     cells = [(s, k, ld) for s in deps for k in params.traces for ld in params.loads_pct]
     engine = EngineSettings(scheduler=params.scheduler)
     rates = [p.task.arrival_rate_rps for p in problems]

@@ -144,3 +144,44 @@ def test_server_killed_mid_run_fails_its_requests_and_keeps_the_rest(fleet2):
     first_fail = min(r["arrival_s"] for r in failed)
     assert all(not r["failed"] for r in res.requests if r["end_s"] < first_fail)
     _check_metrics(res, problems, wl)
+
+
+def _cfg(tmp_path, **params) -> str:
+    import yaml
+    base = {"tasks": ["chat"], "selectors": ["flowmaker"], "traces": ["conv"], "loads_pct": [100],
+            "requests": {"conv": 4}, "backend": "transformers", "dtype": "float32", "startup_timeout_s": 180,
+            "max_prompt_tokens": 64, "max_output_tokens": 4, "time_scale": 0.5}
+    p = tmp_path / "live.yaml"
+    p.write_text(yaml.safe_dump({"experiment": "live", "kind": "live_replay", "seed": 0, "params": {**base, **params}}))
+    return str(p)
+
+
+def test_live_replay_experiment_runs_and_resumes(tiny_llama_dir, tmp_path, capsys):
+    import pandas as pd
+
+    from experiments.run import main
+    cfg = _cfg(tmp_path, stand_in_model=str(tiny_llama_dir), base_port=free_port())
+    argv = [cfg, "--results", str(tmp_path), "--run-id", "r", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "STAND-IN MODEL" in out and "| flowmaker | conv | 100% | 4 | 4 | 0 |" in out
+    run = tmp_path / "live" / "r"
+    for f in ("results.parquet", "tasks.parquet", "requests.parquet", "calls.parquet", "deployments.parquet",
+              "summary.md"):
+        assert (run / f).exists(), f
+    df = pd.read_parquet(run / "results.parquet")
+    assert (df.completed + df.failed == df.requests).all() and (df.backend == "servers").all()
+    logs = {p: p.stat().st_size for p in (run / "servers" / "flowmaker").iterdir()}
+    assert list(logs) == [run / "servers" / "flowmaker" / "chat.respond.0.log"]     # one server per instance
+    stamp = (run / "cells" / "flowmaker__conv__100.parquet").stat().st_mtime_ns
+    assert main(argv) == 0                                   # finished cell skipped: no server started
+    assert (run / "cells" / "flowmaker__conv__100.parquet").stat().st_mtime_ns == stamp
+    assert all(p.stat().st_size == n for p, n in logs.items())
+
+
+def test_missing_model_path_is_a_one_line_error(tmp_path, capsys):
+    from experiments.run import main
+    assert main([_cfg(tmp_path, backend="vllm", model_paths={"other-model": "/x"}), "--results", str(tmp_path),
+                  "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: field 'params.model_paths': no local checkpoint for model") and "\n" not in err
