@@ -1,5 +1,5 @@
 """Runtime: graph scheduler + engine schedulers over a discrete-event simulation."""
-from orchestrator.runtime.api import make_payload, pass_context, simulate
+from orchestrator.runtime.api import Prepared, make_payload, pass_context, prepare, simulate
 from orchestrator.runtime.sim import RequestResult
 
-__all__ = ["simulate", "make_payload", "pass_context", "RequestResult"]
+__all__ = ["simulate", "prepare", "Prepared", "make_payload", "pass_context", "RequestResult"]

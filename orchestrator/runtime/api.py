@@ -1,6 +1,7 @@
 """Public entry point: simulate queries of one application on given engines."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -8,7 +9,7 @@ import numpy as np
 from orchestrator.batching import BatchingPolicy
 from orchestrator.engines.base import Engine
 from orchestrator.ops import words
-from orchestrator.passes import GraphCache, PassContext, passes_named
+from orchestrator.passes import GraphCache, Pass, PassContext, passes_named
 from orchestrator.runtime.engine_scheduler import EngineScheduler
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, run_events
 from orchestrator.schemes import Scheme, get_scheme
@@ -29,6 +30,52 @@ def pass_context(engines: Mapping[str, Sequence[Engine]]) -> PassContext:
     return PassContext({name: inst[0].max_batch_size() for name, inst in engines.items()})
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What every runtime sets up alike before it runs queries: the scheme, its passes, the
+    queries' content and the graph cache. :meth:`runs` optimises each query's graph for the
+    engines' batch limits and checks the engines; :meth:`policy` gives an engine scheduler its
+    batching policy."""
+    template: Template
+    scheme: Scheme
+    passes: Sequence[Pass]
+    query_configs: Sequence[QueryConfig]
+    arrivals_s: Sequence[float]
+    payloads: Sequence[Mapping[str, Any]]
+    cache: GraphCache
+    batching: BatchingPolicy | None = None
+
+    def policy(self) -> BatchingPolicy:
+        """``batching`` (one object shared by all engine schedulers) or a fresh one of the scheme."""
+        return self.batching or self.scheme.policy()
+
+    def runs(self, ctx: PassContext) -> list[QueryRun]:
+        """Fresh per-query runs on graphs optimised for ``ctx`` (engine name -> max batch);
+        KeyError when the graphs need an engine ``ctx`` does not name."""
+        graphs = [self.cache.get(self.template, c, self.passes, ctx) for c in self.query_configs]
+        needed = {n.engine for g in graphs for n in g.nodes.values() if n.engine is not None}
+        missing = needed - set(ctx.max_batch)
+        if missing:
+            raise KeyError(f"template {self.template.name!r} needs engines {sorted(missing)}; "
+                           f"given: {sorted(ctx.max_batch)}")
+        return [QueryRun(i, g, float(t), p) for i, (g, t, p) in enumerate(zip(graphs, self.arrivals_s, self.payloads))]
+
+
+def prepare(template: Template, query_configs: Sequence[QueryConfig], arrivals_s: Sequence[float], *,
+            scheme: Scheme | str = "teola", batching: BatchingPolicy | None = None, seed: int = 0,
+            payloads: Sequence[Mapping[str, Any]] | None = None, cache: GraphCache | None = None) -> Prepared:
+    """Resolve ``scheme`` and its passes and generate content from ``seed`` unless ``payloads``
+    are given: the part of :func:`simulate` that every runtime shares (arguments as there)."""
+    if len(query_configs) != len(arrivals_s):
+        raise ValueError(f"{len(query_configs)} configs but {len(arrivals_s)} arrivals")
+    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
+    if payloads is None:
+        rng = np.random.default_rng(seed)
+        payloads = [make_payload(c, rng) for c in query_configs]
+    return Prepared(template, sch, passes_named(sch.passes), query_configs, arrivals_s, payloads,
+                    cache or GraphCache(), batching)
+
+
 def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_s: Sequence[float],
              engines: Mapping[str, Sequence[Engine]], *, scheme: Scheme | str = "teola",
              batching: BatchingPolicy | None = None, seed: int = 0,
@@ -42,23 +89,11 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
     ``seed`` unless ``payloads`` are given. ``dispatch_overhead_s`` delays every batch start
     (communication). Returns results ordered by query index; latencies in seconds.
     """
-    if len(query_configs) != len(arrivals_s):
-        raise ValueError(f"{len(query_configs)} configs but {len(arrivals_s)} arrivals")
-    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
-    cache = cache or GraphCache()
+    prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
+                   payloads=payloads, cache=cache)
     ctx = pass_context(engines)
-    passes = passes_named(sch.passes)
-    rng = np.random.default_rng(seed)
-    if payloads is None:
-        payloads = [make_payload(c, rng) for c in query_configs]
-    graphs = [cache.get(template, c, passes, ctx) for c in query_configs]
-    needed = {n.engine for g in graphs for n in g.nodes.values() if n.engine is not None}
-    missing = needed - set(engines)
-    if missing:
-        raise KeyError(f"template {template.name!r} needs engines {sorted(missing)}; given: {sorted(engines)}")
-    scheds = {name: EngineScheduler(name=name, instances=inst, policy=batching or sch.policy(),
-                                    max_batch=ctx.max_batch[name])
+    runs = prep.runs(ctx)
+    scheds = {name: EngineScheduler(name=name, instances=inst, policy=prep.policy(), max_batch=ctx.max_batch[name])
               for name, inst in engines.items()}
     state = SimState(schedulers=scheds, dispatch_overhead_s=dispatch_overhead_s)
-    runs = [QueryRun(i, g, float(t), p) for i, (g, t, p) in enumerate(zip(graphs, arrivals_s, payloads))]
     return run_events(state, runs)

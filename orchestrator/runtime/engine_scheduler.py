@@ -1,12 +1,16 @@
 """One engine scheduler per engine: pending primitives from all queries, batched by a policy,
-placed on an idle instance chosen by a balancer, KV-cache affinity respected."""
+placed on an idle instance chosen by a balancer, KV-cache affinity respected.
+
+A launch never waits for its batch: it returns the instance's :class:`PendingBatch` and the
+runtime decides when to take the result (the discrete-event runtime at once, the wall-clock one
+on a thread)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
 from orchestrator.batching import Balancer, BatchingPolicy, ByExecuted, ByKVSlots, Pending
-from orchestrator.engines.base import BatchResult, Engine, Invocation
+from orchestrator.engines.base import Engine, Invocation, PendingBatch, PieceCallback
 from orchestrator.primitives import Kind, PREFILL_KINDS
 
 
@@ -14,12 +18,18 @@ from orchestrator.primitives import Kind, PREFILL_KINDS
 class Launch:
     instance: int
     batch: tuple[Pending, ...]
-    result: BatchResult | None   # None: an iterative instance, whose iterations deliver results
+    pending: PendingBatch | None   # None: an iterative instance, whose iterations deliver results
 
 
 class EngineScheduler:
+    """``drives_iterations``: the runtime runs iterative instances' forward passes itself (the
+    discrete-event runtime), so a batch for one is not submitted but handed over (``pending``
+    None); False: every instance gets whole batches through ``submit``. ``on_piece`` goes to the
+    ``submit`` of instances that stream (``Engine.streams``)."""
+
     def __init__(self, *, name: str, instances: Sequence[Engine], policy: BatchingPolicy,
-                 balancer: Balancer | None = None, max_batch: int | None = None) -> None:
+                 balancer: Balancer | None = None, max_batch: int | None = None,
+                 drives_iterations: bool = True, on_piece: PieceCallback | None = None) -> None:
         if not instances:
             raise ValueError(f"engine {name!r} has no instances")
         self.name = name
@@ -32,6 +42,8 @@ class EngineScheduler:
         self.executed = [0] * len(instances)
         self.batches = [0] * len(instances)
         self._affinity: dict[str, int] = {}
+        self.drives_iterations = drives_iterations
+        self.on_piece = on_piece
 
     def enqueue(self, p: Pending) -> None:
         self.pending.append(p)
@@ -81,12 +93,15 @@ class EngineScheduler:
                 self._affinity[inv.kv_key] = i
             elif inv.kind == Kind.DECODING:
                 self._affinity.pop(inv.kv_key, None)
-        inst = self.instances[i]
-        if getattr(inst, "iterative", False):
-            result = None       # the runtime enqueues it and drives the instance's iterations
-        else:
-            result = inst.submit([p.payload for p in batch], now_s=now_s).result()
+        pending = self._submit(i, batch, now_s)
         self.inflight[i] += sum(p.size for p in batch)
         self.executed[i] += sum(p.size for p in batch)
         self.batches[i] += 1
-        return Launch(i, tuple(batch), result)
+        return Launch(i, tuple(batch), pending)
+
+    def _submit(self, i: int, batch: list[Pending], now_s: float) -> PendingBatch | None:
+        inst = self.instances[i]
+        if self.drives_iterations and getattr(inst, "iterative", False):
+            return None         # the runtime enqueues it and drives the instance's iterations
+        kw = {"on_piece": self.on_piece} if self.on_piece is not None and getattr(inst, "streams", False) else {}
+        return inst.submit([p.payload for p in batch], now_s=now_s, **kw)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from orchestrator.runtime.realtime import EngineHost, RealtimeReport, run_realtime
+from orchestrator.runtime.realtime import EngineHost, RealtimeReport, drain, run_realtime
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -66,13 +66,7 @@ class _HostActor:
         self.host.drop(set(qids))
 
     def poll(self, timeout_s: float) -> list[tuple]:
-        out = []
-        try:
-            out.append(self._q.get(timeout=timeout_s))
-            while True:
-                out.append(self._q.get_nowait())
-        except queue.Empty:
-            return out
+        return drain(self._q, timeout_s)
 
     def batches(self) -> list[int]:
         return list(self.host.sched.batches)

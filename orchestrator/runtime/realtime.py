@@ -5,15 +5,17 @@ Nothing of the scheduling logic is rewritten here. Per query, :class:`~orchestra
 (its ``start`` / ``ready`` / ``complete``: in-degrees, the per-query store, engine-free
 primitives inline) is the graph scheduler; per engine, an
 :class:`~orchestrator.runtime.engine_scheduler.EngineScheduler` forms batches with the same
-policies, balancers and KV affinity. What changes is time: ``now`` is the wall clock, a launch
-does not wait for its batch (``_launch`` is overridden to keep the engine's ``PendingBatch``
-instead of its result), and completions, streamed JSON pieces and failures arrive as events on
-a queue that one loop thread handles, so all scheduler state is touched by one thread at a time.
+policies, balancers and KV affinity; :func:`~orchestrator.runtime.api.prepare` sets up graphs
+and content as for the simulation. What changes is time: ``now`` is the wall clock, each
+launched batch's ``PendingBatch`` is awaited on its own thread (the simulation takes its result
+at once), and completions, streamed JSON pieces and failures arrive as events on a queue that
+one loop thread handles, so all scheduler state is touched by one thread at a time.
 
-An engine batch that raises fails the queries in it (kept in ``RealtimeReport.failed`` with the
-reason); an instance whose server is gone (:class:`EngineDead`-like errors, ``dead`` attribute
-or a class named ``EngineDeadError``) gets no more work, and when an engine has no live instance
-left its waiting queries fail too. Every finished query's result is kept.
+An engine batch that raises fails the queries in it (each gets a :class:`RequestResult` whose
+``error`` is the reason; ``RealtimeReport.failed`` lists them); an instance whose server is gone
+(:class:`EngineDead`-like errors, ``dead`` attribute or a class named ``EngineDeadError``) gets
+no more work, and when an engine has no live instance left its waiting queries fail too. Every
+finished query's result is kept.
 """
 from __future__ import annotations
 
@@ -24,58 +26,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from orchestrator.batching import BatchingPolicy, Pending
-from orchestrator.engines.base import Engine, Invocation
-from orchestrator.passes import GraphCache, passes_named
-from orchestrator.primitives import Kind, PREFILL_KINDS
-from orchestrator.runtime.api import make_payload, pass_context
-from orchestrator.runtime.engine_scheduler import EngineScheduler
+from orchestrator.engines.base import Engine
+from orchestrator.passes import GraphCache, PassContext
+from orchestrator.runtime.api import prepare
+from orchestrator.runtime.engine_scheduler import EngineScheduler, Launch
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState
-from orchestrator.schemes import Scheme, get_scheme
+from orchestrator.schemes import Scheme
 from orchestrator.template import QueryConfig, Template
 
 Sink = Callable[[tuple], None]
 
 
-@dataclass(frozen=True)
-class Started:
-    instance: int
-    batch: tuple[Pending, ...]
-    pending: Any            # the engine's PendingBatch
-
-
 class AsyncEngineScheduler(EngineScheduler):
-    """The engine scheduler with a non-blocking launch and dead instances taken out of rotation."""
+    """The engine scheduler for the wall-clock runtime: every instance gets whole batches through
+    ``submit`` (no runtime drives iterations) and dead instances are taken out of rotation."""
 
     def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
+        super().__init__(drives_iterations=False, **kw)
         self.dead: set[int] = set()
-        self.on_piece: Callable[[str, int, Any], None] | None = None
 
     def _room(self, i: int) -> int:
         return 0 if i in self.dead else super()._room(i)
-
-    def _launch(self, i: int, batch: list[Pending], now_s: float) -> Started:  # type: ignore[override]
-        # same bookkeeping as EngineScheduler._launch, without waiting for the result
-        chosen = {id(p) for p in batch}
-        self.pending = [p for p in self.pending if id(p) not in chosen]
-        for p in batch:
-            inv: Invocation = p.payload
-            if inv.kind in PREFILL_KINDS:
-                self._affinity[inv.kv_key] = i
-            elif inv.kind == Kind.DECODING:
-                self._affinity.pop(inv.kv_key, None)
-        inst = self.instances[i]
-        kw: dict[str, Any] = {"now_s": now_s}
-        if getattr(inst, "streams", False) and self.on_piece is not None:
-            kw["on_piece"] = self.on_piece
-        pending = inst.submit([p.payload for p in batch], **kw)
-        self.inflight[i] += sum(p.size for p in batch)
-        self.executed[i] += sum(p.size for p in batch)
-        self.batches[i] += 1
-        return Started(i, tuple(batch), pending)
 
 
 def _is_dead_error(exc: BaseException) -> bool:
@@ -92,8 +64,8 @@ class EngineHost:
     def __init__(self, *, name: str, instances: Sequence[Engine], policy: BatchingPolicy,
                  max_batch: int | None, sink: Sink, clock: Callable[[], float], time_scale: float = 1.0) -> None:
         self.name, self.sink, self.clock, self.time_scale = name, sink, clock, time_scale
-        self.sched = AsyncEngineScheduler(name=name, instances=instances, policy=policy, max_batch=max_batch)
-        self.sched.on_piece = self._piece
+        self.sched = AsyncEngineScheduler(name=name, instances=instances, policy=policy, max_batch=max_batch,
+                                          on_piece=self._piece)
         self._lock = threading.RLock()
         self._keys: dict[str, tuple[int, str]] = {}
 
@@ -123,7 +95,7 @@ class EngineHost:
         qid, nid = self._keys[key]
         self.sink(("piece", qid, nid, i, value))
 
-    def _await(self, st: Started) -> None:
+    def _await(self, st: Launch) -> None:
         inst = self.sched.instances[st.instance]
         t0 = time.perf_counter()
         try:
@@ -144,7 +116,7 @@ class EngineHost:
                 self.sched.free(st.instance, sum(p.size for p in st.batch))
             self.dispatch()
 
-    def _replay(self, st: Started, res: Any, t0: float) -> None:
+    def _replay(self, st: Launch, res: Any, t0: float) -> None:
         events = []
         for p, out in zip(st.batch, res.outputs):
             for i, (off, val) in enumerate(out.pieces):
@@ -170,13 +142,24 @@ class EngineHost:
 
 @dataclass
 class RealtimeReport:
-    """``results``: finished queries (latencies in wall-clock seconds); ``failed``: query id ->
-    reason; ``dead_instances``: engine instances that died; ``wall_s``: the whole run."""
-    results: list[RequestResult]
-    failed: dict[int, str] = field(default_factory=dict)
+    """``outcomes``: one :class:`RequestResult` per query in query order, finished or failed
+    (latencies in wall-clock seconds); ``dead_instances``: engine instances that died;
+    ``wall_s``: the whole run; ``batches``: per engine, batches run per instance."""
+    outcomes: list[RequestResult]
     dead_instances: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     batches: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def results(self) -> list[RequestResult]:
+        """The finished queries."""
+        return [r for r in self.outcomes if r.ok]
+
+    @property
+    def failed(self) -> dict[int, str]:
+        """Query id -> reason for the failed queries, in the order they failed."""
+        gone = sorted((r for r in self.outcomes if not r.ok), key=lambda r: (r.finish_s, r.qid))
+        return {r.qid: r.error for r in gone}
 
 
 class _WallState(SimState):
@@ -203,36 +186,36 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     time_scale=)`` makes each engine's host (default :class:`EngineHost`, in process; the Ray
     runtime passes one that runs it in an actor). Queries still running after ``timeout_s``
     count as failed."""
-    if len(query_configs) != len(arrivals_s):
-        raise ValueError(f"{len(query_configs)} configs but {len(arrivals_s)} arrivals")
-    sch = get_scheme(scheme) if isinstance(scheme, str) else scheme
-    cache = cache or GraphCache()
+    prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
+                   payloads=payloads, cache=cache)
     factory = host_factory or EngineHost
     events: queue.Queue = queue.Queue()
     start = [time.perf_counter()]
     clock = lambda: time.perf_counter() - start[0]  # noqa: E731
-    hosts = {name: factory(name=name, instances=inst, policy=batching or sch.policy(), max_batch=None,
+    hosts = {name: factory(name=name, instances=inst, policy=prep.policy(), max_batch=None,
                            sink=events.put, clock=clock, time_scale=time_scale)
              for name, inst in engines.items()}
-    ctx = pass_context(engines) if host_factory is None else \
-        type(pass_context({}))({n: h.max_batch() for n, h in hosts.items()})
-    passes = passes_named(sch.passes)
-    if payloads is None:
-        rng = np.random.default_rng(seed)
-        payloads = [make_payload(c, rng) for c in query_configs]
-    graphs = [cache.get(template, c, passes, ctx) for c in query_configs]
-    needed = {n.engine for g in graphs for n in g.nodes.values() if n.engine is not None}
-    if needed - set(engines):
-        raise KeyError(f"template {template.name!r} needs engines {sorted(needed - set(engines))}; given: {sorted(engines)}")
+    # a host's max batch is its instances' (asked of the actor where it runs in one)
+    runs = prep.runs(PassContext({n: h.max_batch() for n, h in hosts.items()}))
     state = _WallState(schedulers=hosts, dispatch_overhead_s=0.0)
-    runs = [QueryRun(i, g, float(t), p) for i, (g, t, p) in enumerate(zip(graphs, arrivals_s, payloads))]
-    report = RealtimeReport(results=state.results)
+    report = RealtimeReport(outcomes=state.results)
     start[0] = time.perf_counter()          # time zero: hosts built, graphs optimised
     _loop(state, runs, events, clock, report, hosts, timeout_s)
     report.wall_s = clock()
-    report.results.sort(key=lambda r: r.qid)
-    report.batches = {n: list(getattr(h, "sched", None).batches) if hasattr(h, "sched") else [] for n, h in hosts.items()}
+    report.outcomes.sort(key=lambda r: r.qid)
+    report.batches = {n: list(h.sched.batches) if hasattr(h, "sched") else [] for n, h in hosts.items()}
     return report
+
+
+def drain(q: queue.Queue, timeout_s: float) -> list:
+    """Wait up to ``timeout_s`` for an item of ``q``, then take every item already there."""
+    out = []
+    try:
+        out.append(q.get(timeout=timeout_s))
+        while True:
+            out.append(q.get_nowait())
+    except queue.Empty:
+        return out
 
 
 def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: Callable[[], float],
@@ -244,17 +227,12 @@ def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: C
     while open_q:
         now = clock()
         if now > timeout_s:
-            for qid in open_q:
-                report.failed[qid] = f"timed out after {timeout_s} s"
+            state.now = now
+            for qid in sorted(open_q):
+                state.fail(by_id[qid], f"timed out after {timeout_s} s")
             break
         wait = min(arrivals[0][0] - now, timeout_s - now) if arrivals else timeout_s - now
-        batch = []
-        try:
-            batch.append(events.get(timeout=max(0.0, wait)))
-            while True:
-                batch.append(events.get_nowait())
-        except queue.Empty:
-            pass
+        batch = drain(events, max(0.0, wait))
         while arrivals and arrivals[0][0] <= clock():
             _, qid = heapq.heappop(arrivals)
             state.now = clock()
@@ -263,7 +241,7 @@ def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: C
             state.now = clock()
             _handle(state, ev, report, hosts)
         for q in list(open_q):
-            if q in report.failed or by_id[q].finish_s is not None:
+            if by_id[q].finish_s is not None:       # finished or failed
                 open_q.discard(q)
         state.dispatch()
 
@@ -274,16 +252,13 @@ def _handle(state: _WallState, ev: tuple, report: RealtimeReport, hosts: Mapping
         report.dead_instances.append(ev[1])
         return
     if kind == "failed":
-        new = {q for q in ev[1] if q not in report.failed and state.queries[q].finish_s is None}
-        for q in new:
-            report.failed[q] = ev[2]
+        new = {q for q in ev[1] if state.fail(state.queries[q], ev[2])}
         for h in hosts.values():
             h.drop(new)
         return
-    qid = ev[1]
-    if qid in report.failed:
+    q = state.queries[ev[1]]
+    if q.error is not None:
         return
-    q = state.queries[qid]
     if kind == "piece":
         pid = f"{ev[2]}/piece{ev[3]}"
         if pid in q.graph.nodes and pid not in q.store:

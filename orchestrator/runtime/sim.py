@@ -24,17 +24,24 @@ P_ARRIVAL, P_DONE, P_PIECE, P_FREE = 0, 1, 1, 2
 
 @dataclass(frozen=True)
 class RequestResult:
-    """One finished query: end-to-end ``latency_s = finish_s - arrival_s``; ``outputs`` maps the
-    graph's output node ids to their values; ``n_primitives`` the nodes executed."""
+    """One ended query: end-to-end ``latency_s = finish_s - arrival_s``; ``outputs`` maps the
+    graph's output node ids to their values; ``n_primitives`` the nodes executed. A failed query
+    (a runtime with real engines) has ``error``, the reason; its ``finish_s`` is when it failed,
+    ``outputs`` is empty and ``n_primitives`` counts the nodes completed until then."""
     qid: int
     arrival_s: float
     finish_s: float
     outputs: Mapping[str, Any]
     n_primitives: int
+    error: str | None = None
 
     @property
     def latency_s(self) -> float:
         return self.finish_s - self.arrival_s
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass
@@ -46,6 +53,7 @@ class QueryRun:
     indeg: dict[str, int] = field(default_factory=dict)
     store: dict[str, Any] = field(default_factory=dict)
     finish_s: float | None = None
+    error: str | None = None
 
 
 class SimState:
@@ -110,6 +118,14 @@ class SimState:
                                               {o: q.store[o] for o in q.graph.outputs}, len(q.graph.nodes)))
         return out
 
+    def fail(self, q: QueryRun, reason: str) -> bool:
+        """End query ``q`` unfinished at ``now`` for ``reason``; False when it had already ended."""
+        if q.finish_s is not None:
+            return False
+        q.finish_s, q.error = self.now, reason
+        self.results.append(RequestResult(q.qid, q.arrival_s, self.now, {}, len(q.store), reason))
+        return True
+
     def dispatch(self) -> list:
         """Place pending work (engine schedulers), then start a forward pass on every idle
         iterative LLM instance that has work."""
@@ -117,7 +133,7 @@ class SimState:
         for name, sch in self.schedulers.items():
             for la in sch.dispatch(self.now):
                 start = self.now + self._overhead(la.batch)
-                if la.result is None:
+                if la.pending is None:
                     invs = [p.payload for p in la.batch]
                     for p in la.batch:
                         self.owner[p.payload.key] = (p.qid, p.node_id)
@@ -126,7 +142,8 @@ class SimState:
                     else:
                         out.append((start, P_DONE, Enqueue(name, la.instance, tuple(invs))))
                     continue
-                for p, res in zip(la.batch, la.result.outputs):
+                result = la.pending.result()      # simulated: resolved at submit
+                for p, res in zip(la.batch, result.outputs):
                     q = self.queries[p.qid]
                     out.append((start + res.done_s, P_DONE, NodeDone(p.qid, p.node_id, res.value)))
                     for i, (off, val) in enumerate(res.pieces):
@@ -134,7 +151,7 @@ class SimState:
                         if pid in q.graph.nodes:
                             out.append((start + off, P_PIECE, NodeDone(p.qid, pid, val)))
                 items = sum(p.size for p in la.batch)
-                out.append((start + la.result.duration_s, P_FREE, InstanceFree(name, la.instance, items)))
+                out.append((start + result.duration_s, P_FREE, InstanceFree(name, la.instance, items)))
         for name, sch in self.schedulers.items():
             for i, inst in enumerate(sch.instances):
                 if getattr(inst, "iterative", False) and not inst.busy and inst.has_work():
