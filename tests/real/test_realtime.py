@@ -71,6 +71,8 @@ def test_engine_dying_mid_run_fails_its_queries_and_keeps_finished_ones():
     assert sorted(rep.failed) == [1, 2, 3]
     assert "EngineDeadError" in rep.failed[1]
     assert all("no live instance" in rep.failed[q] for q in (2, 3))
+    assert [(r.qid, r.ok) for r in rep.outcomes] == [(0, True), (1, False), (2, False), (3, False)]
+    assert all(rep.failed[r.qid] == r.error and r.latency_s >= 0 for r in rep.outcomes if not r.ok)
 
 
 def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
