@@ -95,6 +95,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances):
 
 def run(params: Params, ctx: RunContext) -> None:
     from harness.live import LiveSettings, replay_live
+    from harness.servers import ServerError
     from harness.workload import cell_workload
 
     if params.endpoints and len(params.selectors) > 1:
@@ -130,6 +131,8 @@ def run(params: Params, ctx: RunContext) -> None:
                                       settings=settings)
                 except KeyError as exc:
                     raise UserError(f"field 'params.endpoints': {exc.args[0]}") from None
+                except ServerError as exc:      # a server failed its calibration probes, before the clock
+                    raise UserError(f"{label}: {exc}") from None
                 name = _cell(label, kind, load)
                 meta = {"selector": label, "trace": kind, "load_pct": load}
                 atomic_write_parquet(ctx.cell_path(name + "__requests"), pd.DataFrame([{**meta, **r} for r in res.requests]))
