@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.factory import build_instances, load_engine_spec
+from orchestrator.engines.factory import build_instances, load_engine_spec, named_yaml
 from orchestrator.template import Component, QueryConfig, Template
 
 APP_DIR = Path(__file__).resolve().parents[1] / "configs" / "apps"
@@ -75,13 +75,7 @@ class AppSpec(_Frozen):
 
 
 def load_app(name_or_path: str | Path) -> AppSpec:
-    p = Path(name_or_path)
-    if p.suffix != ".yaml":
-        p = APP_DIR / f"{name_or_path}.yaml"
-    if not p.exists():
-        known = ", ".join(sorted(q.stem for q in APP_DIR.glob("*.yaml")))
-        raise KeyError(f"unknown app {str(name_or_path)!r}; known: {known}")
-    return AppSpec.model_validate(yaml.safe_load(p.read_text()))
+    return AppSpec.model_validate(yaml.safe_load(named_yaml(name_or_path, APP_DIR, "app").read_text()))
 
 
 def known_apps() -> list[str]:

@@ -78,14 +78,20 @@ class LLMSpec(_Frozen):
     profile: LinearLLMSpec
 
 
-def load_engine_spec(name_or_path: str | Path) -> EngineSpec | LLMSpec:
+def named_yaml(name_or_path: str | Path, directory: Path, what: str) -> Path:
+    """``name_or_path`` itself when it ends in ``.yaml``, else ``directory/<name>.yaml``; a
+    KeyError naming the known ones when it does not exist."""
     p = Path(name_or_path)
     if p.suffix != ".yaml":
-        p = ENGINE_DIR / f"{name_or_path}.yaml"
+        p = directory / f"{name_or_path}.yaml"
     if not p.exists():
-        known = ", ".join(sorted(q.stem for q in ENGINE_DIR.glob("*.yaml")))
-        raise KeyError(f"unknown engine spec {str(name_or_path)!r}; known: {known}")
-    raw = yaml.safe_load(p.read_text())
+        known = ", ".join(sorted(q.stem for q in directory.glob("*.yaml")))
+        raise KeyError(f"unknown {what} {str(name_or_path)!r}; known: {known}")
+    return p
+
+
+def load_engine_spec(name_or_path: str | Path) -> EngineSpec | LLMSpec:
+    raw = yaml.safe_load(named_yaml(name_or_path, ENGINE_DIR, "engine spec").read_text())
     return LLMSpec.model_validate(raw) if raw.get("kind") == "llm" else EngineSpec.model_validate(raw)
 
 
