@@ -97,12 +97,18 @@ def web_search(queries: Sequence[str], top_k: int, result_tokens: int) -> list[l
     return [[words(("web", q, j), result_tokens) for j in range(top_k)] for q in queries]
 
 
-def rerank(query: str, candidates: Sequence[Any], top_n: int) -> list[str]:
+def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
+    """Reranking candidates (texts, or one list of texts per search query) deduplicated in order."""
     flat: list[str] = []
     for c in candidates:
         for t in (c if isinstance(c, (list, tuple)) else [c]):
             if t not in flat:
                 flat.append(t)
+    return flat
+
+
+def rerank(query: str, candidates: Sequence[Any], top_n: int) -> list[str]:
+    flat = flatten_candidates(candidates)
     return sorted(flat, key=lambda t: (-(stable_seed("rr", query, t) % 10_007), t))[:top_n]
 
 

@@ -134,13 +134,8 @@ class IterationLLMEngine(SimLLMEngine):
         if not chosen:
             return None
         self._waiting = self._waiting[len(chosen):]
-        news, cached, done = [], [], []
-        for inv in chosen:
-            kv, n, c = self._prefill(inv)
-            self._kv[inv.kv_key] = kv
-            news.append(n)
-            cached.append(c)
-            done.append((inv.key, kv))
+        news, cached, kvs = self._prefill_all(chosen)
+        done = [(inv.key, kv) for inv, kv in zip(chosen, kvs)]
         self.iterations["prefill"] += 1
         return Iteration(self.profile.prefill_s(news, cached), tuple(done), (), "prefill")
 

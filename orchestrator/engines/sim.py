@@ -124,6 +124,17 @@ class SimLLMEngine(Engine):
             self._prefixes.add(segs[0])
         return segs, ops.n_tokens(segs) - cached, cached
 
+    def _prefill_all(self, invs: Sequence[Invocation]) -> tuple[list[int], list[int], list[tuple[str, ...]]]:
+        """Prefill ``invs`` in order into the KV cache: their new and cached token counts and prompts."""
+        news, cached, kvs = [], [], []
+        for inv in invs:
+            kv, n, c = self._prefill(inv)
+            self._kv[inv.kv_key] = kv
+            news.append(n)
+            cached.append(c)
+            kvs.append(kv)
+        return news, cached, kvs
+
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         now = 0.0 if now_s is None else now_s
@@ -132,13 +143,8 @@ class SimLLMEngine(Engine):
         dec = [i for i in batch if i.kind == Kind.DECODING]
         if len(pre) + len(dec) != len(batch):
             raise EngineError(f"engine {self.name!r} only runs LLM primitives")
-        news, cached, values = [], [], {}
-        for inv in pre:
-            kv, n, c = self._prefill(inv)
-            self._kv[inv.kv_key] = kv
-            news.append(n)
-            cached.append(c)
-            values[inv.key] = kv
+        news, cached, kvs = self._prefill_all(pre)
+        values = {inv.key: kv for inv, kv in zip(pre, kvs)}
         wait = 0.0
         t_pre = 0.0
         if pre:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.engines.base import Invocation, InvocationOutput, PieceCallback
+from orchestrator.ops import flatten_candidates
 from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.primitives import Kind
 
@@ -77,16 +78,6 @@ class SentenceEmbeddingEngine(WorkerEngine):
             outs.append(InvocationOutput(vecs[lo:lo + n], done))
             lo += n
         return outs
-
-
-def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
-    """Candidates (texts, or one list of texts per search query) deduplicated in order."""
-    flat: list[str] = []
-    for c in candidates:
-        for t in (c if isinstance(c, (list, tuple)) else [c]):
-            if t not in flat:
-                flat.append(t)
-    return flat
 
 
 class EmbeddingReranker(WorkerEngine):
