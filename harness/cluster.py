@@ -46,6 +46,17 @@ class SimStage:
     strong_ok: bool = True      # the strong (only) model meets the task's accuracy SLO
     weak_ok: bool = True
 
+    def route(self, threshold: float | None, difficulty: float) -> tuple[tuple[str, ...], bool]:
+        """The instances a request's calls go to and whether their model meets the accuracy SLO:
+        RouteLLM sends a request whose difficulty is below ``threshold`` to the weak model."""
+        if self.weak and threshold is not None and difficulty < threshold:
+            return self.weak, self.weak_ok
+        return self.strong, self.strong_ok
+
+    def sizes(self, prompt_scale: float, output_scale: float) -> tuple[int, int]:
+        """One call's (prompt, output) tokens for a request scaled by its own token counts."""
+        return max(1, round(self.prompt_tokens * prompt_scale)), max(1, round(self.output_tokens * output_scale))
+
 
 @dataclass(frozen=True)
 class SimTask:
@@ -167,14 +178,11 @@ class ClusterSim:
 
     def _issue(self, req: _Req, now: float):
         st = req.task.stages[req.stage]
-        ids, ok = st.strong, st.strong_ok
-        if st.weak and req.task.threshold is not None and req.diff < req.task.threshold:
-            ids, ok = st.weak, st.weak_ok
+        ids, ok = st.route(req.task.threshold, req.diff)
         if not ok:
             req.acc_ok = False
         self._next_call += 1
-        call = Call(self._next_call, max(1, round(st.prompt_tokens * req.ps)),
-                    max(1, round(st.output_tokens * req.os)), now, owner=req)
+        call = Call(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
         return self.router.pick(self._groups[ids], call).submit(call, now)
 
     def _done(self, call: Call, now: float):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from harness.cluster import SimStage, SimTask, Workload
+from harness.cluster import SimTask, Workload
 from harness.deployment import TaskDeployment
 from harness.replay import ReplayResult, cell_metrics, sim_tasks
 from harness.servers.client import EngineDeadError, ServerError, exact_output_body
@@ -95,13 +95,6 @@ class _Router:
     def release(self, iid: str) -> None:
         with self.lock:
             self.out[iid] -= 1
-
-
-def _route(task: SimTask, st: SimStage, difficulty: float) -> tuple[tuple[str, ...], bool]:
-    # the simulator's rule (harness.cluster.ClusterSim._issue)
-    if st.weak and task.threshold is not None and difficulty < task.threshold:
-        return st.weak, st.weak_ok
-    return st.strong, st.strong_ok
 
 
 def replay_live(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
@@ -196,11 +189,10 @@ class _Run:
         w, s = self.w, self.s
         ps, os_, diff = float(w.prompt_scale[i]), float(w.output_scale[i]), float(w.difficulty[i])
         for k, st in enumerate(task.stages):
-            ids, ok = _route(task, st, diff)
+            ids, ok = st.route(task.threshold, diff)
             if not ok:
                 self.acc_ok[i] = False
-            prompt = max(1, round(st.prompt_tokens * ps))
-            output = max(1, round(st.output_tokens * os_))
+            prompt, output = st.sizes(ps, os_)
             if s.max_prompt_tokens is not None:
                 prompt = min(prompt, s.max_prompt_tokens)
             if s.max_output_tokens is not None:
