@@ -32,7 +32,9 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
 * Tie-breaks. CP-SAT enumerates every variant of the widened cost window
   (``enumerate_all_solutions``); ``selector.evaluate.choose`` picks the spec's unique optimum.
 * Warm start. ``get_solver("flowmaker").select`` (the public registry, never its internals)
-  gives a feasible variant: it is a solution hint and caps ``P`` at its cost.
+  gives a feasible variant: it is a solution hint and caps ``P`` at its cost. It gets
+  ``min(warm_share x time limit, warm_max_s = 0.25 s)``: where the heuristic is slow (deep
+  workflows) the proof alone is faster than waiting for it.
 * Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default: CPU count up to 8, 1 for
   enumeration as CP-SAT requires), ``random_seed``.
 """
@@ -54,16 +56,18 @@ class MilpSelector(Selector):
     name = "milp"
 
     def __init__(self, *, warm_start: bool = True, workers: int | None = None, seed: int = 0,
-                 warm_share: float = 0.25) -> None:
+                 warm_share: float = 0.25, warm_max_s: float = 0.25) -> None:
         import os
         self.warm_start = warm_start
         self.workers = workers or max(1, min(8, os.cpu_count() or 1))
         self.seed = seed
         self.warm_share = warm_share
+        self.warm_max_s = warm_max_s     # the heuristic answers fast or not at all; don't wait on it
 
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
         t0 = time.perf_counter()
-        warm = warm_variant(problem, time_limit_s * self.warm_share) if self.warm_start else None
+        warm = (warm_variant(problem, min(time_limit_s * self.warm_share, self.warm_max_s))
+                if self.warm_start else None)
         left = max(1e-3, time_limit_s - (time.perf_counter() - t0))
         plan = solve_exact(problem, lambda data: CpSatBackend(data, workers=self.workers, seed=self.seed),
                            solver=self.name, time_limit_s=left, warm=warm)
