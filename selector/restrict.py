@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from selector.index import StageOptions, WorkflowOptions
+from selector.index import NEW, Compiled, StageOptions, WorkflowOptions
+from selector.placement import free_memory
+
+TOL = 1e-9
 
 
 def restrict(wf: WorkflowOptions, allowed: Sequence[Sequence[int]]) -> WorkflowOptions:
@@ -20,3 +23,26 @@ def restrict(wf: WorkflowOptions, allowed: Sequence[Sequence[int]]) -> WorkflowO
 def unrestrict(choice: Sequence[int], allowed: Sequence[Sequence[int]]) -> tuple[int, ...]:
     """Map a choice in a restricted space back to the full workflow's option indices."""
     return tuple(allowed[s][c] for s, c in enumerate(choice))
+
+
+def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
+    """Per stage, the option indices some feasible variant could use. Dropped (each implies a
+    violation of spec section 4 whatever the other stages choose): accuracy below the SLO, one
+    stage alone over the latency SLO, a reused instance overloaded by this stage alone, more GPU
+    slots than the cluster has, a shard larger than the freest GPU."""
+    task, cluster = cp.problem.task, cp.problem.cluster
+    max_free = max(free_memory(cluster).values(), default=0.0)
+    n_gpus = len(cluster.gpus)
+    out = []
+    for st in wf.stages:
+        keep = []
+        for i, o in enumerate(st.options):
+            if o.accuracy < task.accuracy_slo - TOL or st.calls * o.latency_s > task.latency_slo_s + TOL:
+                continue
+            if o.kind == NEW and (o.replicas * o.shards > n_gpus or o.mem_gb / o.shards > max_free + TOL):
+                continue
+            if o.kind != NEW and cp.base_util[o.instance] + o.util_add > 1.0 + TOL:
+                continue
+            keep.append(i)
+        out.append(keep)
+    return out

@@ -38,6 +38,7 @@ from selector.index import NEW, Compiled, Option
 from selector.placement import free_memory, place
 from selector.plan import Plan
 from selector.problem import Problem
+from selector.restrict import usable_options
 
 TOL = 1e-9
 Objective = Literal["cost", "latency"]
@@ -80,28 +81,9 @@ class Prepared:
 
 
 def prepare(cp: Compiled) -> Prepared:
-    """Drop options no feasible variant can use: accuracy below the SLO, one stage alone over the
-    latency SLO, a reused instance overloaded by one stage, more GPU slots than the cluster has,
-    a shard larger than the freest GPU (all exact: each implies a violation in section 4)."""
-    task, cluster = cp.problem.task, cp.problem.cluster
-    free = free_memory(cluster)
-    max_free = max(free.values(), default=0.0)
-    n_gpus = len(cluster.gpus)
-    out = []
-    for wf in cp.workflows:
-        stages = []
-        for st in wf.stages:
-            keep = []
-            for i, o in enumerate(st.options):
-                if o.accuracy < task.accuracy_slo - TOL or st.calls * o.latency_s > task.latency_slo_s + TOL:
-                    continue
-                if o.kind == NEW and (o.replicas * o.shards > n_gpus or o.mem_gb / o.shards > max_free + TOL):
-                    continue
-                if o.kind != NEW and cp.base_util[o.instance] + o.util_add > 1.0 + TOL:
-                    continue
-                keep.append(i)
-            stages.append(tuple(keep))
-        out.append(tuple(stages))
+    """Drop options no feasible variant can use (``selector.restrict.usable_options``)."""
+    free = free_memory(cp.problem.cluster)
+    out = [tuple(tuple(keep) for keep in usable_options(cp, wf)) for wf in cp.workflows]
     return Prepared(cp, tuple(out), sum(free.values()), max((len(w.stages) for w in cp.workflows), default=0))
 
 

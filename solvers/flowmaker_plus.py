@@ -25,13 +25,12 @@ import math
 import time
 
 from selector.evaluate import Evaluation, choose, evaluate, infeasible_plan, to_plan
-from selector.index import NEW, Compiled, WorkflowOptions, compile_problem
-from selector.placement import free_memory
+from selector.index import Compiled, WorkflowOptions, compile_problem
 from selector.plan import Plan
 from selector.problem import Problem
-from selector.restrict import restrict, unrestrict
+from selector.restrict import restrict, unrestrict, usable_options
 from selector.search import BestWindow
-from selector.space import TOL, chunks
+from selector.space import chunks
 from solvers.base import Selector
 
 
@@ -71,24 +70,6 @@ class FlowMakerPlusSelector(Selector):
                        evaluated=evaluated + n)
 
 
-def _usable(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
-    task, cluster = cp.problem.task, cp.problem.cluster
-    max_free = max(free_memory(cluster).values(), default=0.0)
-    out = []
-    for st in wf.stages:
-        keep = []
-        for i, o in enumerate(st.options):
-            if o.accuracy < task.accuracy_slo - TOL or st.calls * o.latency_s > task.latency_slo_s + TOL:
-                continue
-            if o.kind == NEW and (o.replicas * o.shards > len(cluster.gpus) or o.mem_gb / o.shards > max_free + TOL):
-                continue
-            if o.kind != NEW and cp.base_util[o.instance] + o.util_add > 1.0 + TOL:
-                continue
-            keep.append(i)
-        out.append(keep)
-    return out
-
-
 def _layers(points: list[tuple[float, float, int]]) -> list[list[int]]:
     """Pareto layers (minimising both coordinates) of ``(a, b, index)`` points."""
     rest = sorted(points)
@@ -107,7 +88,7 @@ def _layers(points: list[tuple[float, float, int]]) -> list[list[int]]:
 
 
 def _restricted(cp: Compiled, wf: WorkflowOptions, max_space: int) -> list[list[int]] | None:
-    usable = _usable(cp, wf)
+    usable = usable_options(cp, wf)
     if not all(usable):
         return None
     layers = []
