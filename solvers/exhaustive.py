@@ -1,6 +1,8 @@
 """``exhaustive``: exact search over every variant, vectorised in numpy chunks.
 
-Each chunk (up to 65,536 variants of one workflow) gets constraints 1-3 and necessary
+Options that no feasible variant can use are dropped first (``usable_options``: each implies a
+violation whatever the other stages choose, so the search stays exact; ``variant_space`` still
+counts them). Each chunk (up to 65,536 variants of one workflow) gets constraints 1-3 and necessary
 placement conditions checked as arrays. Survivors are visited in increasing (cost, key)
 order and only the few that can still tie the best cost are placed with LeastLoaded
 (placements are cached by the variant's demand). Memory stays bounded by the chunk size,
@@ -16,6 +18,7 @@ from selector.evaluate import choose, evaluate, infeasible_plan, to_plan
 from selector.index import compile_problem
 from selector.plan import Plan
 from selector.problem import Problem
+from selector.restrict import restrict, unrestrict, usable_options
 from selector.search import BestWindow
 from selector.space import DEFAULT_CHUNK, chunks
 from solvers.base import Selector
@@ -37,8 +40,11 @@ class ExhaustiveSelector(Selector):
                                    evaluated=0)
         search = BestWindow(cp)
         complete = True
-        for wf in cp.workflows:
-            for ch in chunks(cp, wf, chunk=self.chunk):
+        allowed = [usable_options(cp, wf) for wf in cp.workflows]
+        for wf, keep in zip(cp.workflows, allowed):
+            if not all(keep):
+                continue
+            for ch in chunks(cp, restrict(wf, keep), chunk=self.chunk):
                 search.scan(ch)
                 if time.perf_counter() > deadline:
                     complete = False
@@ -51,7 +57,7 @@ class ExhaustiveSelector(Selector):
                       "time limit reached before any feasible variant was found (search incomplete)")
             return infeasible_plan(cp, solver=self.name, reason=reason, elapsed_s=time.perf_counter() - t0,
                                    evaluated=search.evaluated)
-        ev = evaluate(cp, best.key[0], best.choice)
+        ev = evaluate(cp, best.key[0], unrestrict(best.choice, allowed[best.key[0]]))
         assert ev.feasible, "exhaustive: chosen variant failed re-evaluation"
         return to_plan(cp, ev, status="optimal" if complete else "feasible", solver=self.name,
                        elapsed_s=time.perf_counter() - t0, evaluated=search.evaluated)
