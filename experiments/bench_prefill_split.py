@@ -72,14 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", type=Path, default=None, help="write the table as CSV")
+    ap.add_argument("--hidden-size", type=int, default=BENCH_SPEC["hidden_size"],
+                    help="random model's hidden size (FFN = 2.69x, heads = hidden/32); larger = compute-bound")
+    ap.add_argument("--layers", type=int, default=BENCH_SPEC["num_hidden_layers"])
     args = ap.parse_args(argv)
     import torch
 
     from orchestrator.engines.real.llm import TorchLLMEngine
     from orchestrator.engines.real.tinyllm import TinyLlamaSpec, build_tiny_llama
     torch.set_num_threads(args.threads)
-    model_dir = args.model_dir or build_tiny_llama(Path(tempfile.gettempdir()) / "flowmaker_bench_llama",
-                                                   TinyLlamaSpec(**BENCH_SPEC))
+    h = args.hidden_size
+    spec = {**BENCH_SPEC, "hidden_size": h, "intermediate_size": int(round(2.6875 * h)),
+            "num_hidden_layers": args.layers, "num_attention_heads": max(1, h // 32),
+            "num_key_value_heads": max(1, h // 64)}
+    model_dir = args.model_dir or build_tiny_llama(
+        Path(tempfile.gettempdir()) / f"flowmaker_bench_llama_h{h}_l{args.layers}", TinyLlamaSpec(**spec))
     eng = TorchLLMEngine(name="bench", model_dir=model_dir, dtype=args.dtype).load()
     n_params = sum(p.numel() for p in eng._model.parameters())
     print(f"model {model_dir} ({n_params / 1e6:.1f} M params, {args.dtype}), torch threads {args.threads}, "
