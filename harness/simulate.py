@@ -112,7 +112,7 @@ def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[
     kv = cfg.kv_tokens
     if kv is None:
         from harness.steps import gpu_spec
-        mem = gpu_spec(cfg.gpu).mem_gb * cfg.tp * cfg.pp * cfg.gpu_mem_util
+        mem = gpu_spec(cfg.gpu).capacity_gb * cfg.tp * cfg.pp * cfg.gpu_mem_util
         kv = kv_capacity_tokens(step, mem_gb=mem, max_batch_tokens=cfg.max_batch_tokens,
                                 max_batch=cfg.max_batch)
         if kv < cfg.block_size:

@@ -90,6 +90,14 @@ class GpuSpec(_Frozen):
                                    "(MB, 1e6 bytes); a multi-row GEMM whose weights exceed it pays "
                                    "the calibration's spill_factor. None: not modelled (GPUs)")
 
+    @property
+    def capacity_gb(self) -> float:
+        """Device memory in GB (1e9 bytes). Vendors quote GPU memory in binary units (an "80 GB"
+        A100 has 80 GiB = 85.9 GB), so this is ``mem_gb * 2**30 / 1e9``. Selection keeps the
+        nominal ``mem_gb`` (a conservative fit check, as the paper's 48 GB A6000s); the what-if
+        simulator sizes the KV cache from this, as a serving engine would."""
+        return self.mem_gb * 2**30 / 1e9
+
 
 class ClusterGpu(_Frozen):
     id: int = Field(ge=0)

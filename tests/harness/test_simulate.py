@@ -91,8 +91,9 @@ def test_vllm_prefill_batches_respect_limits_and_every_call_ends(reqs, kv, max_b
 
 def test_kv_capacity_is_memory_left_after_weights_and_activations():
     sm = step_model("llama-2-70b", "a100-80gb", 2, 1)
-    kv = kv_capacity_tokens(sm, mem_gb=160 * 0.9, max_batch_tokens=4096, max_batch=128)
-    expect = (144 - sm.weights_gb - sm.activation_gb(4096, 128)) / sm.kv_gb_per_token
+    usable = 2 * 80 * 2**30 / 1e9 * 0.9          # two "80 GB" (80 GiB) GPUs at gpu_mem_util 0.9, in GB
+    kv = kv_capacity_tokens(sm, mem_gb=usable, max_batch_tokens=4096, max_batch=128)
+    expect = (usable - sm.weights_gb - sm.activation_gb(4096, 128)) / sm.kv_gb_per_token
     assert kv == int(expect) and kv > 0
     res = simulate(make_trace([0.0], 10, 2), SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2))
     assert res.summary["kv_capacity_tokens"] == kv // 16 * 16
