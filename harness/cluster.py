@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from harness.calls import Call
-from harness.core import Event, Simulator
+from harness.core import Arrivals, Event, Simulator
 from harness.instance import Colocation, GpuSlot, Instance
 from harness.routers import LeastOutstanding
 from harness.schedulers import make_scheduler
@@ -92,17 +92,6 @@ class _Req:
         self.acc_ok = True
 
 
-class _Arrivals(Event):
-    __slots__ = ("i", "sim")
-
-    def __init__(self, time: float, i: int, sim: ClusterSim) -> None:
-        super().__init__(time)
-        self.i, self.sim = i, sim
-
-    def handle(self, sim: Simulator) -> list[Event]:
-        return self.sim._arrive(self.i, self.time)
-
-
 class ClusterSim:
     """Build once per (deployments, workload); ``run()`` returns per-request results."""
 
@@ -148,33 +137,26 @@ class ClusterSim:
         self.failed = np.zeros(n, dtype=bool)
         self.acc_ok = np.ones(n, dtype=bool)
         if n:
-            self.sim.push(_Arrivals(float(workload.arrival_s[0]), 0, self))
+            self.sim.push(Arrivals(float(workload.arrival_s[0]), 0, self))
         self.sim.run()
         self.wall_s = time.perf_counter() - t0
         return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
 
-    def _arrive(self, i: int, now: float) -> list[Event]:
+    @property
+    def arrival_s(self):
+        return self.w.arrival_s
+
+    def arrive_one(self, i: int, now: float) -> list[Event] | None:
+        """Request ``i`` arrives (``core.Arrivals`` calls this for every request of an instant)."""
         w = self.w
-        a = w.arrival_s
-        n = len(a)
-        events: list[Event] = []
-        while True:
-            task = self.tasks[int(w.task[i])]
-            if not task.placed:
-                self.failed[i] = True
-                self.acc_ok[i] = False
-            else:
-                req = _Req(i, task, float(w.difficulty[i]), float(w.prompt_scale[i]), float(w.output_scale[i]))
-                req.left = task.stages[0].calls
-                new = self._issue(req, now)
-                if new:
-                    events.extend(new)
-            i += 1
-            if i >= n or a[i] != now:
-                break
-        if i < n:
-            events.append(_Arrivals(float(a[i]), i, self))
-        return events
+        task = self.tasks[int(w.task[i])]
+        if not task.placed:
+            self.failed[i] = True
+            self.acc_ok[i] = False
+            return None
+        req = _Req(i, task, float(w.difficulty[i]), float(w.prompt_scale[i]), float(w.output_scale[i]))
+        req.left = task.stages[0].calls
+        return self._issue(req, now)
 
     def _issue(self, req: _Req, now: float):
         st = req.task.stages[req.stage]

@@ -8,6 +8,7 @@ deterministic.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from heapq import heappop, heappush
 
 
@@ -22,6 +23,31 @@ class Event:
 
     def handle(self, sim: Simulator) -> Iterable[Event] | None:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+class Arrivals(Event):
+    """Every arrival of one instant in one event: calls ``source.arrive_one(i, now)`` for each
+    index whose time equals this event's, then schedules the next instant. Simultaneous arrivals
+    thus reach their instances together (and can share a first batch), and the heap holds one
+    pending arrival at a time. ``source.arrival_s`` is sorted ascending."""
+
+    __slots__ = ("i", "source")
+
+    def __init__(self, time: float, i: int, source: Any) -> None:
+        super().__init__(time)
+        self.i, self.source = i, source
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        a = self.source.arrival_s
+        n, i, events = len(a), self.i, []
+        while i < n and a[i] == self.time:
+            new = self.source.arrive_one(i, self.time)
+            if new:
+                events.extend(new)
+            i += 1
+        if i < n:
+            events.append(Arrivals(float(a[i]), i, self.source))
+        return events
 
 
 class Simulator:

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.calls import Call
-from harness.core import Event, Simulator
+from harness.core import Arrivals, Event, Simulator
 from harness.instance import Instance, StepTime
 from harness.metrics import call_table, latency_summary
 from harness.routers import make_router
@@ -52,20 +52,6 @@ class OptionError(ValueError):
         self.option = option
 
 
-class TraceArrivals(Event):
-    """Request ``i`` of a trace arrives; hands it to the router and schedules request i+1."""
-
-    __slots__ = ("i", "feed")
-
-    def __init__(self, time: float, i: int, feed: _Feed) -> None:
-        super().__init__(time)
-        self.i = i
-        self.feed = feed
-
-    def handle(self, sim: Simulator) -> list[Event]:
-        return self.feed.arrive(self.i, self.time)
-
-
 @dataclass
 class _Feed:
     trace: Trace
@@ -73,22 +59,15 @@ class _Feed:
     router: Any
     calls: list[Call] = field(default_factory=list)
 
-    def arrive(self, i: int, now: float) -> list[Event]:
-        a, p, o = self.trace.arrived_at_s, self.trace.prompt_tokens, self.trace.output_tokens
-        n = len(a)
-        events: list[Event] = []
-        while True:  # every request of this instant in one event
-            c = Call(i, int(p[i]), int(o[i]), now)
-            self.calls.append(c)
-            new = self.router.pick(self.instances, c).submit(c, now)
-            if new:
-                events.extend(new)
-            i += 1
-            if i >= n or a[i] != now:
-                break
-        if i < n:
-            events.append(TraceArrivals(float(a[i]), i, self))
-        return events
+    @property
+    def arrival_s(self):
+        return self.trace.arrived_at_s
+
+    def arrive_one(self, i: int, now: float) -> list[Event] | None:
+        """Call ``i`` of the trace arrives (``core.Arrivals`` calls this per call of an instant)."""
+        c = Call(i, int(self.trace.prompt_tokens[i]), int(self.trace.output_tokens[i]), now)
+        self.calls.append(c)
+        return self.router.pick(self.instances, c).submit(c, now)
 
 
 @dataclass(frozen=True)
@@ -140,7 +119,7 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
     feed = _Feed(trace, instances, make_router(cfg.router))
     sim = Simulator()
     if len(trace):
-        sim.push(TraceArrivals(float(trace.arrived_at_s[0]), 0, feed))
+        sim.push(Arrivals(float(trace.arrived_at_s[0]), 0, feed))
     sim.run()
     table = call_table(feed.calls)
     wall = time.perf_counter() - t0
