@@ -8,8 +8,8 @@ deterministic.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 from heapq import heappop, heappush
+from typing import Any
 
 
 class Event:
