@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
 from selector.placement import StageDemand, free_memory, place
 from selector.plan import Plan, StagePlan
@@ -116,10 +117,11 @@ def to_plan(cp: Compiled, ev: Evaluation, *, status: str, solver: str, elapsed_s
             stages.append(StagePlan(st.name, model, inst.tp, inst.pp, inst.id, 0, ()))
         else:
             stages.append(StagePlan(st.name, model, o.tp, o.pp, None, o.replicas, next(placed)))
+    dep = build_deployment(p, w.name, [[Serving(s.model, s.tp, s.pp, s.reuse, s.gpus)] for s in stages])
     return Plan(status=status, solver=solver, task=p.task.name, variant_space=cp.variant_space,
                 elapsed_s=elapsed_s, variants_evaluated=evaluated, workflow=w.name, stages=tuple(stages),
                 cost_gb_s=ev.cost_gb_s, latency_s=ev.latency_s, new_mem_gb=ev.new_mem_gb,
-                new_gpus=ev.new_gpus, accuracy=ev.accuracy, extra=extra or {})
+                new_gpus=ev.new_gpus, accuracy=ev.accuracy, extra=extra or {}, deployment=dep)
 
 
 def infeasible_plan(cp: Compiled, *, solver: str, reason: str, elapsed_s: float, evaluated: int) -> Plan:

@@ -5,7 +5,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-Status = Literal["optimal", "feasible", "infeasible"]
+from selector.deployment import Deployment
+
+Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -45,21 +47,25 @@ class Plan:
     accuracy: float | None = None
     reason: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
+    #: what the plan deploys (selector/deployment.py); None when nothing is deployed
+    deployment: Deployment | None = field(default=None, compare=False)
 
     @property
     def solved(self) -> bool:
         return self.status in ("optimal", "feasible")
 
     def to_dict(self) -> dict:
+        """Spec section 6's JSON, plus ``deployment`` when the plan deploys something."""
+        dep = {} if self.deployment is None else {"deployment": self.deployment.to_dict()}
         if not self.solved:
             return {"status": self.status, "solver": self.solver, "task": self.task, "reason": self.reason,
                     "variant_space": self.variant_space, "variants_evaluated": self.variants_evaluated,
-                    "elapsed_s": self.elapsed_s, **self.extra}
+                    "elapsed_s": self.elapsed_s, **self.extra, **dep}
         return {"status": self.status, "solver": self.solver, "task": self.task, "workflow": self.workflow,
                 "stages": [s.to_dict() for s in self.stages], "cost_gb_s": self.cost_gb_s,
                 "latency_s": self.latency_s, "new_mem_gb": self.new_mem_gb, "new_gpus": self.new_gpus,
                 "accuracy": self.accuracy, "elapsed_s": self.elapsed_s, "variant_space": self.variant_space,
-                "variants_evaluated": self.variants_evaluated, **self.extra}
+                "variants_evaluated": self.variants_evaluated, **self.extra, **dep}
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -69,10 +75,12 @@ class Plan:
         stages = tuple(StagePlan(s["stage"], s["model"], s["tp"], s["pp"], s["reuse"], s["replicas"],
                                  tuple(tuple(g) for g in s["gpus"])) for s in d.get("stages", []))
         known = {"status", "solver", "task", "variant_space", "elapsed_s", "variants_evaluated", "workflow",
-                 "stages", "cost_gb_s", "latency_s", "new_mem_gb", "new_gpus", "accuracy", "reason"}
+                 "stages", "cost_gb_s", "latency_s", "new_mem_gb", "new_gpus", "accuracy", "reason", "deployment"}
+        dep = d.get("deployment")
         return Plan(status=d["status"], solver=d["solver"], task=d["task"], variant_space=d["variant_space"],
                     elapsed_s=d["elapsed_s"], variants_evaluated=d.get("variants_evaluated", 0),
                     workflow=d.get("workflow"), stages=stages, cost_gb_s=d.get("cost_gb_s"),
                     latency_s=d.get("latency_s"), new_mem_gb=d.get("new_mem_gb"), new_gpus=d.get("new_gpus"),
                     accuracy=d.get("accuracy"), reason=d.get("reason"),
-                    extra={k: v for k, v in d.items() if k not in known})
+                    extra={k: v for k, v in d.items() if k not in known},
+                    deployment=None if dep is None else Deployment.from_dict(dep))

@@ -1,0 +1,200 @@
+"""What a plan deploys: the one :class:`Deployment` type every consumer reads.
+
+A selector's :class:`~selector.plan.Plan` carries ``plan.deployment``: the instances the task
+starts (id, model, config, GPUs, memory, planned utilisation), per stage of its workflow the
+routes its calls take (instance ids and the share of requests each route gets), and the
+utilisation each reused instance gains. The cluster update of spec section 8
+(:meth:`Deployment.apply`), the simulator, the servers backend, the launchers and every
+experiment consume this one object; nothing else turns a plan into instances.
+
+Who builds it:
+
+- a spec selector: :func:`build_deployment` from its chosen variant (``selector.evaluate.to_plan``);
+  a spec-infeasible or unknown answer has ``deployment = None``, so section 8 leaves the
+  cluster unchanged;
+- a baseline: its own rules (docs/baselines.md), whatever the spec says of its choice, so a
+  baseline plan may be ``infeasible`` in the spec's terms and still carry the deployment it
+  really makes (``None``: it could not place anything).
+
+Routes: a request of difficulty ``d`` in [0, 1) takes, at every stage, the first route whose
+cumulative share exceeds ``d`` (RouteLLM: the weak model's route first with share
+``threshold``, then the strong one). A plain stage has one route of share 1.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from selector.errors import ProblemError
+from selector.problem import TOL, Cluster, Gpu, Instance, Problem
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One new instance: ``mem_gb`` on all its ``tp*pp`` GPUs together (``mem_gb / (tp*pp)``
+    per GPU); ``utilization``: the load share it is planned to carry (``load / (replicas *
+    capacity)``; a baseline that overloads may plan above 1, the cluster records at most 1)."""
+
+    id: str
+    model: str
+    tp: int
+    pp: int
+    gpus: tuple[int, ...]
+    mem_gb: float
+    utilization: float = 0.0
+
+    @property
+    def shard_gb(self) -> float:
+        return self.mem_gb / (self.tp * self.pp)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpus": list(self.gpus),
+                "mem_gb": self.mem_gb, "utilization": self.utilization}
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a share of a stage's requests goes: ``instances`` (ids; new or reused)."""
+
+    instances: tuple[str, ...]
+    share: float = 1.0
+
+
+@dataclass(frozen=True)
+class StageRoute:
+    stage: str
+    calls: int
+    routes: tuple[Route, ...]
+
+    def route_for(self, difficulty: float) -> Route:
+        """The route a request of ``difficulty`` takes (module docstring); the last route
+        takes whatever the shares leave (round-off)."""
+        acc = 0.0
+        for r in self.routes:
+            acc += r.share
+            if difficulty < acc - TOL:
+                return r
+        return next((r for r in reversed(self.routes) if r.share > 0), self.routes[-1])
+
+    @property
+    def instance_ids(self) -> tuple[str, ...]:
+        return tuple(i for r in self.routes for i in r.instances)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A task's deployment (module docstring). ``reuse``: ``(instance id, utilisation gained)``
+    for the deployed instances it routes to; ``rule``: who decided it (``spec`` or a baseline's
+    rule name)."""
+
+    task: str
+    workflow: str
+    instances: tuple[InstanceSpec, ...]
+    stages: tuple[StageRoute, ...]
+    reuse: tuple[tuple[str, float], ...] = ()
+    rule: str = "spec"
+
+    @property
+    def mem_gb(self) -> float:
+        """New GPU memory (GB) of all its instances."""
+        return sum(i.mem_gb for i in self.instances)
+
+    def stage(self, name: str) -> StageRoute:
+        return next(s for s in self.stages if s.stage == name)
+
+    def apply(self, cluster: Cluster) -> Cluster:
+        """The cluster after this deployment (spec section 8): new instances appended in order,
+        their shards' memory added to their GPUs, reused instances' utilisation raised; both
+        capped at 1 (and ``used_gb`` at ``mem_gb``) against round-off and overloading baselines.
+        Every other field of ``cluster`` (e.g. its sharing mode) is kept."""
+        existing = {i.id for i in cluster.instances}
+        clash = [i.id for i in self.instances if i.id in existing]
+        if clash:
+            raise ProblemError("cluster.instances", f"task {self.task}: new instance id {clash[0]!r} "
+                               "already exists on the cluster")
+        used = {g.id: g.used_gb for g in cluster.gpus}
+        for inst in self.instances:
+            for g in inst.gpus:
+                used[g] += inst.shard_gb
+        add = dict(self.reuse)
+        old = tuple(i.model_copy(update={"utilization": min(1.0, i.utilization + add.get(i.id, 0.0))})
+                    if i.id in add else i for i in cluster.instances)
+        new = tuple(Instance(id=i.id, model=i.model, tp=i.tp, pp=i.pp, gpus=i.gpus,
+                             utilization=min(1.0, max(0.0, i.utilization))) for i in self.instances)
+        gpus = tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=min(g.mem_gb, used[g.id])) for g in cluster.gpus)
+        return cluster.model_copy(update={"gpus": gpus, "instances": old + new})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "workflow": self.workflow, "rule": self.rule,
+                "instances": [i.to_dict() for i in self.instances],
+                "stages": [{"stage": s.stage, "calls": s.calls,
+                            "routes": [{"instances": list(r.instances), "share": r.share} for r in s.routes]}
+                           for s in self.stages],
+                "reuse": [{"instance": k, "utilization_add": v} for k, v in self.reuse]}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> Deployment:
+        """Inverse of :meth:`to_dict`; ProblemError naming the field on malformed input."""
+        try:
+            insts = tuple(InstanceSpec(str(i["id"]), str(i["model"]), int(i["tp"]), int(i["pp"]),
+                                       tuple(int(g) for g in i["gpus"]), float(i["mem_gb"]),
+                                       float(i.get("utilization", 0.0))) for i in d["instances"])
+            stages = tuple(StageRoute(str(s["stage"]), int(s["calls"]),
+                                      tuple(Route(tuple(str(x) for x in r["instances"]), float(r["share"]))
+                                            for r in s["routes"])) for s in d["stages"])
+            reuse = tuple((str(r["instance"]), float(r["utilization_add"])) for r in d.get("reuse", ()))
+            return Deployment(str(d["task"]), str(d["workflow"]), insts, stages, reuse, str(d.get("rule", "spec")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProblemError("deployment", f"malformed deployment ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one route of one stage is served, the input of :func:`build_deployment`: ``reuse``
+    (an instance id) or ``replicas`` new instances of ``model`` on ``tp x pp``, one GPU list
+    per replica; ``share``: the share of the stage's requests it takes; ``tag`` prefixes the
+    replica index in new ids (``<task>/<stage>/<tag><r>``)."""
+
+    model: str
+    tp: int
+    pp: int
+    reuse: str | None = None
+    gpus: tuple[tuple[int, ...], ...] = ()
+    share: float = 1.0
+    tag: str = ""
+
+
+def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence[Serving]], *,
+                     rule: str = "spec") -> Deployment:
+    """The deployment of ``serving`` (per stage of ``workflow``, its routes in order) on
+    ``problem``: new replicas become instances ``<task>/<stage>/<tag><r>`` with utilisation
+    ``share * load / (replicas * capacity)``; a reused instance gains ``share * load /
+    capacity`` (spec sections 3 and 8; load = arrival rate x calls)."""
+    wf = next(w for w in problem.workflows if w.name == workflow)
+    if len(serving) != len(wf.stages):
+        raise ValueError(f"{len(serving)} stage servings for {len(wf.stages)} stages of {workflow}")
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in problem.perf}
+    mem = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
+    insts: list[InstanceSpec] = []
+    routes: list[StageRoute] = []
+    reuse: dict[str, float] = {}
+    for st, ways in zip(wf.stages, serving):
+        load = problem.task.arrival_rate_rps * st.calls
+        stage_routes = []
+        for s in ways:
+            cap = perf[(workflow, st.name, s.model, s.tp, s.pp)]
+            if s.reuse is not None:
+                reuse[s.reuse] = reuse.get(s.reuse, 0.0) + s.share * load / cap
+                stage_routes.append(Route((s.reuse,), s.share))
+                continue
+            ids = []
+            for r, gpus in enumerate(s.gpus):
+                iid = f"{problem.task.name}/{st.name}/{s.tag}{r}"
+                insts.append(InstanceSpec(iid, s.model, s.tp, s.pp, tuple(gpus), mem[(s.model, s.tp, s.pp)],
+                                          s.share * load / (len(s.gpus) * cap)))
+                ids.append(iid)
+            stage_routes.append(Route(tuple(ids), s.share))
+        routes.append(StageRoute(st.name, st.calls, tuple(stage_routes)))
+    return Deployment(problem.task.name, workflow, tuple(insts), tuple(routes), tuple(reuse.items()), rule)
+
