@@ -1,7 +1,8 @@
 """How the baselines run each module: LlamaIndex modules as black boxes (LlamaDist), and
 LlamaDistPC's manual parallelism of independent *modules*.
 
-These are graph rewrites like the passes (``apply(graph, ctx) -> graph``, same object when
+These are graph rewrites like the passes (``orchestrator.rewrite.Pass``: ``apply(graph, ctx) ->
+graph``, same object when
 nothing matches), applied to the p-graph of the baseline schemes only. They never change what a
 query computes, only when each primitive may start. What LlamaIndex does inside a module, from
 its source (run-llama/llama_index, llama-index-core):
@@ -29,8 +30,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from orchestrator.graph import Graph, GraphEditor
-from orchestrator.passes import Pass, PassContext, StageDecomposition
 from orchestrator.primitives import Kind
+from orchestrator.rewrite import Pass, PassContext, decompose, push_through
 
 #: llama_index.core.constants.DEFAULT_EMBED_BATCH_SIZE
 LLAMAINDEX_EMBED_BATCH = 10
@@ -55,7 +56,7 @@ class LlamaIndexModules(Pass):
         return self._sequential_loop_calls(g)
 
     def _sequential_batches(self, g: Graph, nid: str) -> Graph:
-        g2 = StageDecomposition._decompose(g, g.nodes[nid], self.embed_batch)
+        g2 = decompose(g, g.nodes[nid], self.embed_batch)
         ed = GraphEditor.of(g2)
         stages = sorted((s for s in ed.nodes if s.startswith(f"{nid}/s")), key=lambda s: int(s.rsplit("/s", 1)[1]))
         for a, b in zip(stages, stages[1:]):
@@ -70,9 +71,9 @@ class LlamaIndexModules(Pass):
         if src is None or src.kind != Kind.EMBEDDING or src.n_items != s.n_items or q.lo is not None \
                 or q.index is not None or q.transform is not None:
             return None
-        g1 = StageDecomposition._decompose(g, src, 1)
+        g1 = decompose(g, src, 1)
         agg = next(n for n in g1.nodes.values() if n.kind == Kind.AGGREGATE and n.id.startswith(f"{src.id}/agg"))
-        return StageDecomposition._push_through(g1, g1.nodes[s.id], agg)
+        return push_through(g1, g1.nodes[s.id], agg)
 
     @staticmethod
     def _sequential_loop_calls(g: Graph) -> Graph:

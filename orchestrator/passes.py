@@ -6,55 +6,16 @@ produces an invalid graph) the optimiser keeps the graph it had: never half-rewr
 """
 from __future__ import annotations
 
-import math
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
+from orchestrator.baselines import BASELINE_PASSES
 from orchestrator.construct import build_pgraph
 from orchestrator.graph import Graph, GraphEditor
 from orchestrator.primitives import Kind, Lit, Node, Ref
+from orchestrator.rewrite import (Pass, PassContext, decompose, push_through, slice_ref,  # noqa: F401 - re-exported
+                                  split_with_aggregate)
 from orchestrator.template import QueryConfig, Template
-
-
-@dataclass(frozen=True)
-class PassContext:
-    """What passes may know about engines: the profiled maximum efficient batch size (items)."""
-    max_batch: Mapping[str, int] = field(default_factory=dict)
-
-    def cap(self, engine: str | None) -> int | None:
-        return None if engine is None else self.max_batch.get(engine)
-
-
-class Pass(ABC):
-    name: str = "pass"
-
-    @abstractmethod
-    def apply(self, g: Graph, ctx: PassContext) -> Graph: ...
-
-
-def _slice(ref: Ref, lo: int, hi: int) -> Ref:
-    if ref.index is not None:
-        raise ValueError(f"cannot slice an indexed ref {ref}")
-    base = ref.lo or 0
-    return Ref(ref.node, base + lo, base + hi, None, ref.transform)
-
-
-def _control_parents(ed: GraphEditor, n: Node) -> list[str]:
-    return [p for p in ed.parents(n.id) if p not in n.sources()]
-
-
-def _split_with_aggregate(ed: GraphEditor, n: Node, parts: list[Node], sizes: list[int]) -> None:
-    """Replace ``n`` by ``parts`` plus a concat Aggregate that its consumers now read."""
-    ctrl = _control_parents(ed, n)
-    agg = Node(ed.fresh_id(f"{n.id}/agg"), Kind.AGGREGATE, n.component, None,
-               {"parts": tuple(Ref(p.id) for p in parts)},
-               {"mode": "concat", "split": True, "part_sizes": tuple(sizes)})
-    for p in parts:
-        ed.add(p, extra_parents=ctrl)
-    ed.add(agg)
-    ed.replace_consumers(n.id, agg.id, skip=[p.id for p in parts] + [agg.id])
-    ed.remove(n.id)
 
 
 class DependencyPruning(Pass):
@@ -83,10 +44,10 @@ class StageDecomposition(Pass):
                 continue
             agg = self._split_source(g, n)
             if agg is not None:
-                return self._push_through(g, n, agg)
+                return push_through(g, n, agg)
             cap = ctx.cap(n.engine)
             if cap is not None and n.n_items > cap:
-                return self._decompose(g, n, cap)
+                return decompose(g, n, cap)
         return g
 
     @staticmethod
@@ -99,36 +60,6 @@ class StageDecomposition(Pass):
                         and sum(src.params["part_sizes"]) == n.n_items:
                     return src
         return None
-
-    @staticmethod
-    def _decompose(g: Graph, n: Node, cap: int) -> Graph:
-        ed = GraphEditor.of(g)
-        k = math.ceil(n.n_items / cap)
-        sizes = [min(cap, n.n_items - j * cap) for j in range(k)]
-        parts = []
-        for j, size in enumerate(sizes):
-            lo = j * cap
-            inputs = dict(n.inputs)
-            for port in n.elementwise:
-                inputs[port] = _slice(n.inputs[port], lo, lo + size)
-            parts.append(n.evolve(id=f"{n.id}/s{j}", inputs=inputs, n_items=size))
-        _split_with_aggregate(ed, n, parts, sizes)
-        return ed.freeze()
-
-    @staticmethod
-    def _push_through(g: Graph, n: Node, agg: Node) -> Graph:
-        ed = GraphEditor.of(g)
-        sizes = list(agg.params["part_sizes"])
-        parts, lo = [], 0
-        for j, (part, size) in enumerate(zip(agg.inputs["parts"], sizes)):
-            inputs = dict(n.inputs)
-            for port in n.elementwise:
-                v = n.inputs[port]
-                inputs[port] = part if (isinstance(v, Ref) and v.node == agg.id) else _slice(v, lo, lo + size)
-            parts.append(n.evolve(id=f"{n.id}/p{j}", inputs=inputs, n_items=size))
-            lo += size
-        _split_with_aggregate(ed, n, parts, sizes)
-        return ed.freeze()
 
 
 def _early(seg: object, g: Graph) -> bool:
@@ -211,9 +142,9 @@ class DecodePipelining(Pass):
         for i, pid in enumerate(pieces):
             inputs = dict(c.inputs)
             for p in c.elementwise:
-                inputs[p] = Ref(pid) if p == port else _slice(c.inputs[p], i, i + 1)
+                inputs[p] = Ref(pid) if p == port else slice_ref(c.inputs[p], i, i + 1)
             parts.append(c.evolve(id=f"{c.id}/i{i}", inputs=inputs, n_items=1))
-        _split_with_aggregate(ed, c, parts, [1] * n)
+        split_with_aggregate(ed, c, parts, [1] * n)
         return ed.freeze()
 
 
@@ -222,7 +153,6 @@ PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in ALL_PASSES}
 
 
 def _registry() -> dict[str, Pass]:
-    from orchestrator.baselines import BASELINE_PASSES  # noqa: PLC0415 - baselines imports this module
     reg = dict(PASSES_BY_NAME)
     for p in BASELINE_PASSES:
         if p.name in reg:

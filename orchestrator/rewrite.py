@@ -1,0 +1,93 @@
+"""What every graph rewrite shares: the :class:`Pass` interface, the :class:`PassContext` it may
+read, and the public rewrite helpers that split a primitive into parts synced by an Aggregate.
+
+The Teola passes (``orchestrator.passes``) and the baselines' module rewrites
+(``orchestrator.baselines``) both build on this module, so neither imports the other's
+internals.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from orchestrator.graph import Graph, GraphEditor
+from orchestrator.primitives import Kind, Node, Ref
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What passes may know about engines: the profiled maximum efficient batch size (items)."""
+    max_batch: Mapping[str, int] = field(default_factory=dict)
+
+    def cap(self, engine: str | None) -> int | None:
+        return None if engine is None else self.max_batch.get(engine)
+
+
+class Pass(ABC):
+    """A graph rewrite: ``apply`` returns the same graph when its rule matches nothing,
+    otherwise a new validated graph (it edits a copy)."""
+    name: str = "pass"
+
+    @abstractmethod
+    def apply(self, g: Graph, ctx: PassContext) -> Graph: ...
+
+
+def slice_ref(ref: Ref, lo: int, hi: int) -> Ref:
+    """Items ``[lo, hi)`` of what ``ref`` points to (relative to its own slice)."""
+    if ref.index is not None:
+        raise ValueError(f"cannot slice an indexed ref {ref}")
+    base = ref.lo or 0
+    return Ref(ref.node, base + lo, base + hi, None, ref.transform)
+
+
+def _control_parents(ed: GraphEditor, n: Node) -> list[str]:
+    return [p for p in ed.parents(n.id) if p not in n.sources()]
+
+
+def split_with_aggregate(ed: GraphEditor, n: Node, parts: list[Node], sizes: list[int]) -> None:
+    """Replace ``n`` by ``parts`` plus a concat Aggregate that its consumers now read."""
+    ctrl = _control_parents(ed, n)
+    agg = Node(ed.fresh_id(f"{n.id}/agg"), Kind.AGGREGATE, n.component, None,
+               {"parts": tuple(Ref(p.id) for p in parts)},
+               {"mode": "concat", "split": True, "part_sizes": tuple(sizes)})
+    for p in parts:
+        ed.add(p, extra_parents=ctrl)
+    ed.add(agg)
+    ed.replace_consumers(n.id, agg.id, skip=[p.id for p in parts] + [agg.id])
+    ed.remove(n.id)
+
+
+def decompose(g: Graph, n: Node, cap: int) -> Graph:
+    """``n`` (batchable, element-wise) split into stages of at most ``cap`` items, ids
+    ``<n>/s<j>``, synced by an Aggregate."""
+    ed = GraphEditor.of(g)
+    k = math.ceil(n.n_items / cap)
+    sizes = [min(cap, n.n_items - j * cap) for j in range(k)]
+    parts = []
+    for j, size in enumerate(sizes):
+        lo = j * cap
+        inputs = dict(n.inputs)
+        for port in n.elementwise:
+            inputs[port] = slice_ref(n.inputs[port], lo, lo + size)
+        parts.append(n.evolve(id=f"{n.id}/s{j}", inputs=inputs, n_items=size))
+    split_with_aggregate(ed, n, parts, sizes)
+    return ed.freeze()
+
+
+def push_through(g: Graph, n: Node, agg: Node) -> Graph:
+    """``n``, an element-wise consumer of the split Aggregate ``agg``, split the same way (ids
+    ``<n>/p<j>``): part ``j`` of ``n`` reads part ``j`` of the split, so the stages pipeline."""
+    ed = GraphEditor.of(g)
+    sizes = list(agg.params["part_sizes"])
+    parts, lo = [], 0
+    for j, (part, size) in enumerate(zip(agg.inputs["parts"], sizes)):
+        inputs = dict(n.inputs)
+        for port in n.elementwise:
+            v = n.inputs[port]
+            inputs[port] = part if (isinstance(v, Ref) and v.node == agg.id) else slice_ref(v, lo, lo + size)
+        parts.append(n.evolve(id=f"{n.id}/p{j}", inputs=inputs, n_items=size))
+        lo += size
+    split_with_aggregate(ed, n, parts, sizes)
+    return ed.freeze()
