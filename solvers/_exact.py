@@ -24,7 +24,8 @@ The driver turns these into the spec's unique optimum:
    1e-9), so the window is taken on latency among all-reuse variants instead.
 
 Status ``optimal`` only when every solve proved its answer and the window enumeration was
-complete; otherwise the best exact-feasible variant found is returned as ``feasible``.
+complete; otherwise the best exact-feasible variant found is returned as ``feasible``, and
+when none was found and nothing was proved, ``unknown`` (spec section 6), never ``infeasible``.
 """
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ from selector.placement import free_memory, place
 from selector.plan import Plan
 from selector.problem import Problem
 from selector.restrict import usable_options
+from solvers.base import unknown_plan
 
 TOL = 1e-9
+DIAGNOSE_GRACE_S = 0.1   # the reason of a proof may overrun the limit by this much, no more
 Objective = Literal["cost", "latency"]
 Variant = tuple[int, tuple[int, ...]]            # (workflow, option index per stage)
 
@@ -161,9 +164,11 @@ def positive_cost_floor(data: Prepared) -> float:
 
 
 def solve_exact(problem: Problem, make_backend, *, solver: str, time_limit_s: float,
-                warm: Variant | None = None) -> Plan:
-    """Run the driver with ``make_backend(prepared)``; see the module docstring."""
-    t0 = time.perf_counter()
+                warm: Variant | None = None, started: float | None = None) -> Plan:
+    """Run the driver with ``make_backend(prepared)``; see the module docstring. The limit runs
+    from ``started`` (a ``time.perf_counter()`` value; default: now), so a caller's own work
+    before the call, such as a warm start, comes out of it."""
+    t0 = time.perf_counter() if started is None else started
     deadline = t0 + time_limit_s
     from selector.index import compile_problem
     cp = compile_problem(problem)
@@ -174,11 +179,12 @@ def solve_exact(problem: Problem, make_backend, *, solver: str, time_limit_s: fl
     st = _State()
     best = _search(cp, data, backend, st, warm, deadline)
     extra = {"cuts": len(st.cuts)}
+    if best is None and not st.proved:
+        return unknown_plan(cp, solver=solver, elapsed_s=time.perf_counter() - t0, evaluated=st.evaluated,
+                            reason=f"time limit {time_limit_s:g} s reached before a feasible variant was found "
+                                   f"(search incomplete)")
     if best is None:
-        if st.proved:
-            reason = infeasibility_reason(cp, deadline=deadline + time_limit_s)
-        else:
-            reason = "time limit reached before a feasible variant was found (search incomplete)"
+        reason = infeasibility_reason(cp, deadline=deadline + min(time_limit_s, DIAGNOSE_GRACE_S))
         return infeasible_plan(cp, solver=solver, reason=reason, elapsed_s=time.perf_counter() - t0,
                                evaluated=st.evaluated)
     return to_plan(cp, best, status="optimal" if st.proved else "feasible", solver=solver,

@@ -16,8 +16,9 @@ Feasible: its cost ``M * L`` (GB*s). Infeasible: a penalty above every feasible 
 feasible cost and ``excess`` grows with the violation (relative latency excess, capacity
 overload, or 1 for a placement failure), so TPE is steered towards feasibility. Repeated
 proposals reuse the cached evaluation. The answer is the section-5 best (``choose``) of the
-feasible variants seen, with status ``feasible`` (never a proof); none seen gives
-``infeasible`` with a reason that says the search was a sample.
+feasible variants seen, with status ``feasible`` (never a proof). None seen after the whole
+trial budget gives ``infeasible`` (its own rule found nothing; the reason says it was a
+sample); none seen when the time limit stopped it first gives ``unknown`` (spec section 6).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from selector.evaluate import CAPACITY, LATENCY, Evaluation, choose, evaluate, i
 from selector.index import compile_problem
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers.base import Selector
+from solvers.base import Selector, unknown_plan
 
 TOL = 1e-9
 
@@ -76,6 +77,10 @@ class BayesianSelector(Selector):
         best = choose(e for e in seen.values() if e.feasible)
         elapsed = time.perf_counter() - t0
         extra = {"trials": len(study.trials)}
+        if best is None and len(study.trials) < self.n_trials:
+            return unknown_plan(cp, solver=self.name, elapsed_s=elapsed, evaluated=len(seen),
+                                reason=f"time limit {time_limit_s:g} s reached after {len(study.trials)} of "
+                                       f"{self.n_trials} trials, none feasible (search incomplete)")
         if best is None:
             return infeasible_plan(cp, solver=self.name, elapsed_s=elapsed, evaluated=len(seen),
                                    reason=f"bayesian: no feasible variant among {len(study.trials)} trials "

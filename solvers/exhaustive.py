@@ -7,7 +7,8 @@ placement conditions checked as arrays. Survivors are visited in increasing (cos
 order and only the few that can still tie the best cost are placed with LeastLoaded
 (placements are cached by the variant's demand). Memory stays bounded by the chunk size,
 and the time limit is checked between chunks: a search cut short returns its best variant
-so far with status ``feasible``.
+so far with status ``feasible``, or ``unknown`` when it had found none (spec section 6). The
+diagnosis of a proved-infeasible problem gets at most ``DIAGNOSE_GRACE_S`` past the limit.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from selector.problem import Problem
 from selector.restrict import restrict, unrestrict, usable_options
 from selector.search import BestWindow
 from selector.space import DEFAULT_CHUNK, chunks
-from solvers.base import Selector
+from solvers.base import Selector, unknown_plan
+
+DIAGNOSE_GRACE_S = 0.1   # the reason of a proof may overrun the limit by this much, no more
 
 
 class ExhaustiveSelector(Selector):
@@ -52,9 +55,12 @@ class ExhaustiveSelector(Selector):
             if not complete:
                 break
         best = choose(search.window)
+        if best is None and not complete:
+            return unknown_plan(cp, solver=self.name, elapsed_s=time.perf_counter() - t0, evaluated=search.evaluated,
+                                reason=f"time limit {time_limit_s:g} s reached before any feasible variant was found "
+                                       f"(search incomplete)")
         if best is None:
-            reason = (infeasibility_reason(cp, deadline=deadline + time_limit_s) if complete else
-                      "time limit reached before any feasible variant was found (search incomplete)")
+            reason = infeasibility_reason(cp, deadline=deadline + min(time_limit_s, DIAGNOSE_GRACE_S))
             return infeasible_plan(cp, solver=self.name, reason=reason, elapsed_s=time.perf_counter() - t0,
                                    evaluated=search.evaluated)
         ev = evaluate(cp, best.key[0], unrestrict(best.choice, allowed[best.key[0]]))

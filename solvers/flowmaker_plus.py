@@ -17,7 +17,9 @@ searching a pruned space exactly, but prunes by what the objective rewards inste
    at a time (full option lists), moving to any better variant (section-5 order), until no
    single change improves or the time limit is reached.
 
-Status ``feasible``: fast and usually optimal, never a proof.
+Status ``feasible``: fast and usually optimal, never a proof. Nothing found in the pruned
+space is ``infeasible`` (its own rule found nothing); nothing found when the time limit cut
+the search short is ``unknown`` (spec section 6).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from selector.problem import Problem
 from selector.restrict import restrict, unrestrict, usable_options
 from selector.search import BestWindow
 from selector.space import chunks
-from solvers.base import Selector
+from solvers.base import Selector, unknown_plan
 
 
 class FlowMakerPlusSelector(Selector):
@@ -44,8 +46,11 @@ class FlowMakerPlusSelector(Selector):
         t0 = time.perf_counter()
         deadline = t0 + time_limit_s
         cp = compile_problem(problem)
-        found, evaluated = [], 0
+        found, evaluated, cut = [], 0, False
         for wf in cp.workflows:
+            if time.perf_counter() > deadline:
+                cut = True
+                break
             allowed = _restricted(cp, wf, self.max_space)
             if allowed is None:
                 continue
@@ -53,14 +58,19 @@ class FlowMakerPlusSelector(Selector):
             for ch in chunks(cp, restrict(wf, allowed)):
                 window.scan(ch)
                 if time.perf_counter() > deadline:
+                    cut = True
                     break
             evaluated += window.evaluated
             best = choose(window.window)
             if best is not None:
                 found.append(evaluate(cp, wf.index, unrestrict(best.choice, allowed)))
-            if time.perf_counter() > deadline:
+            if cut:
                 break
         best = choose(found)
+        if best is None and cut:
+            return unknown_plan(cp, solver=self.name, elapsed_s=time.perf_counter() - t0, evaluated=evaluated,
+                                reason=f"time limit {time_limit_s:g} s reached before a feasible variant was "
+                                       f"found (search incomplete)")
         if best is None:
             return infeasible_plan(cp, solver=self.name, elapsed_s=time.perf_counter() - t0, evaluated=evaluated,
                                    reason="flowmaker-plus: no feasible variant in the pruned space (heuristic; "

@@ -36,7 +36,8 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   ``min(warm_share x time limit, warm_max_s = 0.25 s)``: where the heuristic is slow (deep
   workflows) the proof alone is faster than waiting for it.
 * Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default: CPU count up to 8, 1 for
-  enumeration as CP-SAT requires), ``random_seed``.
+  enumeration as CP-SAT requires), ``random_seed``, ``catch_sigint_signal = False`` (Ctrl-C
+  stays Python's KeyboardInterrupt, see ``_solver``).
 """
 from __future__ import annotations
 
@@ -68,15 +69,8 @@ class MilpSelector(Selector):
         t0 = time.perf_counter()
         warm = (warm_variant(problem, min(time_limit_s * self.warm_share, self.warm_max_s))
                 if self.warm_start else None)
-        left = max(1e-3, time_limit_s - (time.perf_counter() - t0))
-        plan = solve_exact(problem, lambda data: CpSatBackend(data, workers=self.workers, seed=self.seed),
-                           solver=self.name, time_limit_s=left, warm=warm)
-        return _with_elapsed(plan, time.perf_counter() - t0)
-
-
-def _with_elapsed(plan: Plan, elapsed: float) -> Plan:
-    from dataclasses import replace
-    return replace(plan, elapsed_s=elapsed)
+        return solve_exact(problem, lambda data: CpSatBackend(data, workers=self.workers, seed=self.seed),
+                           solver=self.name, time_limit_s=time_limit_s, warm=warm, started=t0)
 
 
 def warm_variant(problem: Problem, time_limit_s: float) -> Variant | None:
@@ -185,6 +179,9 @@ class CpSatBackend:
 
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(1e-3, deadline - time.perf_counter())
+        # CP-SAT's own SIGINT handler resets SIGINT to the default action when the solver is
+        # destroyed, after which Ctrl-C kills the process without running `finally` blocks
+        solver.parameters.catch_sigint_signal = False
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = self.seed
         return solver

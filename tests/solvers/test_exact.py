@@ -103,8 +103,8 @@ def test_time_limit_is_honoured(solver):
     t0 = time.perf_counter()
     plan = get_solver(solver).select(p, time_limit_s=0.05)
     assert time.perf_counter() - t0 < 5.0
-    assert plan.status in ("optimal", "feasible", "infeasible")
-    if plan.status == "infeasible":
+    assert plan.status in ("optimal", "feasible", "unknown")   # the problem is feasible: never "infeasible"
+    if plan.status == "unknown":
         assert "time limit" in plan.reason
 
 
