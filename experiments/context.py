@@ -1,10 +1,16 @@
 """What every experiment kind gets from the runner: the run folder, seed, progress flag,
-and helpers for atomic, resumable output."""
+and helpers for atomic, resumable output; and the runner's rules for run folders, so that
+results never mix (issue 14): unique run ids, folders created exclusively, resumes only under
+the same config (its hash is kept in ``meta.json``), run ids confined to the results root."""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import platform
+import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -34,8 +40,89 @@ class RunContext:
         return d / f"{name}{suffix}"
 
 
+#: a run id is one plain path component: no separators, no leading dot, nothing to resolve
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # matched whole (fullmatch)
+
+
 def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    """``YYYYmmddTHHMMSSZ-<6 random hex digits>`` (UTC): two runs started in the same second
+    still get folders of their own."""
+    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def config_hash(config: dict) -> str:
+    """SHA-256 of the resolved config as canonical JSON (key order and YAML layout do not count)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stored_hash(run_dir: Path) -> str | None:
+    """The config hash a run folder was started with: ``meta.json``'s, else (older runs) the hash
+    of its ``config.yaml``; None for a folder with neither."""
+    import yaml
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+        if isinstance(meta.get("config_sha256"), str):
+            return meta["config_sha256"]
+    except (OSError, ValueError):
+        pass
+    try:
+        old = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except OSError:
+        return None
+    return config_hash(old) if isinstance(old, dict) else None
+
+
+def open_run_dir(root: Path, experiment: str, run_id: str | None, config: dict, *,
+                 force: bool = False) -> tuple[Path, str | None]:
+    """The run folder ``root/experiment/run_id``, and the hash of the config it was started with
+    when it is a resume (None for a new run).
+
+    Without ``run_id``: a new id, its folder created exclusively (never shared with another
+    run). With one: it must match :data:`RUN_ID_PATTERN` and stay inside ``root``; an existing
+    folder is resumed only when its config hash equals ``config``'s, unless ``force``."""
+    if run_id is None:
+        for _ in range(8):
+            run_dir = root / experiment / new_run_id()
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                run_dir.mkdir(exist_ok=False)
+                return run_dir, None
+            except FileExistsError:
+                continue
+        raise UserError(f"{root / experiment}: could not create a fresh run folder")
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise UserError(f"--run-id {run_id!r}: must be letters, digits, '_', '.' or '-' (one folder name, "
+                        f"not starting with '.')")
+    run_dir = root / experiment / run_id
+    base = root.resolve()
+    if not run_dir.resolve().is_relative_to(base):
+        raise UserError(f"--run-id {run_id!r}: resolves outside the results root {base}")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+        return run_dir, None
+    except FileExistsError:
+        pass
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: exists and is not a folder")
+    old, new = _stored_hash(run_dir), config_hash(config)
+    if old is not None and old != new and not force:
+        raise UserError(f"{run_dir}: started with a different config (sha256 {old[:12]}, now {new[:12]}); "
+                        f"its cells would mix with this one's: start a new run (no --run-id), or pass --force")
+    return run_dir, old
+
+
+def check_finite(value: object, field: str) -> None:
+    """UserError naming the first NaN or infinite number in ``value`` (nested dicts and lists):
+    a limit of ``.inf`` or ``.nan`` in a config is a promise that a run never ends."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"field '{field}': must be a finite number, not {value}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(v, f"{field}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{field}[{i}]")
 
 
 def git_sha() -> str:

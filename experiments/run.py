@@ -6,6 +6,13 @@ config's ``params`` mapping) and ``run(params, ctx) -> None``. The runner valida
 config, makes ``results/<experiment>/<run-id>/``, writes the resolved config and
 ``meta.json`` there, and hands the kind a :class:`RunContext`. Adding an experiment kind
 means adding one module; nothing here changes.
+
+Results never mix: a new run gets a fresh id (UTC timestamp plus random hex) and a folder
+created exclusively; ``--run-id`` resumes a folder (finished cells are skipped) only if the
+config's hash equals the one in its ``meta.json`` (``--force`` overrides, and the earlier
+config is kept beside the new one); run ids are single folder names inside ``--results``;
+a duplicate key anywhere in the config is an error. Ctrl-C stops with exit status 130 and
+keeps the finished cells.
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from experiments.context import RunContext, UserError, new_run_id, write_meta
+from experiments.context import RunContext, UserError, check_finite, config_hash, open_run_dir, write_meta
 
 
 class ExperimentConfig(BaseModel):
@@ -30,14 +37,15 @@ class ExperimentConfig(BaseModel):
 
 
 def load_config(path: Path) -> ExperimentConfig:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
+    """Read and validate an experiment config; a duplicate key (at any depth) is a UserError."""
+    from selector.errors import ProblemError
+    from selector.yamlio import load_mapping
+    if not path.is_file():
         raise UserError(f"{path}: no such file")
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: malformed YAML: {str(exc).splitlines()[0]}")
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: top level must be a mapping")
+    try:
+        raw = load_mapping(path)
+    except ProblemError as exc:
+        raise UserError(f"{path}: {exc}")
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
@@ -61,15 +69,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__.splitlines()[0])
     ap.add_argument("config", type=Path)
     ap.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
-    ap.add_argument("--run-id", default=None, help="reuse a run folder to resume it (default: a new timestamped id)")
+    ap.add_argument("--run-id", default=None,
+                    help="resume this run folder (same config only) or start one of this name; default: a new "
+                         "unique id YYYYmmddTHHMMSSZ-<hex>")
+    ap.add_argument("--force", action="store_true",
+                    help="resume --run-id even though its config differs (its cells then mix)")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     ap.add_argument("--ray-address", default=None,
                     help="join this Ray cluster for kinds that run on Ray (`runtime: ray`); sets RAY_ADDRESS")
     args = ap.parse_args(argv)
     if args.ray_address:
         os.environ["RAY_ADDRESS"] = args.ray_address
+    run_dir: Path | None = None
     try:
         cfg = load_config(args.config)
+        check_finite(cfg.params, "params")
         mod = kind_module(cfg.kind)
         try:
             params = mod.Params.model_validate(cfg.params)
@@ -77,10 +91,17 @@ def main(argv: list[str] | None = None) -> int:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
             raise UserError(f"{args.config}: field 'params.{field}': {err['msg']}")
-        run_dir = args.results / cfg.experiment / (args.run_id or new_run_id())
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        write_meta(run_dir, seed=cfg.seed, config_path=args.config)
+        check_finite(params.model_dump(), "params")
+        config = cfg.model_dump(mode="json")
+        run_dir, old_hash = open_run_dir(args.results, cfg.experiment, args.run_id, config, force=args.force)
+        new_hash = config_hash(config)
+        if old_hash is not None and old_hash != new_hash and (run_dir / "config.yaml").exists():
+            os.replace(run_dir / "config.yaml", run_dir / f"config.{old_hash[:12]}.yaml")   # --force: keep both
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        extra = {"config_sha256": new_hash}
+        if old_hash is not None and old_hash != new_hash:
+            extra["forced_over_config_sha256"] = old_hash
+        write_meta(run_dir, seed=cfg.seed, config_path=args.config, extra=extra)
         ctx = RunContext(run_dir=run_dir, seed=cfg.seed, progress=not args.no_progress,
                          config_path=args.config)
         mod.run(params, ctx)
@@ -88,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: finished results are kept; rerun with --run-id to resume", file=sys.stderr)
+        where = f"; rerun with --run-id {run_dir.name} to resume" if run_dir is not None else ""
+        print(f"interrupted: finished results are kept{where}", file=sys.stderr)
         return 130
     print(f"results: {run_dir}")
     return 0
