@@ -3,7 +3,7 @@ their workflow's stages, a router per stage.
 
 A workflow request visits its stages in order; a stage with ``calls = k`` makes k calls one
 after another; each call goes to one instance of the stage, picked by least outstanding
-calls (RouteLLM stages first pick the strong or the weak model's instances by the request's
+calls (a stage with routes for RouteLLM's weak and strong models first picks one by the request's
 difficulty). A request fails when its task was not placed or one of its calls can never fit
 its instance's KV cache. Instances with shards on the same GPU slow each other down while
 busy at the same time (``harness.instance.Colocation``).
@@ -22,6 +22,7 @@ from harness.instance import Colocation, GpuSlot, Instance
 from harness.routers import LeastOutstanding
 from harness.schedulers import make_scheduler
 from harness.steps import kv_capacity_tokens, step_model
+from selector.deployment import Route, route_index
 
 
 @dataclass(frozen=True)
@@ -37,21 +38,27 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class SimStage:
+    """One stage of a placed task: ``routes`` (``selector.deployment.Route``: instance ids and
+    the share of requests each takes, as the deployment's ``StageRoute``); ``accuracy_ok`` per
+    route: whether its models meet the task's accuracy SLO (empty: all do)."""
+
     name: str
     calls: int
     prompt_tokens: int          # one call's sizes for a request of average size
     output_tokens: int
-    strong: tuple[str, ...]     # instance ids
-    weak: tuple[str, ...] = ()
-    strong_ok: bool = True      # the strong (only) model meets the task's accuracy SLO
-    weak_ok: bool = True
+    routes: tuple[Route, ...]
+    accuracy_ok: tuple[bool, ...] = ()
 
-    def route(self, threshold: float | None, difficulty: float) -> tuple[tuple[str, ...], bool]:
-        """The instances a request's calls go to and whether their model meets the accuracy SLO:
-        RouteLLM sends a request whose difficulty is below ``threshold`` to the weak model."""
-        if self.weak and threshold is not None and difficulty < threshold:
-            return self.weak, self.weak_ok
-        return self.strong, self.strong_ok
+    def route(self, difficulty: float) -> tuple[tuple[str, ...], bool]:
+        """The instances a request's calls go to and whether their model meets the accuracy SLO
+        (``selector.deployment.route_index``: RouteLLM's easy requests take the weak route)."""
+        k = route_index([r.share for r in self.routes], difficulty)
+        return self.routes[k].instances, (self.accuracy_ok[k] if self.accuracy_ok else True)
+
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """The instance groups a call may be routed to (one per route with instances)."""
+        return tuple(r.instances for r in self.routes if r.instances)
 
     def sizes(self, prompt_scale: float, output_scale: float) -> tuple[int, int]:
         """One call's (prompt, output) tokens for a request scaled by its own token counts."""
@@ -64,7 +71,6 @@ class SimTask:
     latency_slo_s: float
     stages: tuple[SimStage, ...]
     placed: bool = True
-    threshold: float | None = None   # RouteLLM: difficulty >= threshold goes to the strong model
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,8 @@ class ClusterSim:
         self._groups: dict[tuple[str, ...], list[Instance]] = {}
         for t in tasks:
             for s in t.stages:
-                for ids in (s.strong, s.weak):
-                    if ids and t.placed:
+                for ids in s.groups:
+                    if t.placed:
                         self._groups[ids] = [self.instances[i] for i in ids]
         self.router = LeastOutstanding()
         self.sim = Simulator()
@@ -160,7 +166,7 @@ class ClusterSim:
 
     def _issue(self, req: _Req, now: float):
         st = req.task.stages[req.stage]
-        ids, ok = st.route(req.task.threshold, req.diff)
+        ids, ok = st.route(req.diff)
         if not ok:
             req.acc_ok = False
         self._next_call += 1

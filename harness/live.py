@@ -4,7 +4,8 @@ instance, and report the same cell metrics as the simulator (``harness.replay.ce
 The request flow is the simulator's (``harness.cluster``): a workflow request visits its task's
 stages in order, a stage with ``calls = c`` makes ``c`` calls one after another, each call goes to
 one of the stage's instances picked by least outstanding calls (ties: the first listed), and a
-RouteLLM stage first picks the strong or the weak model's instances by the request's difficulty.
+stage with several routes (RouteLLM's weak and strong models) first picks one by the request's
+difficulty and the routes' shares.
 Call sizes are the simulator's: ``max(1, round(stage tokens x the request's scale))`` (then
 capped by ``max_prompt_tokens`` / ``max_output_tokens`` when set). A prompt of ``n`` tokens is a
 repeated word whose tokens per repetition were measured on each server before the clock starts
@@ -33,10 +34,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from harness.cluster import SimTask, Workload
-from harness.deployment import TaskDeployment
 from harness.replay import ReplayResult, cell_metrics, sim_tasks
 from harness.servers.client import EngineDeadError, ServerError, exact_output_body
 from harness.servers.deploy import Endpoint
+from selector.deployment import Deployment
 from selector.problem import Problem
 
 UNIT = " the"           # the repeated word of a synthetic prompt
@@ -97,7 +98,7 @@ class _Router:
             self.out[iid] -= 1
 
 
-def replay_live(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
+def replay_live(problems: Sequence[Problem], deps: Sequence[Deployment | None],
                 tokens: Sequence[dict[str, list[tuple[int, int]]]], workload: Workload, *,
                 endpoints: Mapping[str, Endpoint], price_per_gb_s: float, settings: LiveSettings = LiveSettings(),
                 on_request: Callable[[dict], None] | None = None) -> LiveReplayResult:
@@ -105,7 +106,7 @@ def replay_live(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
     ``harness.servers.deploy``); metrics as ``harness.replay.replay`` (docs/metrics.md), times in
     wall seconds. ``on_request`` sees each request's row when it ends (progress)."""
     instances, tasks = sim_tasks(problems, deps, tokens)
-    routed = {i for t in tasks for s in t.stages for ids in (s.strong, s.weak) for i in ids}
+    routed = {i for t in tasks for s in t.stages for ids in s.groups for i in ids}
     missing = sorted(routed - set(endpoints))
     if missing:
         raise KeyError(f"no endpoint for instance(s) {', '.join(missing)}; given: {', '.join(sorted(endpoints))}")
@@ -189,7 +190,7 @@ class _Run:
         w, s = self.w, self.s
         ps, os_, diff = float(w.prompt_scale[i]), float(w.output_scale[i]), float(w.difficulty[i])
         for k, st in enumerate(task.stages):
-            ids, ok = st.route(task.threshold, diff)
+            ids, ok = st.route(diff)
             if not ok:
                 self.acc_ok[i] = False
             prompt, output = st.sizes(ps, os_)

@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from harness.cluster import EngineSettings
-from harness.deployment import InstanceSpec, TaskDeployment
 from harness.steps import kv_capacity_tokens, step_model
 from orchestrator import get_scheme, load_app, simulate
 from orchestrator.apps import AppSpec
@@ -32,6 +31,7 @@ from orchestrator.engines import build_instances, load_engine_spec, profiler_llm
 from orchestrator.engines.base import Engine
 from orchestrator.runtime.sim import RequestResult
 from orchestrator.template import Template
+from selector.deployment import Deployment, InstanceSpec
 from selector.taskspec import TaskSpec
 
 #: orchestration name -> default scheme (``orchestrator.schemes``)
@@ -67,12 +67,14 @@ class BoundApp:
     reused: tuple[str, ...]                                    # stages served by a reused instance
 
 
-def bind(spec: TaskSpec, dep: TaskDeployment, instances: Mapping[str, InstanceSpec]) -> BoundApp:
-    """Bind ``spec``'s app for the workflow ``dep`` deploys; ``instances`` maps every instance id
-    on the cluster (this task's and those it may reuse) to its spec."""
-    if not dep.placed:
-        raise OrchestrationError(f"task {spec.name}: not placed ({dep.reason or 'no reason given'})")
-    o = spec.orchestration.get(dep.workflow or "")
+def bind(spec: TaskSpec, dep: Deployment | None, instances: Mapping[str, InstanceSpec], *,
+         reason: str | None = None) -> BoundApp:
+    """Bind ``spec``'s app for the workflow ``dep`` (the task's ``plan.deployment``) deploys;
+    ``instances`` maps every instance id on the cluster (this task's and those it may reuse) to
+    its spec. ``dep = None``: the task was not placed (``reason`` says why)."""
+    if dep is None:
+        raise OrchestrationError(f"task {spec.name}: not placed ({reason or 'no reason given'})")
+    o = spec.orchestration.get(dep.workflow)
     if o is None:
         known = ", ".join(spec.orchestration) or "none"
         raise OrchestrationError(f"task {spec.name}: workflow '{dep.workflow}' has no orchestration app "
@@ -81,7 +83,7 @@ def bind(spec: TaskSpec, dep: TaskDeployment, instances: Mapping[str, InstanceSp
         app = load_app(o.app)
     except KeyError as exc:
         raise OrchestrationError(f"task {spec.name}: {exc.args[0]}") from None
-    if dep.routing is not None or any(r.weak for r in dep.stages):
+    if any(len(r.routes) > 1 for r in dep.stages):
         raise OrchestrationError(f"task {spec.name}: routed (strong/weak) deployments cannot be orchestrated")
     t = app.template()
     comps = {c.name: c for c in t.components}
@@ -96,7 +98,7 @@ def bind(spec: TaskSpec, dep: TaskDeployment, instances: Mapping[str, InstanceSp
     routes = {r.stage: r for r in dep.stages}
     stage_inst, reused = {}, []
     for stage in sorted(set(o.stages.values())):
-        ids = routes[stage].strong
+        ids = routes[stage].routes[0].instances
         missing = [i for i in ids if i not in instances]
         if missing:
             raise OrchestrationError(f"task {spec.name}: stage {stage}: unknown instance(s) {', '.join(missing)}")
@@ -105,7 +107,7 @@ def bind(spec: TaskSpec, dep: TaskDeployment, instances: Mapping[str, InstanceSp
             reused.append(stage)
     bound = tuple(replace(c, engine=f"stage:{o.stages[c.name]}") if c.name in o.stages else c
                   for c in t.components)
-    return BoundApp(spec.name, dep.workflow or "", app, Template(bound, t.name, t.outputs), stage_inst,
+    return BoundApp(spec.name, dep.workflow, app, Template(bound, t.name, t.outputs), stage_inst,
                     tuple(reused))
 
 

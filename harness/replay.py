@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.cluster import ClusterSim, EngineSettings, SimStage, SimTask, Workload
-from harness.deployment import InstanceSpec, TaskDeployment
-from selector.problem import Problem
+from selector.deployment import Deployment, InstanceSpec
+from selector.problem import TOL, Problem
 
 
 @dataclass(frozen=True)
@@ -18,33 +18,30 @@ class ReplayResult:
     per_task: list[dict]
 
 
-def sim_tasks(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
+def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
               tokens: Sequence[dict[str, list[tuple[int, int]]]]) -> tuple[list[InstanceSpec], list[SimTask]]:
-    """Instances and routed tasks; ``tokens[k][workflow]`` = (prompt, output) per stage of task k."""
+    """Instances and routed tasks of ``deps`` (``plan.deployment`` per task; ``None``: the task
+    is not placed); ``tokens[k][workflow]`` = (prompt, output) per stage of task k."""
     instances: list[InstanceSpec] = []
     tasks: list[SimTask] = []
     models: dict[str, str] = {}
-    for p, dep in zip(problems, deps, strict=True):
-        instances.extend(dep.instances)
-        models.update({i.id: i.model for i in dep.instances})
-        acc = {m.name: m.accuracy for m in p.models}
-        ok = {name: a >= p.task.accuracy_slo - 1e-9 for name, a in acc.items()}
-        if not dep.placed:
+    for k, (p, dep) in enumerate(zip(problems, deps, strict=True)):
+        if dep is None:
             tasks.append(SimTask(p.task.name, p.task.latency_slo_s, (), placed=False))
             continue
-        sizes = tokens[len(tasks)][dep.workflow]
+        instances.extend(dep.instances)
+        models.update({i.id: i.model for i in dep.instances})
+        models.update({i.id: i.model for i in p.cluster.instances})
+        ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
         stages = []
-        for route, (prompt, output) in zip(dep.stages, sizes, strict=True):
-            strong_ok = all(ok[models[i]] for i in route.strong)
-            weak_ok = all(ok[models[i]] for i in route.weak)
-            stages.append(SimStage(route.stage, route.calls, prompt, output, route.strong, route.weak,
-                                   strong_ok, weak_ok))
-        threshold = dep.routing["threshold"] if dep.routing else None
-        tasks.append(SimTask(p.task.name, p.task.latency_slo_s, tuple(stages), True, threshold))
+        for route, (prompt, output) in zip(dep.stages, tokens[k][dep.workflow], strict=True):
+            accuracy_ok = tuple(all(ok[models[i]] for i in r.instances) for r in route.routes)
+            stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, accuracy_ok))
+        tasks.append(SimTask(p.task.name, p.task.latency_slo_s, tuple(stages)))
     return instances, tasks
 
 
-def replay(problems: Sequence[Problem], deps: Sequence[TaskDeployment],
+def replay(problems: Sequence[Problem], deps: Sequence[Deployment | None],
            tokens: Sequence[dict[str, list[tuple[int, int]]]], workload: Workload, *, gpu: str,
            price_per_gb_s: float, engine: EngineSettings = EngineSettings()) -> ReplayResult:
     """Simulate ``workload`` on the deployments; see docs/metrics.md for every reported number."""
@@ -68,7 +65,7 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
     lat = done_s - workload.arrival_s
     served = ~failed & ~np.isnan(lat)
-    good = served & acc_ok & (lat <= slo + 1e-9)
+    good = served & acc_ok & (lat <= slo + TOL)
     gb = float(sum(i.mem_gb for i in instances))
     done = lat[served]
     summary = {

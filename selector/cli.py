@@ -13,12 +13,20 @@ from pathlib import Path
 from selector.errors import ProblemError
 
 
+def _solver(name: str):
+    """The registered selector ``name``; an unknown one is a ProblemError naming ``--solver``."""
+    from solvers.registry import get_solver
+    try:
+        return get_solver(name)
+    except KeyError as exc:
+        raise ProblemError("--solver", str(exc.args[0])) from None
+
+
 def _solve(args: argparse.Namespace) -> int:
     from selector.problem import load_problem
-    from solvers.registry import get_solver
 
     problem = load_problem(args.problem)
-    solver = get_solver(args.solver)
+    solver = _solver(args.solver)
     plan = solver.select(problem, time_limit_s=args.time_limit)
     print(plan.to_json() if args.json else format_plan(plan.to_dict()))
     return 0
@@ -26,10 +34,9 @@ def _solve(args: argparse.Namespace) -> int:
 
 def _deploy(args: argparse.Namespace) -> int:
     from selector.deploy import deploy_bundle, load_bundle
-    from solvers.registry import get_solver
 
     bundle = load_bundle(args.bundle)
-    solver = get_solver(args.solver)
+    solver = _solver(args.solver)
     result = deploy_bundle(bundle, solver, time_limit_s=args.time_limit)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -50,8 +57,11 @@ def _resolve(args: argparse.Namespace) -> int:
 def format_plan(d: dict) -> str:
     """A readable rendering of a plan dict."""
     head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']})"
-    if d["status"] == "infeasible":
-        return f"{head}\n  reason: {d['reason']}"
+    if d["status"] not in ("optimal", "feasible"):
+        dep = d.get("deployment")
+        deployed = "" if dep is None else (f"\n  deploys anyway ({dep['rule']}): {len(dep['instances'])} instances, "
+                                           f"{sum(i['mem_gb'] for i in dep['instances']):.4g} GB")
+        return f"{head}\n  reason: {d['reason']}{deployed}"
     lines = [head, f"  workflow {d['workflow']}: cost {d['cost_gb_s']:.4g} GB*s, latency {d['latency_s']:.4g} s, "
                    f"new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots, accuracy {d['accuracy']:.2f}"]
     for s in d["stages"]:
@@ -93,7 +103,4 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyError as exc:
-        print(f"error: --solver: {exc.args[0]}", file=sys.stderr)
         return 2

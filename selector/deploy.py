@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from selector.errors import ProblemError
 from selector.plan import Plan
-from selector.problem import Cluster, Gpu, Instance, Problem, parse_problem
+from selector.problem import Cluster, Problem, parse_problem
 from selector.yamlio import load_mapping
 
 
@@ -19,41 +19,15 @@ class _Selects(Protocol):
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan: ...
 
 
-def apply_plan(problem: Problem, plan: Plan) -> Cluster:
-    """The cluster after deploying ``plan``: new replicas become instances (utilisation
-    ``load / (replicas * capacity)``, memory added to their GPUs), reused instances gain
-    ``load / capacity``. New instances are appended in stage order, then replica order, with
-    ids ``<task>/<stage>/<replica index>``."""
-    cluster = problem.cluster
-    if not plan.solved:
-        return cluster
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r for r in problem.perf}
-    mem = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
-    calls = {s.name: s.calls for w in problem.workflows if w.name == plan.workflow for s in w.stages}
-    used = {g.id: g.used_gb for g in cluster.gpus}
-    util = {i.id: i.utilization for i in cluster.instances}
-    added: list[Instance] = []
-    for st in plan.stages:
-        load = problem.task.arrival_rate_rps * calls[st.stage]
-        cap = perf[(plan.workflow, st.stage, st.model, st.tp, st.pp)].capacity_rps
-        if st.reuse is not None:
-            util[st.reuse] += load / cap
-            continue
-        shard = mem[(st.model, st.tp, st.pp)] / (st.tp * st.pp)
-        for r, gpus in enumerate(st.gpus):
-            for g in gpus:
-                used[g] += shard
-            added.append(Instance(id=f"{problem.task.name}/{st.stage}/{r}", model=st.model, tp=st.tp, pp=st.pp,
-                                  gpus=tuple(gpus), utilization=min(1.0, load / (st.replicas * cap))))
-    gpus = tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=min(g.mem_gb, used[g.id])) for g in cluster.gpus)
-    old = tuple(i.model_copy(update={"utilization": min(1.0, util[i.id])}) for i in cluster.instances)
-    return Cluster(gpus=gpus, instances=old + tuple(added))
-
-
 def deploy_task(problem: Problem, selector: _Selects, *, time_limit_s: float = 60.0) -> tuple[Plan, Cluster]:
-    """Solve ``problem`` with ``selector`` and return the plan and the cluster after it."""
+    """Solve ``problem`` with ``selector`` and return the plan and the cluster after it: the
+    plan's :class:`~selector.deployment.Deployment` applied (spec section 8), or the cluster
+    unchanged when the plan deploys nothing. A baseline's plan deploys what its own rules
+    chose even when its spec status is ``infeasible`` (docs/baselines.md)."""
     plan = selector.select(problem, time_limit_s=time_limit_s)
-    return plan, apply_plan(problem, plan)
+    if plan.deployment is None:
+        return plan, problem.cluster
+    return plan, plan.deployment.apply(problem.cluster)
 
 
 def with_cluster(task_problem: dict[str, Any] | Problem, cluster: Cluster) -> Problem:
@@ -65,12 +39,32 @@ def with_cluster(task_problem: dict[str, Any] | Problem, cluster: Cluster) -> Pr
 
 def deploy_sequence(tasks: Sequence[dict[str, Any] | Problem], cluster: Cluster, selector: _Selects, *,
                     time_limit_s: float = 60.0) -> tuple[list[Plan], Cluster]:
-    """Deploy ``tasks`` one after another; each sees the cluster the previous ones left."""
+    """Deploy ``tasks`` one after another; each sees the cluster the previous ones left. Task
+    names must be distinct (spec section 8): a repeated one is a ProblemError."""
+    check_distinct_names([_task_name(t) for t in tasks])
     plans = []
     for t in tasks:
         plan, cluster = deploy_task(with_cluster(t, cluster), selector, time_limit_s=time_limit_s)
         plans.append(plan)
     return plans, cluster
+
+
+def _task_name(t: dict[str, Any] | Problem) -> str | None:
+    if isinstance(t, Problem):
+        return t.task.name
+    task = t.get("task")
+    return task.get("name") if isinstance(task, dict) else None
+
+
+def check_distinct_names(names: Sequence[str | None]) -> None:
+    """ProblemError ``tasks[i].task.name`` at the first name seen before (spec section 8)."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ProblemError(f"tasks[{i}].task.name", f"duplicate task name '{name}' (task names in one "
+                               "deployment sequence must be distinct)")
+        if name is not None:
+            seen.add(name)
 
 
 def load_bundle(path: str | Path) -> dict[str, Any]:
@@ -94,6 +88,7 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
             problems.append(with_cluster(t, cluster))
         except ProblemError as exc:
             raise ProblemError(f"tasks[{i}].{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    check_distinct_names([p.task.name for p in problems])
     return {"cluster": cluster, "tasks": problems}
 
 

@@ -61,6 +61,17 @@ class Route:
     share: float = 1.0
 
 
+def route_index(shares: Sequence[float], difficulty: float) -> int:
+    """The route a request of ``difficulty`` in [0, 1) takes: the first whose cumulative share
+    exceeds it; past the end (round-off), the last route with a positive share."""
+    acc = 0.0
+    for k, share in enumerate(shares):
+        acc += share
+        if difficulty < acc - TOL:
+            return k
+    return next((k for k in reversed(range(len(shares))) if shares[k] > 0), len(shares) - 1)
+
+
 @dataclass(frozen=True)
 class StageRoute:
     stage: str
@@ -68,14 +79,8 @@ class StageRoute:
     routes: tuple[Route, ...]
 
     def route_for(self, difficulty: float) -> Route:
-        """The route a request of ``difficulty`` takes (module docstring); the last route
-        takes whatever the shares leave (round-off)."""
-        acc = 0.0
-        for r in self.routes:
-            acc += r.share
-            if difficulty < acc - TOL:
-                return r
-        return next((r for r in reversed(self.routes) if r.share > 0), self.routes[-1])
+        """The route a request of ``difficulty`` takes (:func:`route_index`)."""
+        return self.routes[route_index([r.share for r in self.routes], difficulty)]
 
     @property
     def instance_ids(self) -> tuple[str, ...]:

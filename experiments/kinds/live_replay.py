@@ -120,8 +120,8 @@ def run(params: Params, ctx: RunContext) -> None:
         bar.update(len(params.traces) * len(params.loads_pct) - len(todo))
         if not todo:
             continue
-        seen, dl = [p for p, _ in deps[label]], [d for _, d in deps[label]]
-        fleet, eps = _servers(params, ctx, label, [i for d in dl for i in d.instances])
+        seen, dl = [p for p, _ in deps[label]], [plan.deployment for _, plan in deps[label]]
+        fleet, eps = _servers(params, ctx, label, [i for d in dl if d is not None for i in d.instances])
         try:
             for kind, load in todo:
                 trace, source = traces[kind]

@@ -49,23 +49,23 @@ def _label(spec: str) -> str:
 
 
 def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
-    """Sequential deployment per selector; returns label -> [(problem seen, TaskDeployment)]."""
-    from harness.deployment import apply_deployment, deployment_of
-    from selector.deploy import with_cluster
+    """Sequential deployment per selector, as quickstart's (``selector.deploy.deploy_task``);
+    returns label -> [(problem seen, Plan)] (``plan.deployment``: what the task deployed)."""
+    from selector.deploy import deploy_task, with_cluster
     out, rows = {}, []
     for spec in params.selectors:
         solver, cluster, seq = _solver(spec), problems[0].cluster, []
         for p in problems:
             p = with_cluster(p, cluster)
             t0 = time.perf_counter()
-            plan = solver.select(p, time_limit_s=params.time_limit_s)
-            dep = deployment_of(p, plan)
-            cluster = apply_deployment(p, dep)
-            seq.append((p, dep))
+            plan, cluster = deploy_task(p, solver, time_limit_s=params.time_limit_s)
+            seq.append((p, plan))
+            dep = plan.deployment
+            insts = dep.instances if dep is not None else ()
             rows.append({"selector": _label(spec), "task": p.task.name, "status": plan.status,
-                         "placed": dep.placed, "workflow": dep.workflow, "instances_new": len(dep.instances),
-                         "gb_new": sum(i.mem_gb for i in dep.instances),
-                         "models": ",".join(sorted({i.model for i in dep.instances})),
+                         "placed": dep is not None, "workflow": dep.workflow if dep is not None else None,
+                         "instances_new": len(insts), "gb_new": sum(i.mem_gb for i in insts),
+                         "models": ",".join(sorted({i.model for i in insts})),
                          "spec_violation": plan.extra.get("spec_violation"), "select_s": time.perf_counter() - t0})
         out[_label(spec)] = seq
         atomic_write_text(ctx.run_dir / "deployments" / f"{_label(spec)}.json",
@@ -126,7 +126,7 @@ def run(params: Params, ctx: RunContext) -> None:
             raise UserError(f"field 'params.requests': no request count for trace '{kind}'")
         wl = cell_workload(trace, rates, load=load / 100.0, n_requests=params.requests[kind], seed=ctx.seed)
         seen = [p for p, _ in deps[label]]
-        res = replay(seen, [d for _, d in deps[label]], tokens, wl, gpu=gpu,
+        res = replay(seen, [plan.deployment for _, plan in deps[label]], tokens, wl, gpu=gpu,
                      price_per_gb_s=params.price_per_gb_s, engine=engine)
         row = {"selector": label, "trace": kind, "load_pct": load, "trace_source": source, **res.summary,
                "per_task": json.dumps(res.per_task)}

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from selector.problem import TOL
 
 
 class Params(BaseModel):
@@ -70,7 +71,7 @@ def _cell(ctx, params, bound, k, wl, gpu, slo, acc_ok, key, orch) -> pd.DataFram
     df = pd.DataFrame({"selector": sel, "trace": trace, "load_pct": load, "task": task,
                        "workflow": bound.workflow if bound else "-", "app": bound.app.name if bound else "-",
                        "orchestration": orch, "request": np.flatnonzero(mask), "arrival_s": arrivals,
-                       "latency_s": lat, "latency_slo_s": slo, "good": acc_ok & (lat <= slo + 1e-9),
+                       "latency_s": lat, "latency_slo_s": slo, "good": acc_ok & (lat <= slo + TOL),
                        "n_primitives": [r.n_primitives for r in res] if res else 0,
                        "output": [repr(sorted(r.outputs.items())) for r in res] if res else ""})
     atomic_write_parquet(path, df)
@@ -96,16 +97,16 @@ def run(params: Params, ctx: RunContext) -> None:
     deps = deploy_all(params, problems, ctx)
     bound = {}
     for label, seq in deps.items():
-        insts = {i.id: i for _, d in seq for i in d.instances}
-        for k, (p, d) in enumerate(seq):
-            if p.task.name in params.orchestrated and not d.placed:
+        insts = {i.id: i for _, plan in seq if plan.deployment is not None for i in plan.deployment.instances}
+        for k, (p, plan) in enumerate(seq):
+            if p.task.name in params.orchestrated and plan.deployment is None:
                 bound[(label, p.task.name)] = (k, None, p.task.latency_slo_s, False)
             elif p.task.name in params.orchestrated:
                 try:
-                    b = bind(specs[p.task.name], d, insts)
+                    b = bind(specs[p.task.name], plan.deployment, insts)
                 except OrchestrationError as exc:
                     raise UserError(f"{label}: {exc}") from None
-                acc = {m.name: m.accuracy >= p.task.accuracy_slo - 1e-9 for m in p.models}
+                acc = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
                 ok = all(acc[i.model] for ins in b.stage_instances.values() for i in ins)
                 bound[(label, p.task.name)] = (k, b, p.task.latency_slo_s, ok)
     traces = {}

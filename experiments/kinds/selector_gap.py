@@ -191,7 +191,7 @@ def run(params: Params, ctx: RunContext) -> None:
 def freeze(suite_path: Path) -> list[Path]:
     """Rewrite the frozen problems: the paper-sized space, and the quickstart tasks resolved and
     deployed in sequence with the suite's ``quickstart.solver`` (default exhaustive)."""
-    from selector.deploy import apply_plan
+    from selector.deploy import deploy_task
     from selector.resolve import load_catalog, load_cluster_file, resolve_task
     from selector.synthetic import paper_problem
     from selector.taskspec import CONFIGS
@@ -208,7 +208,7 @@ def freeze(suite_path: Path) -> list[Path]:
         p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
         p = p.model_copy(update={"task": p.task.model_copy(update={"name": f"quickstart-{k + 1}-{task}"})})
         written.append(_write(out_dir / f"quickstart-{k + 1}-{task}.json", p))
-        cluster = apply_plan(p, solver.select(p, time_limit_s=600))
+        _, cluster = deploy_task(p, solver, time_limit_s=600)
     return written
 
 

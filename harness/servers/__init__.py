@@ -11,8 +11,7 @@ TP/PP degree and GPU mapping, wait for health, and stop them.
 """
 from harness.servers.client import (Completion, EngineDeadError, OpenAIClient, OpenAIEngine, ServerError,
                                     exact_output_body, served_model)
-from harness.servers.launcher import (BACKENDS, Fleet, ServerProcess, ServerSpec, build_command,
-                                      specs_from_plan)
+from harness.servers.launcher import BACKENDS, Fleet, ServerProcess, ServerSpec, build_command
 
 __all__ = ["Completion", "exact_output_body", "served_model", "EngineDeadError", "OpenAIClient", "OpenAIEngine", "ServerError", "BACKENDS", "Fleet",
-           "ServerProcess", "ServerSpec", "build_command", "specs_from_plan"]
+           "ServerProcess", "ServerSpec", "build_command"]

@@ -1,7 +1,7 @@
 """Put a set of deployments on real servers: one server per planned instance, or endpoints the
 user already runs.
 
-``specs_for_instances`` turns the harness's :class:`~harness.deployment.InstanceSpec` list into
+``specs_for_instances`` turns a deployment's :class:`~selector.deployment.InstanceSpec` list into
 one :class:`ServerSpec` each (its TP/PP degree, ``CUDA_VISIBLE_DEVICES`` from its GPU ids, the
 local checkpoint ``model_paths[model]``). ``stand_in`` replaces every catalog model by one local
 checkpoint on CPU (TP/PP and GPUs dropped): latencies are then the stand-in's, not the catalog
@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.deployment import InstanceSpec
 from harness.servers.client import OpenAIClient, served_model
 from harness.servers.launcher import Fleet, ServerSpec
+from selector.deployment import InstanceSpec
 
 
 @dataclass

@@ -5,8 +5,9 @@ pipeline parallel degree and the GPUs it may see (``CUDA_VISIBLE_DEVICES``; empt
 :func:`build_command` turns it into the backend's command line; :class:`ServerProcess` starts
 it in its own process group with a log file, polls its health endpoint until it answers (or the
 process exits, or ``startup_timeout_s`` passes), and stops it (SIGTERM, then SIGKILL).
-:class:`Fleet` does this for a list of specs (all started at once, then waited for), and
-:func:`specs_from_plan` derives the specs from a FlowMaker plan: one server per new replica.
+:class:`Fleet` does this for a list of specs (all started at once, then waited for);
+``harness.servers.deploy.specs_for_instances`` derives the specs from a plan's deployment
+(one server per instance).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -201,22 +202,3 @@ class Fleet:
         from harness.servers.client import OpenAIClient
         spec = self.servers[name].spec
         return OpenAIClient(base_url=spec.base_url, model=spec.model, name=name, **kwargs)
-
-
-def specs_from_plan(plan, *, model_paths: Mapping[str, str], backend: str = "vllm", base_port: int = 8100,
-                    **common) -> list[ServerSpec]:
-    """One :class:`ServerSpec` per new replica of every stage of a FlowMaker ``Plan`` (reused
-    instances are already running), with that replica's GPUs, TP and PP. ``model_paths`` maps
-    catalog model names to local checkpoints."""
-    specs, port = [], base_port
-    for st in plan.stages:
-        if st.reuse is not None:
-            continue
-        if st.model not in model_paths:
-            raise KeyError(f"no local checkpoint for model {st.model!r}; given: {', '.join(sorted(model_paths))}")
-        for r in range(st.replicas):
-            gpus = tuple(st.gpus[r]) if r < len(st.gpus) else ()
-            specs.append(ServerSpec(name=f"{st.stage}-{r}", backend=backend, model=model_paths[st.model],
-                                    port=port, tp=st.tp, pp=st.pp, gpus=gpus, **common))
-            port += 1
-    return specs

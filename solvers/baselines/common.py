@@ -1,12 +1,14 @@
 """What the baselines share: their fixed workflow, their spec face (own choice or infeasible)
-and the explicit deployment they report in ``plan.extra["deployment"]``.
+and the deployment they really make (``plan.deployment``, built with
+``selector.deployment.build_deployment`` like every selector's).
 
 Two faces (docs/baselines.md): a baseline deploys by its own rules even where they break the
 spec (no SLO check, packed GPUs, a weak model beside the strong one). Its plan is its own
 choice, status ``feasible``, when that choice meets every spec constraint; otherwise the plan
 is ``infeasible`` with the broken constraint in ``reason`` and ``extra["spec_violation"]``
-(never another selector's answer in its name). ``extra["deployment"]`` always holds what
-the baseline really deploys (``None``: nothing could be placed), and the harness deploys that.
+(never another selector's answer in its name). ``plan.deployment`` always holds what the
+baseline really deploys (``None``: nothing could be placed, ``extra["unplaced_reason"]``),
+and the cluster update of spec section 8 (``selector.deploy.deploy_task``) applies that.
 """
 from __future__ import annotations
 
@@ -14,13 +16,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from selector.deployment import Deployment, Serving, build_deployment
 from selector.evaluate import Evaluation, evaluate, infeasible_plan, to_plan
 from selector.index import NEW, Compiled, Option, compile_problem
 from selector.placement import StageDemand, free_memory, place
 from selector.plan import Plan
-from selector.problem import Problem, parse_problem
-
-TOL = 1e-9
+from selector.problem import TOL, Problem, parse_problem
 
 
 def developer_workflow(problem: Problem) -> int:
@@ -66,79 +67,55 @@ def pack_first_fit(free_gb: dict[int, float], demands: Sequence[StageDemand]) ->
     return out
 
 
-def deployment(cp: Compiled, wi: int, options: Sequence[Option], placed, *, load_share: float = 1.0,
-               tag: str = "") -> dict:
-    """The explicit deployment of ``options`` with new replicas on ``placed`` GPUs (per new stage,
-    per replica); utilisation as ``selector.deploy.apply_plan`` computes it, times ``load_share``."""
+def servings(cp: Compiled, options: Sequence[Option], placed, *, share: float = 1.0,
+             tag: str = "") -> list[Serving]:
+    """One :class:`Serving` per stage of ``options``: a reused instance, or new replicas on the
+    ``placed`` GPUs (per new stage, per replica), taking ``share`` of the stage's requests."""
     p = cp.problem
-    w = p.workflows[wi]
     spots = iter(placed)
-    insts, stages, util = [], [], {}
-    for st, o in zip(w.stages, options):
-        load = p.task.arrival_rate_rps * st.calls * load_share
+    out = []
+    for o in options:
+        model = p.models[o.model].name
         if o.kind != NEW:
-            iid = p.cluster.instances[o.instance].id
-            util[iid] = util.get(iid, 0.0) + load / o.capacity_rps
-            stages.append({"stage": st.name, "strong": [iid]})
-            continue
-        ids = []
-        for r, gpus in enumerate(next(spots)):
-            iid = f"{p.task.name}/{st.name}/{tag}{r}"
-            insts.append({"id": iid, "model": p.models[o.model].name, "tp": o.tp, "pp": o.pp,
-                          "gpus": list(gpus), "mem_gb": o.mem_gb})
-            util[iid] = load / (o.replicas * o.capacity_rps)
-            ids.append(iid)
-        stages.append({"stage": st.name, "strong": ids})
-    return {"workflow": w.name, "instances": insts, "stages": stages, "util_add": util}
+            out.append(Serving(model, o.tp, o.pp, reuse=p.cluster.instances[o.instance].id, share=share))
+        else:
+            out.append(Serving(model, o.tp, o.pp, gpus=tuple(tuple(g) for g in next(spots)), share=share, tag=tag))
+    return out
+
+
+def deployment(cp: Compiled, wi: int, options: Sequence[Option], placed, *, rule: str) -> Deployment:
+    """What a baseline deploys: ``options`` of workflow ``wi`` with new replicas on ``placed``."""
+    return build_deployment(cp.problem, cp.workflows[wi].name, [[s] for s in servings(cp, options, placed)],
+                            rule=rule)
 
 
 def new_demands(options: Sequence[Option]) -> list[StageDemand]:
     return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards) for o in options if o.kind == NEW]
 
 
-def deployment_from_plan(problem: Problem, plan: Plan) -> dict:
-    """The explicit deployment of a spec plan (what ``selector.deploy.apply_plan`` would add)."""
-    wf = next(w for w in problem.workflows if w.name == plan.workflow)
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in problem.perf}
-    mem = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
-    insts, stages, util = [], [], {}
-    for st, sp in zip(wf.stages, plan.stages):
-        load = problem.task.arrival_rate_rps * st.calls
-        cap = perf[(wf.name, st.name, sp.model, sp.tp, sp.pp)]
-        if sp.reuse is not None:
-            util[sp.reuse] = util.get(sp.reuse, 0.0) + load / cap
-            stages.append({"stage": st.name, "strong": [sp.reuse]})
-            continue
-        ids = [f"{problem.task.name}/{st.name}/{r}" for r in range(sp.replicas)]
-        for iid, gpus in zip(ids, sp.gpus):
-            insts.append({"id": iid, "model": sp.model, "tp": sp.tp, "pp": sp.pp, "gpus": list(gpus),
-                          "mem_gb": mem[(sp.model, sp.tp, sp.pp)]})
-            util[iid] = load / (sp.replicas * cap)
-        stages.append({"stage": st.name, "strong": ids})
-    return {"workflow": wf.name, "instances": insts, "stages": stages, "util_add": util}
-
-
 def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, rule: str,
-              deploy: dict | None, wi: int, time_limit_s: float, unplaced_reason: str | None = None,
-              why: str | None = None) -> Plan:
+              deploy: Deployment | None, unplaced_reason: str | None = None, why: str | None = None) -> Plan:
     """The plan a baseline returns (module docstring): its own choice if spec-feasible, else an
-    infeasible plan naming the broken constraint; ``extra`` carries the real deployment either way."""
-    extra: dict = {"deployment": deploy, "rule": rule}
+    infeasible plan naming the broken constraint; ``plan.deployment`` is the real deployment
+    either way (``None``: nothing placed, ``extra["unplaced_reason"]`` says why)."""
+    extra: dict = {"rule": rule}
     if deploy is None:
         extra["unplaced_reason"] = unplaced_reason or "the baseline's deployment cannot be placed"
     if ev is not None and ev.feasible:
-        return to_plan(cp, ev, status="feasible", solver=solver, elapsed_s=time.perf_counter() - t0,
+        plan = to_plan(cp, ev, status="feasible", solver=solver, elapsed_s=time.perf_counter() - t0,
                        evaluated=1, extra=extra)
+        return replace(plan, deployment=deploy)
     why = why or (ev.violated if ev is not None else "no option")
     extra["spec_violation"] = why
-    return replace(infeasible_plan(cp, solver=solver, reason=f"{solver}'s own choice violates {why} "
-                                   "(a baseline deploys by its rules; see extra.deployment)",
-                                   elapsed_s=time.perf_counter() - t0, evaluated=1), extra=extra)
+    plan = infeasible_plan(cp, solver=solver, reason=f"{solver}'s own choice violates {why} "
+                           "(a baseline deploys by its rules; see deployment)",
+                           elapsed_s=time.perf_counter() - t0, evaluated=1)
+    return replace(plan, extra=extra, deployment=deploy)
 
 
 def least_loaded(cp: Compiled, options: Sequence[Option]):
     return place(free_memory(cp.problem.cluster), new_demands(options))
 
 
-__all__ = ["compile_problem", "developer_workflow", "deployment", "deployment_from_plan", "evaluate", "least_loaded", "only_workflow",
-           "option_index", "pack_first_fit", "spec_face"]
+__all__ = ["compile_problem", "developer_workflow", "deployment", "evaluate", "least_loaded", "new_demands",
+           "only_workflow", "option_index", "pack_first_fit", "servings", "spec_face"]

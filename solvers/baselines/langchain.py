@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 
 from selector.index import NEW
+from selector.placement import free_memory
 from selector.plan import Plan
-from selector.problem import Problem
+from selector.problem import TOL, Problem
 from solvers.base import Selector
 from solvers.baselines.common import (compile_problem, deployment, developer_workflow, evaluate, new_demands,
                                       option_index, pack_first_fit, spec_face)
-from selector.placement import free_memory
 
 
 class LangChainSelector(Selector):
@@ -35,17 +35,16 @@ class LangChainSelector(Selector):
         choice = []
         for si, st in enumerate(cp.workflows[wi].stages):
             cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default
-                     and o.active_params_b <= self.max_params_b + 1e-9]
+                     and o.active_params_b <= self.max_params_b + TOL]
             if not cands:
                 cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default]
             if not cands:
-                return spec_face(cp, None, solver=self.name, t0=t0, rule="langchain", deploy=None, wi=wi,
-                                 time_limit_s=time_limit_s,
+                return spec_face(cp, None, solver=self.name, t0=t0, rule="langchain", deploy=None,
                                  unplaced_reason=f"stage {st.name}: no model on the default config")
             best = max(cands, key=lambda o: (o.accuracy, -o.model))
             choice.append(option_index(cp, wi, si, lambda o, b=best: o is b))
         ev = evaluate(cp, wi, choice)
         placed = pack_first_fit(free_memory(problem.cluster), new_demands(ev.options))
-        deploy = None if placed is None else deployment(cp, wi, ev.options, placed)
-        return spec_face(cp, ev, solver=self.name, t0=t0, rule="langchain", deploy=deploy, wi=wi,
-                         time_limit_s=time_limit_s, unplaced_reason="packing: an instance does not fit any GPU")
+        deploy = None if placed is None else deployment(cp, wi, ev.options, placed, rule="langchain")
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule="langchain", deploy=deploy,
+                         unplaced_reason="packing: an instance does not fit any GPU")

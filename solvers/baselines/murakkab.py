@@ -16,7 +16,7 @@ from dataclasses import replace
 from selector.plan import Plan
 from selector.problem import Problem, parse_problem
 from solvers.base import Selector
-from solvers.baselines.common import compile_problem, deployment_from_plan, developer_workflow, only_workflow, spec_face
+from solvers.baselines.common import compile_problem, developer_workflow, only_workflow, spec_face
 
 
 class MurakkabSelector(Selector):
@@ -32,6 +32,7 @@ class MurakkabSelector(Selector):
         t0 = time.perf_counter()
         cp = compile_problem(problem)
         wi = developer_workflow(problem)
+        rule = f"murakkab/{self.reuse_load}"
         factor = self.peak_factor if self.reuse_load == "peak" else 1.0
         d = only_workflow(problem, problem.workflows[wi].name).to_dict()
         for inst in d["cluster"]["instances"]:
@@ -41,11 +42,10 @@ class MurakkabSelector(Selector):
         plan = exact.select(offline, time_limit_s=time_limit_s)
         if plan.solved:
             return replace(plan, solver=self.name, status="feasible", variant_space=cp.variant_space,
-                           elapsed_s=time.perf_counter() - t0,
-                           extra={"rule": f"murakkab/{self.reuse_load}"})
+                           elapsed_s=time.perf_counter() - t0, extra={"rule": rule},
+                           deployment=replace(plan.deployment, rule=rule))
         d["task"]["latency_slo_s"] = 1e12
         relaxed = exact.select(parse_problem(d), time_limit_s=time_limit_s)
-        deploy = deployment_from_plan(problem, relaxed) if relaxed.solved else None
-        return spec_face(cp, None, solver=self.name, t0=t0, rule=f"murakkab/{self.reuse_load}", deploy=deploy,
-                         wi=wi, time_limit_s=time_limit_s, why=plan.reason,
+        deploy = replace(relaxed.deployment, rule=rule) if relaxed.deployment is not None else None
+        return spec_face(cp, None, solver=self.name, t0=t0, rule=rule, deploy=deploy, why=plan.reason,
                          unplaced_reason=relaxed.reason)

@@ -1,5 +1,7 @@
 """``flowmaker-noreuse``: the ``flowmaker`` heuristic on the problem without deployed instances
-(every stage deploys new replicas; GPU memory already used stays used)."""
+(every stage deploys new replicas; GPU memory already used stays used). Its deployment is
+flowmaker's on that problem; applied to the real cluster, the deployed instances stay and
+carry on (they are simply not reused)."""
 from __future__ import annotations
 
 import time
@@ -20,5 +22,6 @@ class FlowMakerNoReuseSelector(Selector):
         d = problem.to_dict()
         d["cluster"]["instances"] = []
         plan = get_solver("flowmaker").select(parse_problem(d), time_limit_s=time_limit_s)
+        dep = None if plan.deployment is None else replace(plan.deployment, rule=self.name)
         return replace(plan, solver=self.name, variant_space=compile_problem(problem).variant_space,
-                       elapsed_s=time.perf_counter() - t0)
+                       elapsed_s=time.perf_counter() - t0, deployment=dep)

@@ -12,19 +12,22 @@ shared across tasks like a RouteLLM service: a stage reuses a deployed instance 
 model when its utilisation plus the share of load routed there stays <= 1, else one new
 instance is placed LeastLoaded (strong stages first, then weak) - one instance per model,
 not the spec's replica count. The loads are not checked (an instance may be overloaded).
-The plan's stages name the strong model; the weak instances are in ``extra["deployment"]``.
+The plan's stages name the strong model; ``plan.deployment`` routes each stage's requests in
+two routes: the weak instances with share ``threshold`` (the easiest requests), then the
+strong ones with ``1 - threshold``.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
+from selector.deployment import Deployment, build_deployment
 from selector.index import NEW, REUSE
 from selector.placement import free_memory, place
 from selector.plan import Plan
-from selector.problem import Problem
+from selector.problem import TOL, Problem
 from solvers.base import Selector
-from solvers.baselines.common import TOL, compile_problem, deployment, evaluate, new_demands, spec_face
+from solvers.baselines.common import compile_problem, evaluate, new_demands, servings, spec_face
 
 SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65}
 
@@ -81,8 +84,8 @@ class RouteLLMSelector(Selector):
         strong = pair and self._pick(cp, wi, pair[0], default, share, util)
         weak = pair and self._pick(cp, wi, pair[1], default, 1.0 - share, util)
         if not strong or not weak:
-            return spec_face(cp, None, solver=self.name, t0=t0, rule="routellm", deploy=None, wi=wi,
-                             time_limit_s=time_limit_s, why="no strong/weak option on every stage",
+            return spec_face(cp, None, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=None,
+                             why="no strong/weak option on every stage",
                              unplaced_reason="no strong/weak option on every stage")
         choice = [cp.workflows[wi].stages[s].options.index(o) for s, o in enumerate(strong)]
         ev = evaluate(cp, wi, choice)
@@ -90,18 +93,18 @@ class RouteLLMSelector(Selector):
         weak = [replace(o, replicas=1) if o.kind == NEW else o for o in weak]
         strong = [replace(o, replicas=1) if o.kind == NEW else o for o in strong]
         placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak))
-        deploy = None
-        if placed is not None:
-            n = len(new_demands(strong))
-            a = deployment(cp, wi, strong, placed[:n], load_share=share)
-            b = deployment(cp, wi, weak, placed[n:], load_share=1.0 - share, tag="weak")
-            util_add = dict(a["util_add"])
-            for k, v in b["util_add"].items():
-                util_add[k] = util_add.get(k, 0.0) + v
-            deploy = {"workflow": a["workflow"], "instances": a["instances"] + b["instances"],
-                      "stages": [{**x, "weak": y["strong"]} for x, y in zip(a["stages"], b["stages"])],
-                      "util_add": util_add,
-                      "routing": {"setting": self.setting, "threshold": self.threshold, "strong": pair[0],
-                                  "weak": pair[1]}}
-        return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy, wi=wi,
-                         time_limit_s=time_limit_s, unplaced_reason="strong and weak replicas cannot be placed")
+        deploy = None if placed is None else self._deployment(cp, wi, strong, weak, placed)
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy,
+                         unplaced_reason="strong and weak replicas cannot be placed")
+
+    def _deployment(self, cp, wi: int, strong, weak, placed) -> Deployment:
+        """Per stage two routes: the weak instances take the share ``threshold`` of requests (the
+        easiest), the strong ones the rest. Instances are listed strong first, then weak."""
+        n = len(new_demands(strong))
+        hard = servings(cp, strong, placed[:n], share=1.0 - self.threshold)
+        easy = servings(cp, weak, placed[n:], share=self.threshold, tag="weak")
+        dep = build_deployment(cp.problem, cp.workflows[wi].name, [[e, h] for e, h in zip(easy, hard)],
+                               rule=f"routellm/{self.setting}")
+        strong_ids = {iid for st in dep.stages for iid in st.routes[1].instances}
+        order = sorted(dep.instances, key=lambda i: i.id not in strong_ids)      # stable: stage order kept
+        return replace(dep, instances=tuple(order))

@@ -5,8 +5,7 @@ import functools
 
 import pytest
 
-from harness.deployment import apply_deployment, deployment_of
-from selector.deploy import with_cluster
+from selector.deploy import deploy_task, with_cluster
 from solvers.registry import get_solver
 
 TASKS = ["code-completion", "chat", "rag-qa", "code-review", "summarization", "math-reasoning", "text-to-sql"]
@@ -26,22 +25,20 @@ def _deploy(solver):
     cluster, out = problems[0].cluster, []
     for p in problems:
         p = with_cluster(p, cluster)
-        plan = solver.select(p, time_limit_s=30)
-        dep = deployment_of(p, plan)
-        cluster = apply_deployment(p, dep)
-        out.append((p, plan, dep))
+        plan, cluster = deploy_task(p, solver, time_limit_s=30)
+        out.append((p, plan, plan.deployment))
     return out, cluster
 
 
 def test_langchain_fixed_workflow_model_config_no_reuse_packed():
     seq, cluster = _deploy(get_solver("langchain"))
     for p, plan, dep in seq:
-        assert dep.placed
+        assert dep is not None and dep.rule == "langchain"
         assert dep.workflow == next(w.name for w in p.workflows if len(w.stages) > 1)
         assert {i.model for i in dep.instances} == {"llama-3.1-8b"}   # most accurate <= 8.5B
         assert all((i.tp, i.pp) == (1, 1) for i in dep.instances)
         new_ids = {i.id for i in dep.instances}
-        assert all(set(r.strong) <= new_ids for r in dep.stages)       # never reuses
+        assert all(set(r.instance_ids) <= new_ids for r in dep.stages)       # never reuses
     # packing: GPUs fill in id order, two 19.8 GB instances per 48 GB GPU
     gpus = [i.gpus[0] for _, _, d in seq for i in d.instances]
     assert gpus == sorted(gpus) and max(gpus.count(g) for g in set(gpus)) == 2
@@ -53,7 +50,7 @@ def test_langchain_registry_face_is_spec_valid_or_flagged():
     for p, plan, _ in _deploy(get_solver("langchain"))[0]:
         if plan.solved:            # its own choice, valid under the spec
             assert not verify_plan(p, plan)
-            assert plan.workflow == plan.extra["deployment"]["workflow"]
+            assert plan.workflow == plan.deployment.workflow
         else:                      # its own choice breaks the spec: said, never replaced
             assert plan.extra["spec_violation"] and plan.extra["spec_violation"] in plan.reason
 
@@ -63,15 +60,16 @@ def test_routellm_deploys_strong_and_weak_and_shares_them(setting, share):
     seq, _ = _deploy(get_solver("routellm", setting=setting))
     weak_ids = set()
     for p, plan, dep in seq:
-        if not dep.placed:
+        if dep is None:
             continue
-        assert dep.workflow == p.workflows[0].name
-        assert dep.routing["threshold"] == pytest.approx(1 - share)
+        assert dep.workflow == p.workflows[0].name and dep.rule == f"routellm/{setting}"
         for r in dep.stages:
-            assert r.weak, "every stage has a weak route"
-            weak_ids.update(r.weak)
-    assert len(weak_ids) < sum(d.placed for _, _, d in seq)   # the weak pool is shared across tasks
-    models = {i.model for _, _, d in seq for i in d.instances}
+            weak, strong = r.routes       # the easiest requests take the weak route first
+            assert weak.share == pytest.approx(1 - share) and strong.share == pytest.approx(share)
+            assert weak.instances, "every stage has a weak route"
+            weak_ids.update(weak.instances)
+    assert len(weak_ids) < sum(d is not None for _, _, d in seq)   # the weak pool is shared across tasks
+    models = {i.model for _, _, d in seq if d is not None for i in d.instances}
     assert models <= {"qwen2.5-14b", "qwen2.5-7b"}
 
 

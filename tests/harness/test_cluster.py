@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
-from harness.deployment import InstanceSpec
 from harness.workload import cell_workload, load_stats, synthetic_trace
+from selector.deployment import InstanceSpec, Route
 from tests.harness.helpers import ConstStep, LinearStep, make_trace
 
 
@@ -14,10 +14,14 @@ def _one_instance_sim(step, *, max_batch=1, gpus=((0,),), stages=None, tasks=Non
     from harness.cluster import EngineSettings
     insts = [InstanceSpec(f"i{k}", "m", 1, 1, g, 10.0) for k, g in enumerate(gpus)]
     if tasks is None:
-        stages = stages or (SimStage("s", 1, 100, 1, ("i0",)),)
+        stages = stages or (SimStage("s", 1, 100, 1, _on("i0")),)
         tasks = [SimTask("t", 1e9, stages)]
     return ClusterSim(gpu="a6000", instances=insts, tasks=tasks, step_override=step,
                       engine=EngineSettings(max_batch=max_batch))
+
+
+def _on(*ids: str) -> tuple[Route, ...]:
+    return (Route(ids),)
 
 
 def _workload(arrivals, task=None, seed=0, ps=1.0, os=1.0):
@@ -53,9 +57,10 @@ def test_md1_waiting_time_matches_pollaczek_khinchine():
 def test_conservation_every_request_arrives_once_and_ends_once():
     rng = np.random.default_rng(3)
     n = 500
-    stages_a = (SimStage("a", 2, 300, 20, ("i0", "i1")), SimStage("b", 1, 200, 40, ("i1",)))
-    stages_b = (SimStage("c", 1, 400, 30, ("i0",), weak=("i1",), weak_ok=False),)
-    tasks = [SimTask("A", 5.0, stages_a), SimTask("B", 5.0, stages_b, threshold=0.5),
+    stages_a = (SimStage("a", 2, 300, 20, _on("i0", "i1")), SimStage("b", 1, 200, 40, _on("i1")))
+    # RouteLLM-style: the easiest half of the requests take the weak (below-SLO) route
+    stages_b = (SimStage("c", 1, 400, 30, (Route(("i1",), 0.5), Route(("i0",), 0.5)), (False, True)),)
+    tasks = [SimTask("A", 5.0, stages_a), SimTask("B", 5.0, stages_b),
              SimTask("C", 5.0, (), placed=False)]
     sim = _one_instance_sim(LinearStep(), max_batch=16, gpus=((0,), (1,)), tasks=tasks)
     task = rng.choice(3, size=n, p=[0.5, 0.4, 0.1])
@@ -76,7 +81,7 @@ def test_conservation_every_request_arrives_once_and_ends_once():
     assert calls >= expected_calls and all(i.outstanding == 0 for i in sim.instances.values())
     for i in sim.instances.values():
         i.check()
-    # RouteLLM-style routing: requests below the threshold went to the weak (below-SLO) model
+    # RouteLLM-style routing: requests below the weak route's share went to the weak (below-SLO) model
     b = (task == 1) & done
     assert np.array_equal(res["acc_ok"][b], w.difficulty[b] >= 0.5)
 
@@ -87,15 +92,15 @@ def test_deterministic_under_a_seed():
     w2 = cell_workload(tr, [1.0, 2.0], load=0.5, n_requests=300, seed=7)
     for a, b in zip(w1.__dict__.values(), w2.__dict__.values()):
         assert np.array_equal(a, b)
-    tasks = [SimTask("A", 5.0, (SimStage("a", 1, 500, 50, ("i0", "i1")),)),
-             SimTask("B", 9.0, (SimStage("b", 2, 300, 30, ("i1",)),))]
+    tasks = [SimTask("A", 5.0, (SimStage("a", 1, 500, 50, _on("i0", "i1")),)),
+             SimTask("B", 9.0, (SimStage("b", 2, 300, 30, _on("i1")),))]
     runs = [_one_instance_sim(LinearStep(), max_batch=8, gpus=((0,), (0,)), tasks=tasks).run(w1) for _ in range(2)]
     assert np.array_equal(runs[0]["done_s"], runs[1]["done_s"], equal_nan=True)
 
 
 def test_colocated_instances_slow_each_other_down():
-    tasks = [SimTask("A", 1e9, (SimStage("a", 1, 100, 50, ("i0",)),)),
-             SimTask("B", 1e9, (SimStage("b", 1, 100, 50, ("i1",)),))]
+    tasks = [SimTask("A", 1e9, (SimStage("a", 1, 100, 50, _on("i0")),)),
+             SimTask("B", 1e9, (SimStage("b", 1, 100, 50, _on("i1")),))]
     w = _workload([0.0, 0.0], task=[0, 1])
     apart = _one_instance_sim(ConstStep(0.01), gpus=((0,), (1,)), tasks=tasks).run(w)["done_s"]
     shared = _one_instance_sim(ConstStep(0.01), gpus=((0,), (0,)), tasks=tasks).run(w)["done_s"]

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from experiments.run import main
-from harness.deployment import InstanceSpec, StageRoute, TaskDeployment
 from harness.orchestration import OrchestrationError, bind, run_requests, scheme_for
+from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from selector.errors import ProblemError
 from selector.taskspec import load_task
 
@@ -16,11 +16,11 @@ GPU = "a6000"
 CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "plan_orchestration_small.yaml"
 
 
-def _dep(workflow: str, stages: tuple[str, ...]) -> tuple[TaskDeployment, dict]:
+def _dep(workflow: str, stages: tuple[str, ...]) -> tuple[Deployment, dict]:
     insts = tuple(InstanceSpec(f"rag-qa/{s}/0", "llama-3.2-3b", 2, 1, (2 * i, 2 * i + 1), 12.0)
                   for i, s in enumerate(stages))
-    routes = tuple(StageRoute(s, 1, (f"rag-qa/{s}/0",)) for s in stages)
-    return TaskDeployment("rag-qa", workflow, True, insts, routes), {i.id: i for i in insts}
+    routes = tuple(StageRoute(s, 1, (Route((f"rag-qa/{s}/0",)),)) for s in stages)
+    return Deployment("rag-qa", workflow, insts, routes), {i.id: i for i in insts}
 
 
 WORKFLOWS = {"answer": ("answer",), "rewrite-answer": ("rewrite", "answer"), "answer-verify": ("answer", "verify")}
@@ -64,7 +64,7 @@ def test_bind_errors_are_one_line():
     dep, insts = _dep("answer", ("answer",))
     cases = [
         (spec.model_copy(update={"orchestration": {}}), dep, insts, "has no orchestration app"),
-        (spec, TaskDeployment("rag-qa", None, False, (), (), reason="no GPU left"), {}, "not placed (no GPU left)"),
+        (spec, None, {}, "not placed (no GPU left)"),
         (spec, dep, {}, "unknown instance"),
     ]
     o = spec.orchestration["rewrite-answer"]
@@ -75,7 +75,7 @@ def test_bind_errors_are_one_line():
         update={"app": "naive_rgb", "stages": {"synthesis": "answer"}})}}), dep, insts, "unknown app 'naive_rgb'"))
     for s, d, i, msg in cases:
         with pytest.raises(OrchestrationError) as e:
-            bind(s, d, i)
+            bind(s, d, i, reason="no GPU left")
         assert msg in str(e.value) and "\n" not in str(e.value)
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from harness.cluster import Workload
-from harness.deployment import InstanceSpec, StageRoute, TaskDeployment
 from harness.live import LiveSettings, replay_live
 from harness.servers import Fleet, exact_output_body
 from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
+from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from tests.real.test_servers import free_port
 
 A, B = "chat/draft/0", "chat/polish/0"
@@ -30,9 +30,9 @@ def _deployments():
     """chat: draft (1 call on A) then polish (2 calls on B), a model above its accuracy SLO;
     rag-qa: not placed (its requests fail)."""
     insts = (InstanceSpec(A, "llama-3.1-8b", 1, 1, (0,), 20.0), InstanceSpec(B, "llama-3.1-8b", 2, 1, (1, 2), 24.0))
-    chat = TaskDeployment("chat", "draft-polish", True, insts,
-                          (StageRoute("draft", 1, (A,)), StageRoute("polish", 2, (B,))))
-    return [chat, TaskDeployment("rag-qa", None, False, (), (), reason="test")]
+    chat = Deployment("chat", "draft-polish", insts,
+                      (StageRoute("draft", 1, (Route((A,)),)), StageRoute("polish", 2, (Route((B,)),))))
+    return [chat, None]
 
 
 TOKENS = [{"draft-polish": SIZES}, {}]

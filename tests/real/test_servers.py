@@ -7,8 +7,7 @@ import socket
 
 import pytest
 
-from harness.servers import (EngineDeadError, Fleet, OpenAIClient, OpenAIEngine, ServerSpec,
-                             build_command, specs_from_plan)
+from harness.servers import EngineDeadError, Fleet, OpenAIClient, OpenAIEngine, ServerSpec, build_command
 from harness.servers.launcher import ServerStartError, server_env
 from orchestrator.engines.base import Invocation
 from orchestrator.primitives import Kind
@@ -35,17 +34,6 @@ def test_commands_carry_tp_pp_and_gpu_mapping():
         build_command(ServerSpec(name="e", backend="vllm", model="/m", port=9004, tp=2, gpus=(0,)))
     with pytest.raises(ValueError, match="duplicate"):
         Fleet([ServerSpec(name="x", model="/m", port=9005), ServerSpec(name="x", model="/m", port=9006)])
-
-
-def test_one_server_per_planned_replica():
-    from selector.plan import Plan, StagePlan
-    plan = Plan(status="optimal", solver="t", task="rag", variant_space=1, elapsed_s=0.0, stages=(
-        StagePlan(stage="gen", model="llama-2-13b", tp=2, pp=1, reuse=None, replicas=2, gpus=((0, 1), (2, 3))),
-        StagePlan(stage="emb", model="bge", tp=1, pp=1, reuse="inst-3", replicas=0)))
-    specs = specs_from_plan(plan, model_paths={"llama-2-13b": "/ckpt/13b"}, base_port=8200)
-    assert [(s.name, s.port, s.tp, s.gpus) for s in specs] == [("gen-0", 8200, 2, (0, 1)), ("gen-1", 8201, 2, (2, 3))]
-    with pytest.raises(KeyError, match="no local checkpoint"):
-        specs_from_plan(plan, model_paths={})
 
 
 def test_unreachable_server_is_declared_dead_after_retries():

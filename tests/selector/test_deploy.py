@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from selector.deploy import apply_plan, deploy_sequence, deploy_task
+from selector.deploy import deploy_sequence, deploy_task
+from selector.errors import ProblemError
 from selector.problem import Cluster
 from solvers.registry import get_solver
 from tests.randprob import random_problem
 
 
-def test_apply_plan_adds_instances_memory_and_load() -> None:
+def test_deploy_task_adds_instances_memory_and_load() -> None:
     solver = get_solver("exhaustive")
     for seed in range(40):
         p = random_problem(seed)
@@ -48,5 +49,23 @@ def test_apply_infeasible_plan_is_identity() -> None:
     data["task"]["accuracy_slo"] = 99.0
     from selector.problem import parse_problem
     q = parse_problem(data)
-    plan = get_solver("exhaustive").select(q)
-    assert apply_plan(q, plan) == q.cluster
+    plan, cluster = deploy_task(q, get_solver("exhaustive"))
+    assert plan.status == "infeasible" and plan.deployment is None
+    assert cluster == q.cluster
+
+
+def test_sequence_rejects_duplicate_task_names() -> None:
+    p = random_problem(5)
+    with pytest.raises(ProblemError, match=r"tasks\[1\]\.task\.name: duplicate task name"):
+        deploy_sequence([p, p], p.cluster, get_solver("flowmaker"))
+
+
+def test_apply_refuses_an_existing_instance_id() -> None:
+    for seed in range(40):
+        p = random_problem(seed)
+        plan, cluster = deploy_task(p, get_solver("exhaustive"))
+        if plan.deployment is not None and plan.deployment.instances:
+            with pytest.raises(ProblemError, match="already exists"):
+                plan.deployment.apply(cluster)
+            return
+    pytest.fail("no random problem deployed a new instance")
