@@ -42,6 +42,8 @@ def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: fl
 
 def _child(conn: Any, name: str, limit_s: float, kwargs: dict, rlimit_mb: int | None) -> None:
     import resource
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's: it kills this child
     if rlimit_mb:
         resource.setrlimit(resource.RLIMIT_AS, (rlimit_mb << 20, rlimit_mb << 20))
     try:

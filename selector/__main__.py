@@ -1,5 +1,9 @@
 import sys
 
-from selector.cli import main
+try:
+    from selector.cli import main
 
-sys.exit(main())
+    sys.exit(main())
+except KeyboardInterrupt:          # Ctrl-C: one line and the shell's convention, not a traceback
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
