@@ -18,6 +18,7 @@ from typing import Any
 from profiler import ops
 from profiler.calibration import Calibration, GpuCalibration, load_default_calibration
 from profiler.catalog import GpuSpec, ModelSpec
+from profiler.collectives import TokenCurve
 
 LOGIT_BYTES = 4  # logits are materialised in fp32
 
@@ -111,6 +112,9 @@ class StepModel:
     runtime_overhead_gb: float
     overlap: float = 1.0  # compute/memory overlap of every kernel (`_roof`)
     calibration_source: str = field(default="", compare=False)
+    # measured collective curves (tokens -> s), replacing the alpha-beta pairs above when set
+    allreduce_curve: TokenCurve | None = None  # None when tp == 1 or no curve for tp GPUs
+    sendrecv_curve: TokenCurve | None = None
 
     def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
                  decode_ctx: float) -> float:
@@ -130,9 +134,16 @@ class StepModel:
             t += self.attn_overhead_s
         if decode_batch > 0:
             t += decode_ctx * self.attn_decode_s_per_ctx + self.attn_overhead_s
-        if self.allreduce_fixed_s:
+        if self.allreduce_curve is not None:
+            t += 2.0 * self.allreduce_curve(tokens)
+        elif self.allreduce_fixed_s:
             t += 2.0 * (self.allreduce_fixed_s + tokens * self.allreduce_s_per_token)
         return t
+
+    def _hop_s(self, tokens: float) -> float:
+        if self.sendrecv_curve is not None:
+            return self.sendrecv_curve(tokens)
+        return self.sendrecv_fixed_s + tokens * self.sendrecv_s_per_token
 
     def _step(self, prefill_tokens: int, tokens2: float, decode_batch: int, decode_ctx: float,
               seqs: int, stage_layers: int, hops: int) -> float:
@@ -142,7 +153,7 @@ class StepModel:
         layer = self._layer_s(tokens, tokens2, prefill_tokens, decode_batch, decode_ctx)
         return (stage_layers * layer + self.head_gemm.time(max(seqs, 1))
                 + self.outer_fixed_s + tokens * self.outer_s_per_token + self.iteration_overhead_s
-                + hops * (self.sendrecv_fixed_s + tokens * self.sendrecv_s_per_token))
+                + (hops * self._hop_s(tokens) if hops else 0.0))
 
     def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
                decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
@@ -282,4 +293,7 @@ def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db
         runtime_overhead_gb=cal.runtime_overhead_gb * tp * pp,
         overlap=cal.overlap,
         calibration_source=cal.source,
+        allreduce_curve=(cal.allreduce_curves[tp].in_tokens(h * db)
+                         if tp > 1 and tp in cal.allreduce_curves else None),
+        sendrecv_curve=cal.sendrecv_curve.in_tokens(h * db) if cal.sendrecv_curve else None,
     )

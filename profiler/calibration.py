@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from profiler.catalog import CatalogError, configs_dir
+from profiler.collectives import CollectiveCurve
 
 
 class GpuCalibration(BaseModel):
@@ -33,6 +34,11 @@ class GpuCalibration(BaseModel):
     allreduce_bw_eff: float = Field(default=0.8, gt=0, le=1, description="ring bus bandwidth / link peak")
     sendrecv_latency_us: float | None = Field(default=None, ge=0, description="None: GPU link latency")
     sendrecv_bw_eff: float = Field(default=0.8, gt=0, le=1)
+    allreduce_curves: dict[int, CollectiveCurve] = Field(
+        default_factory=dict, description="GPU count -> measured all-reduce time vs message size; "
+        "replaces the latency/bandwidth pair above for that count (PCIe boxes, docs/profiler.md)")
+    sendrecv_curve: CollectiveCurve | None = Field(default=None, description="measured send/recv "
+                                                   "time vs size (pipeline hops); None: alpha-beta")
     iteration_overhead_ms: float = Field(default=0.0, ge=0, description="CPU time per engine step")
     spill_factor: float = Field(default=1.0, ge=1, description="weight-streaming time multiplier "
                                 "of a multi-row GEMM whose weights exceed the device's cache_mb "
@@ -111,6 +117,12 @@ def load_default_calibration() -> Calibration | None:
 
 def save_calibration(cal: Calibration, path: Path | str, header: str = "") -> None:
     """Write `cal` as YAML with an optional comment header."""
-    body = yaml.safe_dump(cal.model_dump(mode="json"), sort_keys=False, width=100)
+    raw = cal.model_dump(mode="json")
+    for gc in raw["gpus"].values():  # GPUs without measured collective curves: leave them out
+        if not gc.get("allreduce_curves"):
+            gc.pop("allreduce_curves", None)
+        if gc.get("sendrecv_curve") is None:
+            gc.pop("sendrecv_curve", None)
+    body = yaml.safe_dump(raw, sort_keys=False, width=100, default_flow_style=None)
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     Path(path).write_text(comment + body, encoding="utf-8")

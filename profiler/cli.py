@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--output-tokens", nargs="+", type=_positive, default=DEFAULT_OUTPUTS)
     cv = sub.add_parser("calibrate-vidur", help="fit configs/calibration/vidur.yaml on vidur's data")
     cv.add_argument("--data", type=Path, help="vidur data dir (default <shared>/vidur)")
+    cv.add_argument("--maveriq", type=Path, help="MaverIQ A6000 data dir for the a6000 fit "
+                    "(default <shared>/maveriq-a6000; absent: a6000 keeps the a40 transfer)")
     cv.add_argument("--out", type=Path, default=default_calibration_path())
     rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
     rn.add_argument("config", type=Path)
@@ -148,13 +150,31 @@ def _calibrate(a: argparse.Namespace) -> None:
     if not (data / "data" / "profiling").is_dir():
         raise UsageError(f"--data: {data} has no data/profiling folder")
     cal = fit_vidur(data)
+    cal = _with_a6000(cal, a.maveriq)
     save_calibration(cal, a.out, header=(
         "Analytic-model calibration fitted on vidur's operator measurements\n"
-        "(github.com/microsoft/vidur, MIT). Regenerate: python -m profiler calibrate-vidur\n"
-        "mape_pct: gpu -> operator class -> MAPE (%) before (defaults) / after (fitted), n rows.\n"
-        "Method and caveats: docs/profiler.md"))
+        "(github.com/microsoft/vidur, MIT) and, for a6000, on MaverIQ's A6000 measurements\n"
+        "(github.com/UT-SysML/MaverIQ @ 067d7a1). Regenerate: python -m profiler calibrate-vidur\n"
+        "mape_pct: gpu -> operator class -> MAPE (%) before (defaults) / after (fitted), n rows;\n"
+        "a6000 also: transferred (the a40 constants it had before), alpha_beta (collectives\n"
+        "without the measured curves). Method and caveats: docs/profiler.md"))
     print(format_mape(cal.mape_pct))
     print(f"wrote {a.out}")
+
+
+def _with_a6000(cal, maveriq: Path | None):
+    from profiler.maveriq_fit import DATA_NAME, fit_a6000, has_data
+    if maveriq is None:
+        shared = shared_data_dir()
+        maveriq = shared / DATA_NAME if shared is not None else None
+        if not has_data(maveriq):
+            sys.stderr.write(f"calibrate-vidur: MaverIQ A6000 data not found ({maveriq or '<shared>/' + DATA_NAME}); "
+                             "a6000 keeps the constants transferred from a40 (set --maveriq or "
+                             "FLOWMAKER_SHARED_DATA)\n")
+            return cal
+    elif not has_data(maveriq):
+        raise UsageError(f"--maveriq: {maveriq} holds no MaverIQ A6000 mlp.csv / all_reduce.csv")
+    return fit_a6000(maveriq, cal)
 
 
 def _run(a: argparse.Namespace) -> None:

@@ -74,14 +74,24 @@ def sendrecv_latency_s(gpu: GpuSpec, cal: GpuCalibration) -> float:
 
 
 def allreduce_s(gpu: GpuSpec, cal: GpuCalibration, nbytes, workers, link_bw_gbps: float | None = None):
-    """Ring all-reduce: latency + 2(n-1)/n * bytes / (eff * link bandwidth); 0 for one worker."""
+    """All-reduce of `nbytes` per GPU over `workers` GPUs (scalar or array); 0 for one worker.
+
+    The calibration's measured curve for that GPU count when it has one (`allreduce_curves`),
+    else a ring: latency + 2(n-1)/n * bytes / (eff * link bandwidth)."""
     bw = (link_bw_gbps or gpu.link_bw_gbps) * 1e9 * cal.allreduce_bw_eff
-    t = allreduce_latency_s(gpu, cal) + 2.0 * (workers - 1) / workers * nbytes / bw
-    return np.where(np.asarray(workers) > 1, t, 0.0) if isinstance(workers, np.ndarray) else (
-        t if workers > 1 else 0.0)
+    w = np.asarray(workers)
+    t = allreduce_latency_s(gpu, cal) + 2.0 * (w - 1) / w * np.asarray(nbytes, dtype=float) / bw
+    for n, curve in cal.allreduce_curves.items():
+        if np.any(w == n):
+            t = np.where(w == n, curve.seconds(nbytes), t)
+    t = np.where(w > 1, t, 0.0)
+    return float(t) if t.ndim == 0 else t
 
 
 def sendrecv_s(gpu: GpuSpec, cal: GpuCalibration, nbytes, link_bw_gbps: float | None = None):
-    """Point-to-point activation transfer between pipeline stages."""
+    """Point-to-point activation transfer between pipeline stages: the measured curve when the
+    calibration has one (`sendrecv_curve`), else latency + bytes / (eff * link bandwidth)."""
+    if cal.sendrecv_curve is not None:
+        return cal.sendrecv_curve.seconds(nbytes)
     bw = (link_bw_gbps or gpu.link_bw_gbps) * 1e9 * cal.sendrecv_bw_eff
     return sendrecv_latency_s(gpu, cal) + nbytes / bw

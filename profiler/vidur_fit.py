@@ -35,7 +35,12 @@ ELEM_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act
 
 
 def load_ops(data_dir: Path, sku: str) -> pd.DataFrame:
-    """Long table of one SKU's mlp.csv rows: op, tokens, shape, tp, time_s (median).
+    """Long table of one SKU's mlp.csv rows (`load_ops_files`)."""
+    return load_ops_files(sorted((data_dir / "data/profiling/compute" / sku).glob("*/*/mlp.csv")))
+
+
+def load_ops_files(files: list[Path]) -> pd.DataFrame:
+    """Long table of vidur-format mlp.csv rows: op, tokens, shape, tp, time_s (median).
 
     op is one of GEMM_OPS, or "layer_elementwise" = the sum of the per-layer memory-bound
     kernels (ELEM_OPS), which is how the step model accounts for them (files lacking one of
@@ -44,7 +49,7 @@ def load_ops(data_dir: Path, sku: str) -> pd.DataFrame:
     keys = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp", "num_tokens",
             "num_tensor_parallel_workers"]
     frames = []
-    for f in sorted((data_dir / "data/profiling/compute" / sku).glob("*/*/mlp.csv")):
+    for f in files:
         raw = pd.read_csv(f)
         for op in GEMM_OPS:
             d = raw[keys].copy()
@@ -107,7 +112,11 @@ def _attn_time(gpu: GpuSpec, cal: GpuCalibration, df: pd.DataFrame) -> np.ndarra
 
 def load_network(data_dir: Path, sku: str, collective: str) -> pd.DataFrame | None:
     """Intra-node rows (devices_per_node == num_workers) of one NCCL collective, or None."""
-    f = data_dir / "data/profiling/network" / sku / f"{collective}.csv"
+    return load_network_file(data_dir / "data/profiling/network" / sku / f"{collective}.csv", collective)
+
+
+def load_network_file(f: Path, collective: str) -> pd.DataFrame | None:
+    """Intra-node rows of one vidur-format collective CSV, or None when the file is absent."""
     if not f.is_file():
         return None
     raw = pd.read_csv(f)
@@ -127,9 +136,12 @@ def mape_pct(pred: np.ndarray, meas: np.ndarray) -> float:
 
 
 def _fit(base: GpuCalibration, names: list[str], lo: list[float], hi: list[float],
-         predict: Callable[[GpuCalibration], np.ndarray], meas: np.ndarray) -> GpuCalibration:
+         predict: Callable[[GpuCalibration], np.ndarray], meas: np.ndarray,
+         weights: np.ndarray | None = None) -> GpuCalibration:
+    w = 1.0 if weights is None else weights
+
     def resid(x: np.ndarray) -> np.ndarray:
-        return np.log(predict(base.model_copy(update=dict(zip(names, x)))) / meas)
+        return w * np.log(predict(base.model_copy(update=dict(zip(names, x)))) / meas)
     x0 = [min(max(getattr(base, n) or 1.0, l), u) for n, l, u in zip(names, lo, hi)]
     res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
     return base.model_copy(update={n: round(float(v), 4) for n, v in zip(names, res.x)})
@@ -242,10 +254,14 @@ def evaluate_mape(data_dir: Path, cal: Calibration, gpus: dict[str, GpuSpec] | N
 
 
 def format_mape(mape: MapeTable) -> str:
-    """Markdown table: GPU x class, 'before -> after' MAPE in %."""
+    """Markdown table: GPU x class, 'before -> after' MAPE in %, with the a40 transfer's and the
+    alpha-beta collectives' MAPE in brackets where stored (a6000)."""
+    def cell(r: dict[str, float | None]) -> str:
+        extra = [f"{k.replace('_', '-')} {r[k]:.1f}" for k in ("transferred", "alpha_beta") if k in r]
+        return f"{r['before']:.1f} -> {r['after']:.1f}" + (f" [{'; '.join(extra)}]" if extra else "")
+
     lines = ["| GPU | " + " | ".join(CLASSES) + " |", "|---" * (len(CLASSES) + 1) + "|"]
     for gpu, row in mape.items():
-        cells = [f"{row[c]['before']:.1f} -> {row[c]['after']:.1f}" if c in row else "n/a"
-                 for c in CLASSES]
+        cells = [cell(row[c]) if c in row else "n/a" for c in CLASSES]
         lines.append(f"| {gpu} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -16,7 +16,10 @@ def _tpot(gc: GpuCalibration, gpu: str, model: str = "small-llama", batch: int =
 
 def test_defaults_keep_every_gpu_unchanged():
     cal = load_calibration(default_calibration_path())
-    assert all(c.overlap == 1.0 and c.spill_factor == 1.0 for c in cal.gpus.values())
+    # a6000 fits its overlap on MaverIQ's operator data (docs/profiler.md); vidur's GPUs keep 1
+    assert all(c.overlap == 1.0 for n, c in cal.gpus.items() if n != "a6000")
+    assert 0.0 < cal.gpus["a6000"].overlap < 1.0
+    assert all(c.spill_factor == 1.0 for c in cal.gpus.values())
     assert all(g.cache_mb is None for n, g in all_gpus().items() if n != "cpu")
 
 
