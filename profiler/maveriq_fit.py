@@ -19,6 +19,7 @@ the source: attention reuses vidur's A100 fit (fractions of the A6000's own peak
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +157,47 @@ def per_collective_mape(data_dir: Path, cal: GpuCalibration, gpu: GpuSpec) -> di
             pred = _net_time(gpu, cal, g, coll, gpu.link_bw_gbps)
             out[f"{coll}_{int(n)}"] = round(mape_pct(pred, g.time_s.to_numpy()), 2)
     return out
+
+
+MODEL_FILES = {"llama-2-7b": "Llama-2-7b-hf", "llama-2-70b": "Llama-2-70b-hf"}
+
+
+def reference_decode_s(data_dir: Path, model, gpu: GpuSpec, cal: GpuCalibration, *, tp: int,
+                       pp: int, batch: int, context_tokens: float) -> float:
+    """One decode iteration of `batch` sequences (s) composed from the *measured* medians where
+    MaverIQ has them: per layer the four GEMMs and the memory-bound kernels at `batch` tokens and
+    two all-reduces of `batch` hidden states (nearest measured sizes); `pp - 1` send/recv hops.
+    Decode attention, LM head, embedding/final norm and the CPU step overhead are not measured
+    there and come from the analytic model (`cal`). It checks the step model's composition on
+    the measured data (docs/profiler.md); it is not an engine measurement."""
+    from profiler import ops
+    from profiler.analytic import AnalyticModel
+    from profiler.calibration import Calibration
+    opsdf, allreduce, sendrecv = _cached(str(data_dir))
+    rows = opsdf[(opsdf.file == MODEL_FILES[model.name]) & (opsdf.tp == tp) & (opsdf.t == batch)]
+    if rows.empty:
+        raise KeyError(f"no MaverIQ rows for {model.name} tp={tp} at {batch} tokens")
+    layer = rows.groupby("op").time_s.mean().sum()
+    h, db = model.hidden, 2
+    if tp > 1:
+        layer += 2 * _measured(allreduce, tp, batch * h * db)
+    qh, kvh = model.heads // tp, max(1, model.kv_heads // tp)
+    layer += float(ops.attn_decode_s(gpu, cal, batch * context_tokens, qh, kvh, model.head_dim))
+    sm = AnalyticModel(calibration=Calibration(gpus={gpu.name: cal})).step_model(model, gpu, tp, pp)
+    rest = (sm.head_gemm.time(batch) + sm.outer_fixed_s + batch * sm.outer_s_per_token
+            + sm.iteration_overhead_s)
+    hops = (pp - 1) * _measured(sendrecv, 2, batch * h * db) if pp > 1 else 0.0
+    return model.layers * layer + rest + hops
+
+
+@lru_cache(maxsize=2)
+def _cached(data_dir: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    d = Path(data_dir)
+    return load_ops_files(mlp_files(d)), collective(d, "all_reduce"), collective(d, "send_recv")
+
+
+def _measured(df: pd.DataFrame, n: int, nbytes: float) -> float:
+    """Median of the measured medians at the 5 sizes nearest `nbytes` among `n`-GPU rows."""
+    g = df[df.n == n]
+    near = (g.bytes - nbytes).abs().nsmallest(5).index
+    return float(g.loc[near, "time_s"].median())
