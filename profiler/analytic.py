@@ -109,12 +109,13 @@ class StepModel:
     kv_gb_per_token: float
     act_gb_per_token: float  # activation workspace per batched token, all GPUs
     logit_gb_per_seq: float
-    runtime_overhead_gb: float
+    runtime_overhead_gb: float  # all GPUs (runtime_overhead_gb_per_gpu x tp x pp)
     overlap: float = 1.0  # compute/memory overlap of every kernel (`_roof`)
     calibration_source: str = field(default="", compare=False)
     # measured collective curves (tokens -> s), replacing the alpha-beta pairs above when set
     allreduce_curve: TokenCurve | None = None  # None when tp == 1 or no curve for tp GPUs
     sendrecv_curve: TokenCurve | None = None
+    embedding_gb: float = 0.0  # one copy of the input embedding table (engines that replicate it)
 
     def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
                  decode_ctx: float) -> float:
@@ -187,11 +188,33 @@ class StepModel:
         """One decode iteration of `batch` sequences of mean context `context_tokens` (s/token)."""
         return self.step_s(0, 0.0, batch, batch * context_tokens)
 
+    # --- memory (GB, all tp*pp GPUs); per-engine reservation rules: profiler/memory.py --------
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def runtime_overhead_gb_per_gpu(self) -> float:
+        """CUDA context, NCCL buffers, cuBLAS workspace, allocator slack: per GPU (GB)."""
+        return self.runtime_overhead_gb / self.gpus
+
+    def workspace_gb(self, max_batch_tokens: int) -> float:
+        """Forward-pass activation workspace for `max_batch_tokens` batched tokens (GB, all GPUs)."""
+        return max_batch_tokens * self.act_gb_per_token
+
+    def logits_gb(self, max_seqs: int, bytes_per_logit: float = LOGIT_BYTES) -> float:
+        """Logits of `max_seqs` sampled rows at `bytes_per_logit` per vocabulary entry (GB; they
+        live on one GPU: the last stage's first TP rank)."""
+        return max_seqs * self.logit_gb_per_seq * bytes_per_logit / LOGIT_BYTES
+
+    def activation_peak_gb(self, max_batch_tokens: int, max_seqs: int = 1) -> float:
+        """Peak activation of one forward pass: workspace + fp32 logits, no runtime overhead."""
+        return self.workspace_gb(max_batch_tokens) + self.logits_gb(max_seqs)
+
     def activation_gb(self, max_batch_tokens: int, max_seqs: int = 1) -> float:
         """Activation workspace for `max_batch_tokens` batched tokens and logits of `max_seqs`
         rows, plus the fixed runtime overhead of every GPU (GB, all GPUs)."""
-        return (max_batch_tokens * self.act_gb_per_token + max_seqs * self.logit_gb_per_seq
-                + self.runtime_overhead_gb)
+        return self.activation_peak_gb(max_batch_tokens, max_seqs) + self.runtime_overhead_gb
 
     def mem_gb(self, kv_tokens: float, max_batch_tokens: int, max_seqs: int = 1) -> float:
         """Total memory (GB, all GPUs): weights + KV of `kv_tokens` + activation_gb."""
@@ -296,4 +319,5 @@ def _build(m: ModelSpec, gpu: GpuSpec, tp: int, pp: int, cal: GpuCalibration, db
         allreduce_curve=(cal.allreduce_curves[tp].in_tokens(h * db)
                          if tp > 1 and tp in cal.allreduce_curves else None),
         sendrecv_curve=cal.sendrecv_curve.in_tokens(h * db) if cal.sendrecv_curve else None,
+        embedding_gb=m.vocab * h * db / 1e9,
     )

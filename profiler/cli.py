@@ -1,5 +1,5 @@
 """Command line: `python -m profiler {predict,table,calibrate-vidur,run,validate,calibrate,convert,
-device-plan}`.
+memory,device-plan}`.
 
 User errors (unknown model/GPU, bad numbers, missing data) print one line on stderr and
 exit with status 2.
@@ -86,6 +86,19 @@ def _parser() -> argparse.ArgumentParser:
     co = sub.add_parser("convert", help="table rows as JSON lines (GPU check output) -> parquet")
     co.add_argument("rows", type=Path)
     co.add_argument("--out", type=Path, required=True)
+    me = sub.add_parser("memory", help="how vLLM / TensorRT-LLM split an instance's memory (KV cache)")
+    me.add_argument("--model", required=True)
+    me.add_argument("--gpu", required=True)
+    for name in ("--tp", "--pp"):
+        me.add_argument(name, type=_positive, default=1)
+    me.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm")
+    me.add_argument("--max-num-batched-tokens", type=_positive, default=8192,
+                    help="vLLM max_num_batched_tokens / TensorRT-LLM max_num_tokens")
+    me.add_argument("--max-num-seqs", type=_positive, default=256,
+                    help="vLLM max_num_seqs / TensorRT-LLM max_batch_size")
+    me.add_argument("--fraction", type=float, default=0.9, help="vLLM gpu_memory_utilization / "
+                    "TensorRT-LLM kv_cache free_gpu_memory_fraction")
+    me.add_argument("--json", action="store_true")
     dp = sub.add_parser("device-plan", help="write the GPU check's plan (archs, grid, predictions)")
     dp.add_argument("--out", type=Path, help="default profiler/scripts/device_check_plan.json")
     return p
@@ -282,6 +295,29 @@ def _convert(a: argparse.Namespace) -> None:
     print(f"wrote {len(df)} rows to {a.out}")
 
 
+def _memory(a: argparse.Namespace) -> None:
+    from profiler.memory import plan_memory
+    model = _pick("model", [a.model], load_models())[0]
+    gpu = _pick("gpu", [a.gpu], load_gpus())[0]
+    if not 0 < a.fraction <= 1:
+        raise UsageError(f"--fraction: must be in (0, 1], got {a.fraction}")
+    try:
+        sm = AnalyticModel().step_model(model, gpu, a.tp, a.pp)
+    except ValueError as exc:
+        raise UsageError(f"--tp/--pp: {exc}") from None
+    plan = plan_memory(sm, a.engine, gpu_capacity_gb=gpu.capacity_gb,
+                       max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
+                       gpu_memory_utilization=a.fraction, free_gpu_memory_fraction=a.fraction)
+    out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(plan).items()}
+    if a.json:
+        print(json.dumps(out))
+        return
+    print(f"{model.name} on {a.tp}x{a.pp} (tp x pp) {gpu.name} ({gpu.capacity_gb:.1f} GB each), "
+          f"{a.engine}: GB over all GPUs")
+    for k, v in out.items():
+        print(f"  {k:<14}{v:>12}")
+
+
 def _device_plan(a: argparse.Namespace) -> None:
     from profiler.device_plan import PLAN_PATH, write_plan
     path = a.out or PLAN_PATH
@@ -291,7 +327,7 @@ def _device_plan(a: argparse.Namespace) -> None:
 
 COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate, "run": _run,
             "validate": _validate, "calibrate": _calibrate_measured, "convert": _convert,
-            "device-plan": _device_plan}
+            "memory": _memory, "device-plan": _device_plan}
 
 
 def main(argv: list[str] | None = None) -> int:
