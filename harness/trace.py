@@ -12,12 +12,13 @@ must be whole numbers >= 1. Errors name the file and line.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
+from profiler.catalog import shared_data_path
 
 LAYOUTS = {
     ("arrived_at_s", "prompt_tokens", "output_tokens"): "native",
@@ -25,7 +26,6 @@ LAYOUTS = {
     ("arrived_at", "num_prefill_tokens", "num_decode_tokens"): "processed",
 }
 AZURE_FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
-SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
 _EPOCH = datetime(2000, 1, 1)  # naive: the trace's wall-clock times, no time-zone games
 
 
@@ -146,15 +146,9 @@ def write_trace(trace: Trace, path: str | Path) -> None:
             fh.write(f"{a!r},{p},{o}\n")
 
 
-def shared_data_dir() -> Path:
-    """``$FLOWMAKER_SHARED_DATA``, else ``<repo>/../shared/data`` (may not exist)."""
-    env = os.environ.get(SHARED_DATA_ENV)
-    return Path(env) if env else Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-
-
 def azure_trace_path(kind: str, data_dir: str | Path | None = None) -> Path:
     """Where the Azure 2023 ``code`` or ``conv`` trace is expected (it may be absent)."""
     if kind not in AZURE_FILES:
         raise KeyError(f"unknown Azure trace '{kind}'; known: {', '.join(AZURE_FILES)}")
-    root = Path(data_dir) if data_dir is not None else shared_data_dir()
+    root = Path(data_dir) if data_dir is not None else shared_data_path()
     return root / "azure-public-dataset" / "data" / AZURE_FILES[kind]

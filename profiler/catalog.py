@@ -152,10 +152,22 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def shared_data_dir() -> Path | None:
-    """Third-party data folder: $FLOWMAKER_SHARED_DATA, else <repo>/../shared/data; None if absent."""
+def shared_root() -> Path:
+    """The project's shared folder next to the repository, ``<repo>/../shared`` (the selection
+    spec and its examples, third-party data); it may be absent."""
+    return repo_root().parent / "shared"
+
+
+def shared_data_path() -> Path:
+    """Where third-party data is looked up (the one lookup of the project):
+    ``$FLOWMAKER_SHARED_DATA``, else ``<repo>/../shared/data``; it may be absent."""
     env = os.environ.get(SHARED_DATA_ENV)
-    path = Path(env) if env else repo_root().parent / "shared" / "data"
+    return Path(env) if env else shared_root() / "data"
+
+
+def shared_data_dir() -> Path | None:
+    """:func:`shared_data_path` when it is a folder, else None."""
+    path = shared_data_path()
     return path if path.is_dir() else None
 
 

@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from selector.index import Compiled
-from selector.space import TOL, chunks
+from selector.problem import TOL
+from selector.space import chunks
 
 
 def empty_space_reason(cp: Compiled) -> str | None:

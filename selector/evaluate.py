@@ -13,8 +13,7 @@ from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
 from selector.placement import StageDemand, free_memory, place
 from selector.plan import Plan, StagePlan
-
-TOL = 1e-9
+from selector.problem import TOL
 
 # constraint names, in the order of spec section 4
 ACCURACY, LATENCY, CAPACITY, PLACEMENT = "accuracy", "latency", "capacity", "placement"

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from selector.problem import Problem
+from selector.problem import TOL, Problem
 
 REUSE, NEW = 0, 1
 
@@ -97,7 +97,7 @@ class Compiled:
 
 def replicas_for(load_rps: float, capacity_rps: float) -> int:
     """Spec section 3: ``max(1, ceil(load / capacity - 1e-9))``."""
-    return max(1, math.ceil(load_rps / capacity_rps - 1e-9))
+    return max(1, math.ceil(load_rps / capacity_rps - TOL))
 
 
 def compile_problem(problem: Problem) -> Compiled:

@@ -4,9 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from selector.problem import Cluster
-
-TOL = 1e-9
+from selector.problem import TOL, Cluster
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from selector.errors import ProblemError
 from selector.yamlio import load_mapping
 
+#: the spec's absolute tolerance (section 4); every check in selector/ and solvers/ uses this one
 TOL = 1e-9
 
 

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 
 from selector.index import NEW, Compiled, StageOptions, WorkflowOptions
 from selector.placement import free_memory
-
-TOL = 1e-9
+from selector.problem import TOL
 
 
 def restrict(wf: WorkflowOptions, allowed: Sequence[Sequence[int]]) -> WorkflowOptions:

@@ -14,7 +14,8 @@ import numpy as np
 
 from selector.index import NEW, Compiled, WorkflowOptions
 from selector.placement import StageDemand, free_memory, place
-from selector.space import TOL, Chunk
+from selector.problem import TOL
+from selector.space import Chunk
 
 
 class Candidate(NamedTuple):

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from selector.index import Compiled, WorkflowOptions
-
-TOL = 1e-9
+from selector.problem import TOL
 DEFAULT_CHUNK = 1 << 16
 
 

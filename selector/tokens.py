@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -13,9 +12,9 @@ FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTr
 
 
 def default_data_dir() -> Path:
-    env = os.environ.get("FLOWMAKER_SHARED_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-    return root / "azure-public-dataset" / "data"
+    """The Azure traces' folder under the shared data (``profiler.catalog.shared_data_path``)."""
+    from profiler.catalog import shared_data_path
+    return shared_data_path() / "azure-public-dataset" / "data"
 
 
 def trace_stats(csv: Path) -> dict[str, float]:

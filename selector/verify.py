@@ -11,9 +11,7 @@ import math
 from selector.index import replicas_for
 from selector.placement import StageDemand, free_memory, place
 from selector.plan import Plan
-from selector.problem import Problem
-
-TOL = 1e-9
+from selector.problem import TOL, Problem
 REL = 1e-6
 
 

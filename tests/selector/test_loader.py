@@ -127,9 +127,26 @@ def test_cli_unknown_solver_and_missing_file(tmp_path: Path) -> None:
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(GOOD))
     r = _cli("solve", str(f), "--solver", "mlip")
-    assert r.returncode == 2 and "unknown solver 'mlip'; known: exhaustive" in r.stderr
+    assert r.returncode == 2 and "error: --solver: unknown solver 'mlip'; known: exhaustive" in r.stderr
     r = _cli("solve", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_cli_profile_without_the_model_names_profile_not_solver() -> None:
+    """A KeyError is no longer reported as an error of ``--solver`` (issue 11 item 7)."""
+    table = ROOT / "results" / "profiles" / "cpu-tiny-torch.parquet"     # tiny models only
+    r = _cli("resolve", "chat", "--profile", str(table))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("error: --profile: no rows for model=") and "--solver" not in r.stderr
+
+
+def test_cli_deploy_rejects_duplicate_task_names(tmp_path: Path) -> None:
+    task = {k: v for k, v in GOOD.items() if k != "cluster"}
+    f = tmp_path / "bundle.yaml"
+    f.write_text(yaml.safe_dump({"cluster": GOOD["cluster"], "tasks": [task, task]}))
+    r = _cli("deploy", str(f))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert "tasks[1].task.name: duplicate task name 't'" in r.stderr
 
 
 def test_cli_infeasible_exits_0(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ def test_trial_budget_and_status():
 
 
 @pytest.mark.parametrize("seed", range(0, 40, 4))
-def test_never_better_than_the_optimum_and_usually_finds_it(seed):
+def test_never_better_than_the_optimum(seed):
+    """How often it finds the optimum: test_small_spaces_are_solved_exactly_with_enough_trials."""
     p = random_problem(seed, shape=SMALL)
     opt = get_solver("exhaustive").select(p)
     plan = get_solver("bayesian", n_trials=60).select(p)
@@ -36,6 +37,8 @@ def test_never_better_than_the_optimum_and_usually_finds_it(seed):
         assert plan.status == "infeasible"
     elif plan.solved:
         assert plan.cost_gb_s >= opt.cost_gb_s * (1 - 1e-9)
+    else:
+        assert plan.status == "infeasible" and plan.reason     # its trial budget ran out: a heuristic miss
 
 
 def test_small_spaces_are_solved_exactly_with_enough_trials():

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,8 @@ from selector.verify import verify_plan
 from solvers.registry import get_solver, names
 from tests.brute import brute_force
 from tests.randprob import random_problem
+from tests.shared import spec_example
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "spec" / "examples"
 SELECTORS = names()
 SEEDS = range(30)
 
@@ -28,11 +27,9 @@ def _descr(plan) -> list[tuple]:
 @pytest.mark.parametrize("name", SELECTORS)
 @pytest.mark.parametrize("example", ["small", "reuse-and-replicas", "infeasible"])
 def test_spec_examples(name: str, example: str) -> None:
-    if not EXAMPLES.exists():
-        pytest.skip("shared/spec/examples not present")
     solver = get_solver(name)
-    plan = solver.select(load_problem(EXAMPLES / f"{example}.yaml"), time_limit_s=30)
-    expected = json.loads((EXAMPLES / f"{example}.expected.json").read_text())
+    plan = solver.select(load_problem(spec_example(example)), time_limit_s=30)
+    expected = json.loads(spec_example(example, ".expected.json").read_text())
     assert plan.variant_space == expected["variant_space"]
     if expected["status"] == "infeasible":
         assert plan.status == "infeasible" and plan.reason
@@ -40,7 +37,7 @@ def test_spec_examples(name: str, example: str) -> None:
     if not solver.exact and not plan.solved:   # a heuristic or fixed rule may miss; it must say why
         assert plan.status == "infeasible" and plan.reason
         return
-    assert plan.solved and not verify_plan(load_problem(EXAMPLES / f"{example}.yaml"), plan)
+    assert plan.solved and not verify_plan(load_problem(spec_example(example)), plan)
     if solver.exact:
         got = plan.to_dict()
         assert got["status"] == "optimal"

@@ -10,10 +10,8 @@ import pytest
 from selector.generate import Shape, random_problem
 from selector.problem import load_problem, parse_problem
 from solvers.registry import get_solver
+from tests.shared import spec_example
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "spec" / "examples"
-if not EXAMPLES.exists():
-    EXAMPLES = Path("/work/shared/spec/examples")
 EXACT = ["milp", "milp-pulp"]
 KEYS = ("status", "workflow", "stages", "cost_gb_s", "latency_s", "new_mem_gb", "new_gpus", "accuracy",
         "reason", "variant_space")
@@ -27,10 +25,8 @@ def same(a, b) -> dict:
 @pytest.mark.parametrize("solver", EXACT)
 @pytest.mark.parametrize("example", ["small", "reuse-and-replicas", "infeasible"])
 def test_spec_examples(solver, example):
-    if not (EXAMPLES / f"{example}.yaml").exists():
-        pytest.skip("spec examples not available")
-    plan = get_solver(solver).select(load_problem(EXAMPLES / f"{example}.yaml")).to_dict()
-    expected = json.loads((EXAMPLES / f"{example}.expected.json").read_text())
+    plan = get_solver(solver).select(load_problem(spec_example(example))).to_dict()
+    expected = json.loads(spec_example(example, ".expected.json").read_text())
     for k, v in expected.items():
         if k not in ("elapsed_s", "solver", "variants_evaluated"):
             assert plan.get(k) == v, (k, plan.get(k), v)
