@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--data", type=Path, help="vidur data dir (default <shared>/vidur)")
     cv.add_argument("--maveriq", type=Path, help="MaverIQ A6000 data dir for the a6000 fit "
                     "(default <shared>/maveriq-a6000; absent: a6000 keeps the a40 transfer)")
+    cv.add_argument("--ops", action="append", default=[], metavar="GPU=CSV",
+                    help="also fit GPU's operator constants on a vidur-format mlp.csv (the GPU "
+                    "check's OUT/ops_mlp.csv); repeatable")
     cv.add_argument("--out", type=Path, default=default_calibration_path())
     rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
     rn.add_argument("config", type=Path)
@@ -153,7 +156,8 @@ def _table(a: argparse.Namespace) -> None:
 
 
 def _calibrate(a: argparse.Namespace) -> None:
-    from profiler.vidur_fit import fit_vidur, format_mape
+    from profiler.vidur_fit import fit_ops_file, fit_vidur, format_mape
+    ops = [_gpu_csv(spec) for spec in a.ops]  # check the arguments before the ~3 s fit
     data = a.data
     if data is None:
         shared = shared_data_dir()
@@ -164,6 +168,8 @@ def _calibrate(a: argparse.Namespace) -> None:
         raise UsageError(f"--data: {data} has no data/profiling folder")
     cal = fit_vidur(data)
     cal = _with_a6000(cal, a.maveriq)
+    for gpu, path in ops:
+        cal = fit_ops_file(path, gpu, cal)
     save_calibration(cal, a.out, header=(
         "Analytic-model calibration fitted on vidur's operator measurements\n"
         "(github.com/microsoft/vidur, MIT) and, for a6000, on MaverIQ's A6000 measurements\n"
@@ -173,6 +179,17 @@ def _calibrate(a: argparse.Namespace) -> None:
         "without the measured curves). Method and caveats: docs/profiler.md"))
     print(format_mape(cal.mape_pct))
     print(f"wrote {a.out}")
+
+
+def _gpu_csv(spec: str):
+    from profiler.measured import all_gpus
+    name, sep, path = spec.partition("=")
+    gpus = all_gpus()
+    if not sep or name not in gpus:
+        raise UsageError(f"--ops: expected GPU=CSV with GPU one of {', '.join(sorted(gpus))}, got {spec!r}")
+    if not Path(path).is_file():
+        raise UsageError(f"--ops: {path}: no such file")
+    return gpus[name], Path(path)
 
 
 def _with_a6000(cal, maveriq: Path | None):

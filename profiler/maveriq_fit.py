@@ -8,10 +8,9 @@ Llama-2-70B layer at TP 1/2/4/8 for 1-4,096 tokens, NCCL all-reduce over 2/4/8 G
 send/recv between 2 GPUs (2 KiB-64 MiB), measured on the authors' 8x A6000 PCIe testbed.
 
 The operator constants go through the same fit as vidur's GPUs (`vidur_fit._fit` on
-`load_ops_files` rows) with two differences the data asks for: in the GEMM fit each power-of-two
-token bucket weighs the same (`token_bucket_weights`), and the compute/memory `overlap` is
-fitted (~0.5: a GEMM near the ridge point is slower than the plain roofline); the
-memory-bound kernels are fitted unweighted on their own rows. The collectives get an alpha-beta fit (kept as the fallback for GPU
+`load_ops_files` rows) through `vidur_fit.fit_operators` (each power-of-two token bucket weighs the
+same in the GEMM fit, and the compute/memory `overlap` is fitted: ~0.5, a GEMM near the ridge
+point is slower than the plain roofline). The collectives get an alpha-beta fit (kept as the fallback for GPU
 counts without a curve) and one measured curve per GPU count (`profiler.collectives`), because
 PCIe all-reduce is not alpha-beta (docs/profiler.md). There are no A6000 attention timings in
 the source: attention reuses vidur's A100 fit (fractions of the A6000's own peaks), as a40/h100 do.
@@ -28,8 +27,8 @@ import pandas as pd
 from profiler.calibration import Calibration, GpuCalibration
 from profiler.catalog import GpuSpec, load_gpus
 from profiler.collectives import fit_curve
-from profiler.vidur_fit import (GEMM_OPS, _fit, _net_time, _op_time, load_network_file,
-                                load_ops_files, mape_pct)
+from profiler.vidur_fit import (GEMM_OPS, _fit, _net_time, _op_time, fit_operators,
+                                load_network_file, load_ops_files, mape_pct)
 
 MAVERIQ = "github.com/UT-SysML/MaverIQ @ 067d7a1"
 ROOT = "baselines/Vidur/profiling_outputs"
@@ -53,16 +52,6 @@ def has_data(data_dir: Path | None) -> bool:
     return data_dir is not None and bool(mlp_files(data_dir)) and collective(data_dir, "all_reduce") is not None
 
 
-def token_bucket_weights(tokens: np.ndarray) -> np.ndarray:
-    """Residual weights giving each power-of-two token bucket the same total weight.
-
-    MaverIQ's grid holds 74% of its rows at 512-4,096 tokens and 1.5% at 1-8; unweighted, the
-    fit serves prefill and misses decode-size GEMMs by ~17% (docs/profiler.md)."""
-    bucket = np.floor(np.log2(tokens)).astype(int)
-    _, inverse, counts = np.unique(bucket, return_inverse=True, return_counts=True)
-    return np.sqrt(len(tokens) / (counts[inverse] * len(counts)))
-
-
 def fit_a6000(data_dir: Path, base: Calibration, gpus: dict[str, GpuSpec] | None = None) -> Calibration:
     """`base` (vidur's fit) with its `a6000` entry fitted on the MaverIQ data and MAPE inside:
     before = uncalibrated defaults, transferred = `base`'s a6000 (the a40 transfer), after."""
@@ -70,13 +59,7 @@ def fit_a6000(data_dir: Path, base: Calibration, gpus: dict[str, GpuSpec] | None
     a100 = base.for_gpu("a100-80gb")
     start = GpuCalibration(iteration_overhead_ms=a100.iteration_overhead_ms,
                            **{k: getattr(a100, k) for k in ATTN_KEYS})
-    opsdf = load_ops_files(mlp_files(data_dir))
-    gemm, elem = opsdf[opsdf.op.isin(GEMM_OPS)], opsdf[opsdf.op == "layer_elementwise"]
-    cal = _fit(start, ["compute_eff", "mem_eff", "kernel_overhead_us", "overlap"], [0.05, 0.05, 0, 0],
-               [1, 1, 100, 1], lambda c: _op_time(gpu, c, gemm), gemm.time_s.to_numpy(),
-               weights=token_bucket_weights(gemm.t.to_numpy()))
-    cal = _fit(cal, ["elementwise_mem_eff", "elementwise_overhead_us"], [0.05, 0], [1, 100],
-               lambda c: _op_time(gpu, c, elem), elem.time_s.to_numpy())
+    cal = fit_operators(gpu, start, load_ops_files(mlp_files(data_dir)))
     cal = _fit_collectives(data_dir, gpu, cal)
     cal = cal.model_copy(update={"source": (
         f"MaverIQ A6000 (UT-SysML, {MAVERIQ}): Llama-2-7B/70B mlp.csv TP1-8 + NCCL all-reduce "

@@ -147,6 +147,54 @@ def _fit(base: GpuCalibration, names: list[str], lo: list[float], hi: list[float
     return base.model_copy(update={n: round(float(v), 4) for n, v in zip(names, res.x)})
 
 
+def token_bucket_weights(tokens: np.ndarray) -> np.ndarray:
+    """Residual weights giving each power-of-two token bucket the same total weight.
+
+    Operator grids hold most rows at prefill sizes (MaverIQ's: 74% at 512-4,096 tokens, 1.5% at
+    1-8); unweighted, a fit serves prefill and misses decode-size GEMMs (A6000: by ~17%)."""
+    bucket = np.floor(np.log2(tokens)).astype(int)
+    _, inverse, counts = np.unique(bucket, return_inverse=True, return_counts=True)
+    return np.sqrt(len(tokens) / (counts[inverse] * len(counts)))
+
+
+def fit_operators(gpu: GpuSpec, start: GpuCalibration, opsdf: pd.DataFrame) -> GpuCalibration:
+    """GEMM constants (compute_eff, mem_eff, kernel_overhead_us, overlap) on the GEMM rows with
+    token-bucket weights, then the memory-bound kernels' on theirs: the operator fit of GPUs
+    measured after vidur (a6000 from MaverIQ, GPUs measured by the GPU check's --ops stage);
+    vidur's own GPUs keep `fit_vidur`'s unweighted roofline fit (overlap 1)."""
+    gemm, elem = opsdf[opsdf.op.isin(GEMM_OPS)], opsdf[opsdf.op == "layer_elementwise"]
+    cal = _fit(start, ["compute_eff", "mem_eff", "kernel_overhead_us", "overlap"], [0.05, 0.05, 0, 0],
+               [1, 1, 100, 1], lambda c: _op_time(gpu, c, gemm), gemm.time_s.to_numpy(),
+               weights=token_bucket_weights(gemm.t.to_numpy()))
+    if elem.empty:
+        return cal
+    return _fit(cal, ["elementwise_mem_eff", "elementwise_overhead_us"], [0.05, 0], [1, 100],
+                lambda c: _op_time(gpu, c, elem), elem.time_s.to_numpy())
+
+
+def fit_ops_file(path: Path, gpu: GpuSpec, base: Calibration) -> Calibration:
+    """`base` with `gpu`'s operator constants fitted on one vidur-format mlp.csv (e.g. the GPU
+    check's ops_mlp.csv); its attention, collectives and CPU overhead are kept, and
+    mape_pct[gpu] gets linear/elementwise before (defaults) / transferred (`base`) / after."""
+    opsdf = load_ops_files([Path(path)])
+    prev = base.for_gpu(gpu.name)
+    cal = fit_operators(gpu, prev, opsdf)
+    cal = cal.model_copy(update={"source": f"{prev.source.split('; operators')[0]}; operators "
+                                           f"fitted on {Path(path).name} ({len(opsdf)} rows)"})
+    row: dict[str, dict[str, float | None]] = {}
+    for cls, names in (("linear", GEMM_OPS), ("elementwise", ("layer_elementwise",))):
+        sub = opsdf[opsdf.op.isin(names)]
+        if sub.empty:
+            continue
+        meas = sub.time_s.to_numpy()
+        row[cls] = {k: round(mape_pct(_op_time(gpu, c, sub), meas), 2) for k, c in
+                    (("before", GpuCalibration()), ("transferred", prev), ("after", cal))}
+        row[cls]["n"] = float(len(sub))
+    files = [f for f in base.files if not f.endswith(Path(path).name)] + [str(path)]
+    return base.model_copy(update={"gpus": {**base.gpus, gpu.name: cal},
+                                   "mape_pct": {**base.mape_pct, gpu.name: row}, "files": files})
+
+
 def _cpu_overhead_ms(data_dir: Path) -> tuple[float, float]:
     raw = pd.read_csv(data_dir / LEGACY / "cpu_overheads.csv")
     total = raw[["SCHEDULE_MEDIAN", "SAMPLER_E2E_MEDIAN", "PREPARE_INPUTS_E2E_MEDIAN",

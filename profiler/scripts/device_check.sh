@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU check of the measured profiler: on one H200 with PyTorch preinstalled (no network, no
 # other packages), profile llama-3.2-1b and qwen2.5-7b shapes (bf16, random weights, TP1)
-# at full depth and as 1-/2-layer fingerprints, compare with the analytic model, and write
-# rows_*.jsonl, summary.md/json (and parquet when pandas+pyarrow exist) to OUT.
+# at full depth and as 1-/2-layer fingerprints, compare with the analytic model, then time the
+# operators of Llama-2-7B/70B layers at TP 1-8 (vidur's mlp.csv format), and write rows_*.jsonl,
+# ops_mlp.csv, summary.md/json (and parquet when pandas+pyarrow exist) to OUT.
 #
 #   profiler/scripts/device_check.sh [OUT_DIR] [--device cuda|cpu] [--tiny] [--budget-s S]
 #   OUT_DIR defaults to $OUT. CPU test of the script: device_check.sh DIR --device cpu --tiny
@@ -12,6 +13,7 @@
 # machine with the project installed:
 #   python -m profiler convert OUT/rows_torch.jsonl --out results/profiles/h200-torch.parquet
 #   python -m profiler validate --measured results/profiles/h200-torch.parquet
+#   python -m profiler calibrate-vidur --ops h200=OUT/ops_mlp.csv   # operator constants of h200
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py="${PYTHON:-python3}"

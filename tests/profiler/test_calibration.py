@@ -40,8 +40,8 @@ def test_mape_matches_documented_figures():
     cal = load_calibration(default_calibration_path())
     got = evaluate_mape(_vidur(), cal)
     for gpu, classes in cal.mape_pct.items():
-        if gpu == "a6000":
-            continue  # MaverIQ's data: test_a6000_mape_matches_documented_figures
+        if gpu not in got:
+            continue  # a6000 (MaverIQ's data: test_a6000_mape_...) or a GPU fitted with --ops
         for cls, stored in classes.items():
             assert got[gpu][cls]["after"] <= stored["after"] + MARGIN_PCT, (gpu, cls)
             assert got[gpu][cls]["after"] <= got[gpu][cls]["before"] + 0.5, (gpu, cls)
