@@ -10,12 +10,23 @@ cross the wire; primitives' inputs and outputs do.
 
 ``address``: a running cluster (``ray://...`` or ``host:port``); default: ``RAY_ADDRESS`` or a
 local instance started on first use. ``ray`` is imported only here, when called.
+
+A local instance is private to this machine and this user (issue 14): Ray's GCS, raylet,
+workers and runtime-env agent listen on 127.0.0.1 only (Ray binds its gRPC servers to
+loopback only when the node address is 127.0.0.1, which it uses for a single-node cluster:
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), and token authentication is on, with a random
+per-process token in ``RAY_AUTH_TOKEN`` unless one is configured (``RAY_AUTH_TOKEN`` or
+``RAY_AUTH_TOKEN_PATH``), so another local user cannot submit work either. An explicit
+``RAY_AUTH_MODE`` is respected. A cluster reachable from other machines is never started
+here: start it deliberately with ``ray start`` and pass its address (docs/real_execution.md).
 """
 from __future__ import annotations
 
 import functools
 import os
 import queue
+import secrets
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,15 +37,45 @@ from orchestrator.runtime.realtime import EngineHost, RealtimeReport, drain, run
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def _private_local_defaults() -> None:
+    """Environment for a local, single-node Ray: loopback only, token auth with a private token.
+    Set before ``import ray`` where possible: Ray reads both at import time."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"     # single node: Ray uses 127.0.0.1
+    if "ray._private.ray_constants" in sys.modules:            # imported earlier: the flag was read
+        sys.modules["ray._private.ray_constants"].ENABLE_RAY_CLUSTER = False
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return                                                 # an explicit choice (e.g. CI's "disabled")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)   # never written to disk
+    if "ray._raylet" in sys.modules:                           # re-read the mode, as Ray itself does
+        raylet = sys.modules["ray._raylet"]
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> Any:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray; idempotent."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray listening on loopback
+    only, with token authentication (module docstring); idempotent."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    if address is None and not running:
+        _private_local_defaults()
     import ray
-    if not ray.is_initialized():
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-        ray.init(address=address or os.environ.get("RAY_ADDRESS"), num_cpus=num_cpus, include_dashboard=False,
-                 log_to_driver=False, ignore_reinit_error=True, runtime_env={"env_vars": env})
+    if ray.is_initialized():
+        return ray
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             ignore_reinit_error=True, runtime_env={"env_vars": env})
+    if address is None and ray.util.get_node_ip_address() != LOOPBACK:
+        ip = ray.util.get_node_ip_address()
+        ray.shutdown()
+        raise RuntimeError(f"local Ray started on {ip}, not {LOOPBACK}: refusing to run a cluster reachable "
+                           f"from the network (start one deliberately with `ray start`, docs/real_execution.md)")
     return ray
 
 
@@ -162,16 +203,25 @@ def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[fl
 def map_cells(fn: Callable[..., Any], cells: Sequence[tuple], *, address: str | None = None,
               max_parallel: int = 1) -> list[Any]:
     """Run ``fn(*cell)`` for every cell as a Ray task, at most ``max_parallel`` at a time (1 keeps
-    wall-clock measurements from disturbing each other); results in cell order."""
+    wall-clock measurements from disturbing each other); results in cell order. On any exit
+    other than success (Ctrl-C included) the tasks still running are cancelled."""
     ray = init_ray(address)
     task = ray.remote(num_cpus=0)(fn)
     out: list[Any] = [None] * len(cells)
     running: dict[Any, int] = {}
-    for i, cell in enumerate(cells):
-        if len(running) >= max_parallel:
-            done, _ = ray.wait(list(running), num_returns=1)
-            out[running.pop(done[0])] = ray.get(done[0])
-        running[task.remote(*cell)] = i
-    for ref, i in running.items():
-        out[i] = ray.get(ref)
+    try:
+        for i, cell in enumerate(cells):
+            if len(running) >= max_parallel:
+                done, _ = ray.wait(list(running), num_returns=1)
+                out[running.pop(done[0])] = ray.get(done[0])
+            running[task.remote(*cell)] = i
+        while running:
+            ref = next(iter(running))
+            out[running.pop(ref)] = ray.get(ref)
+    finally:
+        for ref in running:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - Ray already shutting down
+                pass
     return out

@@ -8,11 +8,22 @@ inserts a batch of texts with their vectors (one pipelined ``executemany``) and 
 handles; a document's index is the list of its handles, so staged ingestions concatenate (the
 orchestrator's Aggregate) into one index. SEARCHING returns, per query vector, the ``top_k``
 texts of that index nearest by cosine distance (ties by text), one statement per invocation.
+
+The embedded server trusts whoever reaches its Unix socket (pgserver's ``trust`` auth), so the
+socket must sit where only its owner can reach it: the data directory itself (PostgreSQL keeps
+it 0700). pgserver moves the socket elsewhere when the data path is too long for a socket path
+(~100 characters) and, run as root, makes that directory 0777: any local user could then
+connect as superuser (issue 14). So a long ``data_dir`` becomes a symlink to a short private
+directory (``mkdtemp``: random name, 0700) that holds the data and the socket, and the socket
+directory is checked after start.
 """
 from __future__ import annotations
 
+import stat
+import tempfile
 import threading
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 from typing import Any, Sequence
 
 from orchestrator.engines.base import EngineError, Invocation, InvocationOutput, PieceCallback
@@ -21,18 +32,72 @@ from orchestrator.primitives import Kind
 
 _SERVERS: dict[str, Any] = {}
 _SLOCK = threading.Lock()
+SOCKET_PATH_MAX = 100          # Unix socket paths end at 107 bytes; a margin for the lock file's sake
+_SOCKET_NAME = ".s.PGSQL.5432"
+
+
+def _short_enough(pgdata: Path) -> bool:
+    return len(str(pgdata / _SOCKET_NAME)) <= SOCKET_PATH_MAX
+
+
+def private_pgdata(data_dir: str | Path) -> Path:
+    """The directory that really holds the cluster for ``data_dir``: ``data_dir`` itself when a
+    socket inside it has a short enough path; else a fresh ``mkdtemp`` directory (0700, random
+    name) that ``data_dir`` becomes a symlink to (a later call follows the symlink)."""
+    p = Path(data_dir).expanduser()
+    if p.is_symlink():
+        real = p.resolve()
+        if not _short_enough(real) or real.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise RuntimeError(f"{p} -> {real}: not a short private data directory for PostgreSQL")
+        return real
+    real = p.resolve()
+    if _short_enough(real):
+        real.mkdir(parents=True, exist_ok=True)
+        return real
+    if real.exists() and any(real.iterdir()):
+        raise RuntimeError(f"{p}: path too long ({len(str(real))} characters) to keep PostgreSQL's socket "
+                           f"private, and it already holds data: move it to a shorter path")
+    if real.exists():
+        real.rmdir()
+    real.parent.mkdir(parents=True, exist_ok=True)
+    bases = [b for b in (tempfile.gettempdir(), "/tmp") if len(b) + 30 <= SOCKET_PATH_MAX]
+    if not bases:
+        raise RuntimeError("no short temporary directory for PostgreSQL's socket (set TMPDIR=/tmp)")
+    short = Path(tempfile.mkdtemp(prefix="fmpg-", dir=bases[0]))
+    p.symlink_to(short, target_is_directory=True)
+    return short
+
+
+def socket_dir(url: str) -> Path | None:
+    """The Unix-socket directory of a ``postgresql://...?host=/dir`` URL (None for TCP)."""
+    host = parse_qs(urlparse(url).query).get("host", [None])[0]
+    return Path(host) if host and host.startswith("/") else None
 
 
 def embedded_server(data_dir: str | Path) -> str:
-    """Start (or reuse) a pgserver PostgreSQL in ``data_dir``; return its connection URL. The
-    server stops when the process exits."""
-    key = str(Path(data_dir).resolve())
+    """Start (or reuse) a pgserver PostgreSQL for ``data_dir`` (see :func:`private_pgdata`);
+    return its connection URL. The server stops when the process exits. Raises RuntimeError,
+    after stopping it, if its socket directory is reachable by other users."""
     with _SLOCK:
+        key = str(private_pgdata(data_dir))
         if key not in _SERVERS:
             import pgserver
-            Path(key).mkdir(parents=True, exist_ok=True)
             _SERVERS[key] = pgserver.get_server(key, cleanup_mode="stop")
+            sock = socket_dir(_SERVERS[key].get_uri())
+            if sock is not None and sock.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                _SERVERS.pop(key).cleanup()
+                raise RuntimeError(f"PostgreSQL's socket directory {sock} is open to other users "
+                                   f"(mode {stat.filemode(sock.stat().st_mode)}); stopped it")
         return _SERVERS[key].get_uri()
+
+
+def stop_embedded_server(data_dir: str | Path) -> None:
+    """Stop the server :func:`embedded_server` started for ``data_dir`` (no-op if none)."""
+    with _SLOCK:
+        key = str(Path(data_dir).expanduser().resolve())
+        server = _SERVERS.pop(key, None)
+    if server is not None:
+        server.cleanup()
 
 
 def _vec(v: Sequence[float]) -> str:
