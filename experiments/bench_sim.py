@@ -15,14 +15,17 @@ import time
 
 def what_if() -> list[dict]:
     from harness.simulate import SimulateConfig, simulate
+    from profiler.engine import EngineConfig
     from harness.trace import azure_trace_path, load_trace
+    from selector.deployment import InstanceSpec, Route
 
     t0 = time.perf_counter()
     trace = load_trace(azure_trace_path("conv"))
     load_s = time.perf_counter() - t0
     out = []
     for sched in ("vllm", "sarathi"):
-        s = simulate(trace, SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2, scheduler=sched)).summary
+        s = simulate(trace, SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2,
+                                           engine=EngineConfig(scheduler=sched))).summary
         out.append({"case": f"what-if/{sched}", "requests": s["requests"], "trace_load_s": round(load_s, 3),
                     "wall_s": round(s["wall_s"], 3), "requests_per_wall_s": round(s["requests_per_wall_s"]),
                     "iterations": s["iterations"], "events": s["events"],
@@ -37,7 +40,8 @@ def cluster() -> list[dict]:
     import numpy as np
 
     from harness.cluster import ClusterSim, SimStage, SimTask, Workload
-    from harness.steps import step_model
+    from profiler.engine import DEFAULT
+    from profiler.steps import step_model
     from harness.trace import azure_trace_path, load_trace
     from selector.deployment import InstanceSpec, Route
 
@@ -46,7 +50,7 @@ def cluster() -> list[dict]:
     insts = []
     for g in range(8):
         model = "qwen2.5-3b" if g < 2 else "llama-3.1-8b"
-        mem = step_model(model, "a6000", 1, 1).mem_gb(16384, 4096, 64)
+        mem = step_model(model, "a6000", 1, 1).mem_gb(16384, DEFAULT.max_num_batched_tokens, DEFAULT.max_num_seqs)
         insts.append(InstanceSpec(f"{model}/{g}", model, 1, 1, (g,), mem))
     p, o = int(trace.prompt_tokens.mean()), int(trace.output_tokens.mean())
     stages = (SimStage("classify", 1, p, 16, (Route(tuple(i.id for i in insts[:2])),)),

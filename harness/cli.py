@@ -12,9 +12,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-OPTION = {"max_batch": "--max-batch", "max_batch_tokens": "--max-batch-tokens", "chunk_size": "--chunk-size",
-          "time_scale": "--time-scale", "max_requests": "--max-requests", "gpu_mem_util": "--gpu-mem-util",
-          "kv_tokens": "--kv-tokens", "block_size": "--block-size"}
+#: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
+ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
+                "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
+                "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
+OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
 
 
 class UserError(Exception):
@@ -46,15 +48,22 @@ def resolve_trace_path(text: str) -> Path:
 
 def _simulate(args: argparse.Namespace) -> int:
     from harness.simulate import OptionError, SimulateConfig, simulate
-    from harness.steps import UnknownName
+    from profiler.steps import UnknownName
     from harness.trace import TraceError, load_trace
 
-    fields = {k: getattr(args, k) for k in SimulateConfig.model_fields}
+    engine = {k: getattr(args, k) for k in ENGINE_FLAGS if getattr(args, k) is not None}
+    fields = {k: getattr(args, k) for k in SimulateConfig.model_fields if k != "engine"}
     try:
-        cfg = SimulateConfig(**fields)
+        cfg = SimulateConfig(**fields, engine=engine)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UserError(f"{_option(str(err['loc'][0]))}: {err['msg']} (got {err.get('input')!r})") from None
+        loc = [str(x) for x in err["loc"] if x != "engine"]
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc and ": " in msg:       # a cross-field rule of the engine config names its field
+            head, msg = msg.split(": ", 1)
+            loc = [head]
+        got = f" (got {err.get('input')!r})" if loc and not isinstance(err.get("input"), dict) else ""
+        raise UserError(f"{_option(loc[0] if loc else 'engine')}: {msg}{got}") from None
     try:
         trace = load_trace(resolve_trace_path(args.trace))
         result = simulate(trace, cfg)
@@ -87,6 +96,7 @@ def format_summary(s: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from profiler.engine import SCHEDULERS, EngineConfig
     ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sp = sub.add_parser("simulate", help="what-if: one deployment (R replicas) on one trace")
@@ -97,17 +107,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--trace", required=True,
                     help="CSV (arrived_at_s,prompt_tokens,output_tokens | Azure 2023 | vidur processed), "
                          "or azure:code / azure:conv")
-    sp.add_argument("--scheduler", choices=("vllm", "sarathi"), default="vllm")
-    sp.add_argument("--max-batch", type=int, default=128, help="sequences per iteration (default 128)")
-    sp.add_argument("--max-batch-tokens", type=int, default=4096, help="tokens per iteration (default 4096)")
-    sp.add_argument("--chunk-size", type=int, default=512, help="sarathi token budget (default 512)")
+    d = EngineConfig()
+    sp.add_argument("--scheduler", choices=SCHEDULERS, default=None,
+                    help=f"admission policy (default {d.scheduler}; docs/harness.md)")
+    sp.add_argument("--max-batch", dest="max_num_seqs", type=int, default=None,
+                    help=f"sequences per iteration, vLLM max_num_seqs (default {d.max_num_seqs})")
+    sp.add_argument("--max-batch-tokens", dest="max_num_batched_tokens", type=int, default=None,
+                    help=f"prefill tokens per pass, vLLM max_num_batched_tokens (default {d.max_num_batched_tokens})")
+    sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
     sp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
     sp.add_argument("--replicas", type=int, default=1)
     sp.add_argument("--router", choices=("round-robin", "least-outstanding"), default="least-outstanding")
-    sp.add_argument("--gpu-mem-util", type=float, default=0.9, help="usable share of GPU memory (default 0.9)")
-    sp.add_argument("--kv-tokens", type=int, default=None, help="override the derived KV capacity per replica")
-    sp.add_argument("--block-size", type=int, default=16, help="KV block size in tokens (default 16)")
+    sp.add_argument("--gpu-mem-util", dest="gpu_memory_utilization", type=float, default=None,
+                    help=f"usable share of each GPU's memory (default {d.gpu_memory_utilization})")
+    sp.add_argument("--kv-tokens", dest="kv_capacity_tokens", type=int, default=None,
+                    help="override the derived KV capacity per replica (tokens)")
+    sp.add_argument("--block-size", type=int, default=None, help=f"KV block size in tokens (default {d.block_size})")
+    sp.add_argument("--watermark", type=float, default=None,
+                    help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
     return ap

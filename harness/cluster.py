@@ -6,7 +6,7 @@ after another; each call goes to one instance of the stage, picked by least outs
 calls (a stage with routes for RouteLLM's weak and strong models first picks one by the request's
 difficulty). A request fails when its task was not placed or one of its calls can never fit
 its instance's KV cache. Instances with shards on the same GPU slow each other down while
-busy at the same time (``harness.instance.Colocation``).
+busy at the same time (``orchestrator.engines.llm_core.Colocation``).
 """
 from __future__ import annotations
 
@@ -16,24 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.calls import Call
-from harness.core import Arrivals, Event, Simulator
-from harness.instance import Colocation, GpuSlot, Instance
 from harness.routers import LeastOutstanding
-from harness.schedulers import make_scheduler
-from harness.steps import kv_capacity_tokens, step_model
+from orchestrator.engines.llm_core import Colocation, GpuSlot, LLMCore, Seq
+from orchestrator.runtime.events import Arrivals, Event, Simulator
+from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
+from profiler.steps import step_model
 from selector.deployment import Route, route_index
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Engine settings of every instance (resolve's defaults: ``selector.resolve.ResolveSettings``)."""
-
-    scheduler: str = "vllm"
-    max_batch: int = 64
-    max_batch_tokens: int = 4096
-    chunk_size: int = 512
-    block_size: int = 16
 
 
 @dataclass(frozen=True)
@@ -102,7 +90,7 @@ class ClusterSim:
     """Build once per (deployments, workload); ``run()`` returns per-request results."""
 
     def __init__(self, *, gpu: str, instances: list[Any], tasks: list[SimTask],
-                 engine: EngineSettings = EngineSettings(), step_override: Any = None) -> None:
+                 engine: EngineConfig = DEFAULT, step_override: Any = None) -> None:
         self.tasks = tasks
         self.engine = engine
         slots: dict[int, GpuSlot] = {}
@@ -112,18 +100,14 @@ class ClusterSim:
                 count[g] = count.get(g, 0) + 1
         shared = any(c > 1 for c in count.values())
         colo = Colocation() if shared else None
-        self.instances: dict[str, Instance] = {}
+        self.instances: dict[str, LLMCore] = {}
         for spec in instances:
             sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
-            kv = kv_capacity_tokens(sm, mem_gb=spec.mem_gb, max_batch_tokens=engine.max_batch_tokens,
-                                    max_batch=engine.max_batch)
+            kv = kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)   # the plan's allocation
             gs = [slots.setdefault(g, GpuSlot(g)) for g in spec.gpus] if shared else []
-            self.instances[spec.id] = Instance(
-                name=spec.id, step=sm, kv_tokens=kv, sink=self._done,
-                scheduler=make_scheduler(engine.scheduler, chunk_size=engine.chunk_size),
-                max_batch=engine.max_batch, max_batch_tokens=engine.max_batch_tokens,
-                block_size=engine.block_size, gpus=gs, colocation=colo, meta=spec)
-        self._groups: dict[tuple[str, ...], list[Instance]] = {}
+            self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done, config=engine,
+                                              gpus=gs, colocation=colo, meta=spec)
+        self._groups: dict[tuple[str, ...], list[LLMCore]] = {}
         for t in tasks:
             for s in t.stages:
                 for ids in s.groups:
@@ -170,10 +154,10 @@ class ClusterSim:
         if not ok:
             req.acc_ok = False
         self._next_call += 1
-        call = Call(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
+        call = Seq(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
         return self.router.pick(self._groups[ids], call).submit(call, now)
 
-    def _done(self, call: Call, now: float):
+    def _done(self, call: Seq, now: float):
         req: _Req = call.owner
         if call.failed:
             self.failed[req.i] = True

@@ -7,8 +7,10 @@ placed task this module
 1. binds the app's LLM components to the plan: component ``c`` mapped to stage ``s`` runs on an
    engine named ``stage:<s>`` whose instances are the plan's instances for ``s`` (its new
    replicas, or the reused instance), each timed by ``profiler.analytic`` for the instance's
-   model, TP and PP on the cluster's GPU (``orchestrator.engines.profiler_llm_instances``), with
-   the KV capacity the plan's memory allocation leaves (``harness.steps.kv_capacity_tokens``);
+   model, TP and PP on the cluster's GPU (``orchestrator.engines.profiler_llm_instances``), on the
+   same engine core and ``EngineConfig`` as the cluster simulator (so a plan's instance behaves
+   alike with and without orchestration), with the KV capacity the plan's memory allocation
+   leaves (``profiler.engine.kv_capacity_tokens``);
 2. builds the app's other engines (embedding, vector search, reranking, web search) from its
    ``configs/engines`` bindings;
 3. runs the requests' arrivals through ``orchestrator.simulate`` with the scheme that
@@ -23,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from harness.cluster import EngineSettings
-from harness.steps import kv_capacity_tokens, step_model
 from orchestrator import get_scheme, load_app, simulate
 from orchestrator.apps import AppSpec
 from orchestrator.engines import build_instances, load_engine_spec, profiler_llm_instances
 from orchestrator.engines.base import Engine
 from orchestrator.runtime.sim import RequestResult
 from orchestrator.template import Template
+from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
+from profiler.steps import step_model
 from selector.deployment import Deployment, InstanceSpec
 from selector.taskspec import TaskSpec
 
@@ -112,7 +114,7 @@ def bind(spec: TaskSpec, dep: Deployment | None, instances: Mapping[str, Instanc
 
 
 def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
-                  engine: EngineSettings = EngineSettings()) -> dict[str, list[Engine]]:
+                  engine: EngineConfig = DEFAULT) -> dict[str, list[Engine]]:
     """Fresh engine instances for one run: plan instances for the ``stage:*`` engines (profiler
     step times, KV capacity from the allocated memory), the app's own bindings for the rest."""
     used = {c.engine for c in b.template.components if c.engine is not None}
@@ -121,13 +123,13 @@ def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
     for name in sorted(used):
         if name.startswith("stage:"):
             out[name] = []
+            cfg = engine.model_copy(update={"prefix_caching": prefix_caching})
             for inst in b.stage_instances[name.removeprefix("stage:")]:
-                kv = kv_capacity_tokens(step_model(inst.model, gpu, inst.tp, inst.pp), mem_gb=inst.mem_gb,
-                                        max_batch_tokens=engine.max_batch_tokens, max_batch=engine.max_batch)
-                if kv <= 0:
+                kv = kv_capacity_tokens(step_model(inst.model, gpu, inst.tp, inst.pp), cfg, mem_gb=inst.mem_gb)
+                if kv < cfg.block_size:
                     raise OrchestrationError(f"task {b.task}: instance {inst.id} has no KV-cache memory left")
                 out[name] += profiler_llm_instances(inst.model, gpu, tp=inst.tp, pp=inst.pp, n_instances=1,
-                                                    kv_capacity_tokens=kv, prefix_caching=prefix_caching)
+                                                    kv_capacity_tokens=kv, config=cfg)
         elif name in b.app.engines:
             bind_ = b.app.engines[name]
             out[name] = build_instances(load_engine_spec(bind_.spec), n_instances=bind_.instances,
@@ -139,7 +141,7 @@ def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
 
 def run_requests(b: BoundApp, arrivals_s: Sequence[float], *, gpu: str, orchestration: str,
                  chain_scheme: str = "llamadist-to", seed: int = 0, dispatch_overhead_s: float = 0.002,
-                 engine: EngineSettings = EngineSettings()) -> list[RequestResult]:
+                 engine: EngineConfig = DEFAULT) -> list[RequestResult]:
     """Simulate one request of ``b``'s app per arrival (seconds) under ``orchestration``.
 
     Query configurations follow the app (``AppSpec.query_configs``, seeded); content is

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.cluster import ClusterSim, EngineSettings, SimStage, SimTask, Workload
+from harness.cluster import ClusterSim, SimStage, SimTask, Workload
+from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import Deployment, InstanceSpec
 from selector.problem import TOL, Problem
 
@@ -43,7 +44,7 @@ def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
 
 def replay(problems: Sequence[Problem], deps: Sequence[Deployment | None],
            tokens: Sequence[dict[str, list[tuple[int, int]]]], workload: Workload, *, gpu: str,
-           price_per_gb_s: float, engine: EngineSettings = EngineSettings()) -> ReplayResult:
+           price_per_gb_s: float, engine: EngineConfig = DEFAULT) -> ReplayResult:
     """Simulate ``workload`` on the deployments; see docs/metrics.md for every reported number."""
     instances, tasks = sim_tasks(problems, deps, tokens)
     sim = ClusterSim(gpu=gpu, instances=instances, tasks=tasks, engine=engine)

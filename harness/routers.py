@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.calls import Call
-from harness.instance import Instance
+from orchestrator.engines.llm_core import LLMCore as Instance
+from orchestrator.engines.llm_core import Seq as Call
 
 ROUTERS = ("round-robin", "least-outstanding")
 

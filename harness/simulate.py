@@ -1,7 +1,10 @@
 """What-if simulation of one deployment (R replicas of one model/GPU/tp/pp) on one trace.
 
-Uses the same core (``harness.core``), instances, schedulers and routers as the cluster
-simulation; only the wiring is specific: trace arrivals go straight to a router.
+Uses the same event loop (``orchestrator.runtime.events``), engine core
+(``orchestrator.engines.llm_core``), admission policies and routers as the cluster simulation
+and the orchestrator; only the wiring is specific: trace arrivals go straight to a router.
+Engine settings are one ``profiler.engine.EngineConfig``; each replica owns its GPUs, so its KV
+capacity is ``gpu_memory_utilization`` of their memory minus weights and peak activation.
 """
 from __future__ import annotations
 
@@ -12,35 +15,28 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.calls import Call
-from harness.core import Arrivals, Event, Simulator
-from harness.instance import Instance, StepTime
 from harness.metrics import call_table, latency_summary
 from harness.routers import make_router
-from harness.schedulers import make_scheduler
-from harness.steps import kv_capacity_tokens, step_model
 from harness.trace import Trace
+from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
+from orchestrator.runtime.events import Arrivals, Event, Simulator
+from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens, memory_budget_gb
+from profiler.steps import gpu_spec, step_model
 
 
 class SimulateConfig(BaseModel):
-    """One deployment and its engine settings (vLLM's defaults where vLLM has one)."""
+    """One deployment, its engine settings and the replay's knobs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str = Field(description="catalog model name, e.g. llama-2-70b")
     gpu: str = Field(description="catalog GPU name, e.g. a100-80gb")
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    scheduler: Literal["vllm", "sarathi"] = "vllm"
-    max_batch: int = Field(default=128, ge=1, description="max sequences per iteration (max_num_seqs)")
-    max_batch_tokens: int = Field(default=4096, ge=1, description="max tokens per iteration")
-    chunk_size: int = Field(default=512, ge=1, description="sarathi: per-iteration token budget")
-    replicas: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    replicas: int = Field(default=1, ge=1, le=4096)
     router: Literal["round-robin", "least-outstanding"] = "least-outstanding"
-    gpu_mem_util: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory usable")
-    kv_tokens: int | None = Field(default=None, ge=1, description="override the derived KV capacity")
-    block_size: int = Field(default=16, ge=1, description="KV block size in tokens")
-    time_scale: float = Field(default=1.0, gt=0, description="inter-arrival stretch factor")
+    engine: EngineConfig = DEFAULT
+    time_scale: float = Field(default=1.0, gt=0, le=1e6, description="inter-arrival stretch factor")
     max_requests: int | None = Field(default=None, ge=1)
 
 
@@ -55,17 +51,17 @@ class OptionError(ValueError):
 @dataclass
 class _Feed:
     trace: Trace
-    instances: list[Instance]
+    instances: list[LLMCore]
     router: Any
-    calls: list[Call] = field(default_factory=list)
+    calls: list[Seq] = field(default_factory=list)
 
     @property
     def arrival_s(self):
         return self.trace.arrived_at_s
 
     def arrive_one(self, i: int, now: float) -> list[Event] | None:
-        """Call ``i`` of the trace arrives (``core.Arrivals`` calls this per call of an instant)."""
-        c = Call(i, int(self.trace.prompt_tokens[i]), int(self.trace.output_tokens[i]), now)
+        """Call ``i`` of the trace arrives (``Arrivals`` calls this per call of an instant)."""
+        c = Seq(i, int(self.trace.prompt_tokens[i]), int(self.trace.output_tokens[i]), now)
         self.calls.append(c)
         return self.router.pick(self.instances, c).submit(c, now)
 
@@ -74,37 +70,32 @@ class _Feed:
 class SimResult:
     summary: dict[str, Any]
     table: dict[str, np.ndarray]
-    instances: list[Instance]
+    instances: list[LLMCore]
 
 
-def _no_op_sink(call: Call, now: float) -> None:
+def _no_op_sink(call: Seq, now: float) -> None:
     return None
 
 
-def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[list[Instance], int]:
-    """The replicas and their KV capacity in tokens (ValueError when nothing fits)."""
+def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[list[LLMCore], int]:
+    """The replicas and their KV capacity in tokens (OptionError when nothing fits)."""
+    eng = cfg.engine
     if step is None:
         try:
             step = step_model(cfg.model, cfg.gpu, cfg.tp, cfg.pp)
         except ValueError as exc:  # the model cannot be sharded that way
             raise OptionError("tp" if "tp" in str(exc) else "pp", str(exc)) from None
-    kv = cfg.kv_tokens
+    kv = eng.kv_capacity_tokens
     if kv is None:
-        from harness.steps import gpu_spec
-        mem = gpu_spec(cfg.gpu).capacity_gb * cfg.tp * cfg.pp * cfg.gpu_mem_util
-        kv = kv_capacity_tokens(step, mem_gb=mem, max_batch_tokens=cfg.max_batch_tokens,
-                                max_batch=cfg.max_batch)
-        if kv < cfg.block_size:
-            raise OptionError("gpu_mem_util", f"{cfg.model} on {cfg.tp * cfg.pp}x {cfg.gpu}: weights "
-                             f"({step.weights_gb:.1f} GB) and activations leave no room for the KV cache "
-                             f"in {mem:.1f} GB")
-    if cfg.scheduler == "sarathi" and cfg.max_batch >= min(cfg.chunk_size, cfg.max_batch_tokens):
-        raise OptionError("max_batch", "sarathi: must be below the token budget "
-                          "min(chunk_size, max_batch_tokens)")
-    insts = [Instance(name=f"replica{r}", step=step, kv_tokens=kv, sink=_no_op_sink,
-                      scheduler=make_scheduler(cfg.scheduler, chunk_size=cfg.chunk_size),
-                      max_batch=cfg.max_batch, max_batch_tokens=cfg.max_batch_tokens,
-                      block_size=cfg.block_size) for r in range(cfg.replicas)]
+        mem = memory_budget_gb(eng, gpu_capacity_gb=gpu_spec(cfg.gpu).capacity_gb, n_gpus=cfg.tp * cfg.pp)
+        kv = kv_capacity_tokens(step, eng, mem_gb=mem)
+        if kv < eng.block_size:
+            raise OptionError("tp", f"{cfg.model} does not fit {cfg.tp * cfg.pp}x {cfg.gpu} at tp={cfg.tp} "
+                              f"pp={cfg.pp}: weights ({step.weights_gb:.1f} GB) and activations leave no room "
+                              f"for the KV cache in {mem:.1f} GB (gpu_memory_utilization "
+                              f"{eng.gpu_memory_utilization}); use more GPUs (--tp/--pp)")
+    insts = [LLMCore(name=f"replica{r}", step=step, kv_tokens=kv, sink=_no_op_sink, config=eng)
+             for r in range(cfg.replicas)]
     return insts, insts[0].kv_tokens
 
 
@@ -126,7 +117,7 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
     failed = int(table["failed"].sum())
     summary: dict[str, Any] = {
         "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "pp": cfg.pp, "replicas": cfg.replicas,
-        "scheduler": cfg.scheduler, "trace": trace.name,
+        "scheduler": cfg.engine.scheduler, "trace": trace.name,
         "requests": len(feed.calls), "completed": len(feed.calls) - failed, "failed": failed,
         "simulated_s": sim.now, "wall_s": wall,
         "requests_per_wall_s": len(feed.calls) / wall if wall > 0 else None,

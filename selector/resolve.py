@@ -3,13 +3,15 @@
 How the numbers are defined (docs/resolve.md has the rationale):
 
 * ``deployments.mem_gb`` of ``(model, tp, pp)``: weights + a KV-cache reserve of
-  ``kv_reserve_tokens`` tokens + activation workspace for ``max_batch_tokens`` batched tokens
-  + the runtime overhead of each GPU, all GPUs together. A deployment whose per-GPU shard
+  ``kv_reserve_tokens`` tokens + the peak activation of the engine (``settings.engine``, the one
+  ``profiler.engine.EngineConfig``: its token budget and sequence limit) + the runtime overhead
+  of each GPU, all GPUs together; so an instance simulated with the same engine configuration
+  (``profiler.engine.kv_capacity_tokens`` of that allocation) holds exactly the reserve. A deployment whose per-GPU shard
   exceeds the GPU's memory, or that the model cannot be sharded into, gets no row.
 * ``perf.latency_s``: one call of the stage (its prompt and output sizes from the task's
   trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot``.
 * ``perf.capacity_rps``: ``max b / latency(b)`` over batch sizes ``b`` in 1, 2, 4, ... whose KV
-  cache ``b * (prompt + output)`` fits the reserve and whose latency stays within
+  cache ``b * (prompt + output)`` fits the reserve, ``b <= engine.max_num_seqs``, and whose latency stays within
   ``(1 + latency_slack)`` of the batch-1 latency.
 * ``task.latency_slo_s`` is either given, or ``latency_slo_factor`` x the task's standalone
   latency: its first workflow on ``reference_model`` at tp1/pp1, batch 1.
@@ -24,6 +26,7 @@ from typing import Protocol
 
 import yaml
 
+from profiler.engine import DEFAULT, EngineConfig
 from selector.errors import ProblemError
 from selector.problem import Cluster, Gpu, Instance, Problem, parse_problem
 from selector.taskspec import CONFIGS, TaskSpec, load_task, stage_tokens
@@ -33,8 +36,7 @@ from selector.taskspec import CONFIGS, TaskSpec, load_task, stage_tokens
 class ResolveSettings:
     latency_slack: float = 0.25
     kv_reserve_tokens: int = 16384
-    max_batch: int = 64
-    max_batch_tokens: int = 4096
+    engine: EngineConfig = DEFAULT
     reference_model: str = "llama-3.1-8b"
 
 
@@ -55,11 +57,13 @@ class PerfSource(Protocol):
 
 
 class AnalyticPerf:
-    """The profiler's analytic model (``profiler.analytic``); None memory = cannot be sharded so."""
+    """The profiler's analytic model (``profiler.analytic``); None memory = cannot be sharded so.
+    Step models come from the process-wide cached model (``profiler.steps.analytic_model``), the
+    one the simulators use."""
 
     def __init__(self) -> None:
-        from profiler.analytic import AnalyticModel
-        self.model = AnalyticModel()
+        from profiler.steps import analytic_model
+        self.model = analytic_model()
 
     def latency_s(self, model, gpu, tp, pp, batch, prompt, output) -> float:
         return self.model.predict(model, gpu, tp=tp, pp=pp, batch=batch, prompt_tokens=prompt,
@@ -70,7 +74,7 @@ class AnalyticPerf:
             sm = self.model.step_model(model, gpu, tp, pp)
         except ValueError:
             return None
-        return sm.mem_gb(s.kv_reserve_tokens, s.max_batch_tokens, s.max_batch)
+        return sm.mem_gb(s.kv_reserve_tokens, s.engine.max_num_batched_tokens, s.engine.max_num_seqs)
 
 
 class TablePerf(AnalyticPerf):
@@ -118,7 +122,7 @@ def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml") 
 
 def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
     best, b = 1.0 / lat1, 2
-    while b <= s.max_batch and b * (prompt + output) <= s.kv_reserve_tokens:
+    while b <= s.engine.max_num_seqs and b * (prompt + output) <= s.kv_reserve_tokens:
         lat = perf.latency_s(m, g, tp, pp, b, prompt, output)
         if lat > (1.0 + s.latency_slack) * lat1:
             break

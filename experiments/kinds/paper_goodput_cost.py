@@ -104,7 +104,7 @@ def load_traces(params, seed: int) -> dict:
 
 
 def run(params: Params, ctx: RunContext) -> None:
-    from harness.cluster import EngineSettings
+    from profiler.engine import EngineConfig
     from harness.replay import replay
     from harness.workload import cell_workload
 
@@ -112,7 +112,7 @@ def run(params: Params, ctx: RunContext) -> None:
     deps = deploy_all(params, problems, ctx)
     traces = load_traces(params, ctx.seed)
     cells = [(s, k, ld) for s in deps for k in params.traces for ld in params.loads_pct]
-    engine = EngineSettings(scheduler=params.scheduler)
+    engine = EngineConfig(scheduler=params.scheduler)
     rates = [p.task.arrival_rate_rps for p in problems]
     bar = tqdm(total=len(cells), disable=not ctx.progress, desc="cells", unit="cell")
     simulated = 0

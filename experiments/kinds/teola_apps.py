@@ -55,9 +55,9 @@ def _engines(app, scheme, p: Params):
             spec = load_engine_spec(b.spec)
             if spec.kind == "llm" and spec.model in ("llama-2-7b", "llama-2-13b"):
                 tp = 2 if spec.model == "llama-2-13b" else 1
+                cfg = spec.engine.model_copy(update={"prefix_caching": scheme.prefix_caching})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
-                                                    kv_capacity_tokens=spec.kv_capacity_tokens,
-                                                    prefix_caching=scheme.prefix_caching)
+                                                    kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
     return app.build_engines(prefix_caching=scheme.prefix_caching, overrides=over)
 
 

@@ -3,14 +3,12 @@ from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocat
                                        InvocationOutput, PendingBatch)
 from orchestrator.engines.factory import (build_instances, llm_instances, load_engine_spec,
                                           profiler_llm_instances)
-from orchestrator.engines.profiles import (BatchProfile, LatencyProfile, LinearLLMProfile,
-                                           LinearProfile, StepModelProfile, TableProfile,
-                                           max_efficient_batch, profiler_llm_profile)
-from orchestrator.engines.sim import SimEngine, SimLLMEngine
-from orchestrator.engines.iteration import Iteration, IterationLLMEngine
+from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
+from orchestrator.engines.profiles import (BatchProfile, LinearLLMProfile, LinearProfile, TableProfile,
+                                           max_efficient_batch)
+from orchestrator.engines.sim import AYO_ENGINE, SimEngine, SimLLMEngine
 
 __all__ = ["BatchResult", "Engine", "EngineError", "Invocation", "InvocationOutput", "PendingBatch",
            "build_instances", "llm_instances", "load_engine_spec", "profiler_llm_instances",
-           "BatchProfile", "LatencyProfile", "LinearLLMProfile", "LinearProfile", "StepModelProfile",
-           "TableProfile", "max_efficient_batch", "profiler_llm_profile", "SimEngine", "SimLLMEngine",
-           "Iteration", "IterationLLMEngine"]
+           "LLMCore", "Seq", "StepTime", "BatchProfile", "LinearLLMProfile", "LinearProfile", "TableProfile",
+           "max_efficient_batch", "AYO_ENGINE", "SimEngine", "SimLLMEngine"]

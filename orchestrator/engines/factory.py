@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.profiles import (LatencyProfile, LinearLLMProfile, LinearProfile,
-                                           TableProfile, profiler_llm_profile)
-from orchestrator.engines.iteration import IterationLLMEngine
-from orchestrator.engines.sim import SimEngine
+from orchestrator.engines.llm_core import StepTime
+from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
+from orchestrator.engines.sim import AYO_ENGINE, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
+from profiler.engine import EngineConfig
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "configs" / "engines"
 
@@ -72,10 +72,15 @@ class LLMSpec(_Frozen):
     model: str
     hardware: str
     provenance: str
-    kv_capacity_tokens: int = Field(gt=0)
-    max_num_batched_tokens: int = Field(4096, gt=0, description="vLLM prefill-pass token budget "
-                                        "(its default: max(max_model_len, 2048))")
+    engine: EngineConfig = Field(description="admission, batch limits, KV paging and the KV capacity "
+                                 "(profiler.engine.EngineConfig; must set kv_capacity_tokens)")
     profile: LinearLLMSpec
+
+    @model_validator(mode="after")
+    def _kv_given(self) -> LLMSpec:
+        if self.engine.kv_capacity_tokens is None:
+            raise ValueError("engine.kv_capacity_tokens: required for a linear LLM engine")
+        return self
 
 
 def named_yaml(name_or_path: str | Path, directory: Path, what: str) -> Path:
@@ -99,27 +104,24 @@ def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,
                     prefix_caching: bool = False) -> list[Engine]:
     """``n_instances`` fresh simulated instances of a spec."""
     if isinstance(spec, LLMSpec):
-        return llm_instances(name=spec.name, profile=spec.profile.build(), n_instances=n_instances,
-                             kv_capacity_tokens=spec.kv_capacity_tokens, prefix_caching=prefix_caching,
-                             max_num_batched_tokens=spec.max_num_batched_tokens)
+        cfg = spec.engine.model_copy(update={"prefix_caching": prefix_caching})
+        return llm_instances(name=spec.name, step=spec.profile.build(), n_instances=n_instances,
+                             kv_capacity_tokens=spec.engine.kv_capacity_tokens, config=cfg)
     profiles = {k: v.build() for k, v in spec.profiles.items()}
     return [SimEngine(name=f"{spec.name}#{i}", kind=spec.kind, profiles=profiles,
                       ref_tokens=spec.ref_tokens_per_item) for i in range(n_instances)]
 
 
-def llm_instances(*, name: str, profile: LatencyProfile, n_instances: int = 1,
-                  kv_capacity_tokens: int = 16_000, prefix_caching: bool = False,
-                  max_num_batched_tokens: int = 4096) -> list[Engine]:
-    """Simulated LLM instances: iteration-level (vLLM schedule) under the discrete-event runtime,
-    batch-at-once under ``submit``."""
-    return [IterationLLMEngine(name=f"{name}#{i}", profile=profile, kv_capacity_tokens=kv_capacity_tokens,
-                               prefix_caching=prefix_caching, max_num_batched_tokens=max_num_batched_tokens)
+def llm_instances(*, name: str, step: StepTime, n_instances: int = 1, kv_capacity_tokens: int = 16_000,
+                  config: EngineConfig = AYO_ENGINE) -> list[Engine]:
+    """Simulated LLM instances on the one engine core (``SimLLMEngine``)."""
+    return [SimLLMEngine(name=f"{name}#{i}", step=step, kv_capacity_tokens=kv_capacity_tokens, config=config)
             for i in range(n_instances)]
 
 
 def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_instances: int = 1,
-                           kv_capacity_tokens: int = 16_000, prefix_caching: bool = False) -> list[Engine]:
-    """LLM instances timed by ``profiler.analytic`` for ``model`` on ``tp x pp`` ``gpu`` s."""
-    prof = profiler_llm_profile(model, gpu, tp=tp, pp=pp)
-    return llm_instances(name=f"{model}@{gpu}x{tp * pp}", profile=prof, n_instances=n_instances,
-                         kv_capacity_tokens=kv_capacity_tokens, prefix_caching=prefix_caching)
+                           kv_capacity_tokens: int = 16_000, config: EngineConfig = AYO_ENGINE) -> list[Engine]:
+    """LLM instances timed by the profiler's step model of ``model`` on ``tp x pp`` ``gpu`` s."""
+    from profiler.steps import step_model
+    return llm_instances(name=f"{model}@{gpu}x{tp * pp}", step=step_model(model, gpu, tp, pp),
+                         n_instances=n_instances, kv_capacity_tokens=kv_capacity_tokens, config=config)

@@ -1,27 +1,20 @@
 """Latency profiles behind simulated engines.
 
 ``BatchProfile``: non-LLM engines, latency of a batch of ``batch`` items of ``tokens`` tokens each.
-``LatencyProfile``: LLM engines, prefill of a batch of sequences (new tokens, tokens already in the
-KV cache) and one decode step. The profiler's step model plugs in through
-:class:`StepModelProfile`; tests and paper-calibrated configs use :class:`LinearLLMProfile`.
-All times are seconds.
+LLM engines are timed per iteration by a step model (``orchestrator.engines.llm_core.StepTime``):
+the profiler's ``StepModel`` (``profiler.steps.step_model``, the one cached adapter), or, for tests
+and paper-calibrated configs, :class:`LinearLLMProfile`. All times are seconds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 import numpy as np
 
 
 class BatchProfile(Protocol):
     def batch_s(self, batch: int, tokens: float) -> float: ...
-
-
-class LatencyProfile(Protocol):
-    def prefill_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float: ...
-
-    def decode_step_s(self, batch: int, context_tokens: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -63,8 +56,9 @@ class LinearProfile:
 
 @dataclass(frozen=True)
 class LinearLLMProfile:
-    """Prefill: ``base + per_token * sum(n) + attn * sum(n * (cached + n/2)) / 1000`` ms.
-    Decode step: ``base + per_seq * batch + per_kctx * context_tokens / 1000`` ms."""
+    """Prefill pass: ``base + per_token * sum(n) + attn * sum(n * (cached + n/2)) / 1000`` ms.
+    Decode step: ``base + per_seq * batch + per_kctx * context_tokens / 1000`` ms. An iteration
+    with both (chunked prefill) pays both."""
     prefill_base_ms: float
     prefill_per_token_ms: float
     prefill_attn_ms: float
@@ -72,45 +66,16 @@ class LinearLLMProfile:
     decode_per_seq_ms: float
     decode_per_kctx_ms: float
 
-    def prefill_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float:
-        n = np.asarray(new_tokens, float)
-        c = np.asarray(cached_tokens, float)
-        attn = float(np.sum(n * (c + n / 2))) / 1e3
-        return (self.prefill_base_ms + self.prefill_per_token_ms * float(n.sum()) + self.prefill_attn_ms * attn) / 1e3
-
-    def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        return (self.decode_base_ms + self.decode_per_seq_ms * batch + self.decode_per_kctx_ms * context_tokens / 1e3) / 1e3
-
-
-class StepModelProfile:
-    """Adapter from the profiler's analytic step model (``profiler.analytic``) to LatencyProfile.
-
-    ``step_s(prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens)``: we pass
-    the new tokens and the profiler's attention term ``sum((cached + n)^2 - cached^2)``, so a
-    FullPrefilling pays attention over its cached prefix but never recomputes it. Decode steps go
-    through ``step_s`` with the batch's *total* context (``decode_step_s`` there takes the mean)."""
-
-    def __init__(self, step_model: Any) -> None:
-        self._sm = step_model
-
-    def prefill_s(self, new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float:
-        attn = float(sum(int(n) * (int(n) + 2 * int(c)) for n, c in zip(new_tokens, cached_tokens)))
-        return float(self._sm.step_s(int(sum(new_tokens)), attn, 0, 0.0, prefill_seqs=max(1, len(new_tokens))))
-
-    def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        return float(self._sm.step_s(0, 0.0, batch, float(context_tokens)))
-
-
-def profiler_llm_profile(model: str, gpu: str, *, tp: int = 1, pp: int = 1) -> StepModelProfile:
-    """The profiler's analytic step model for ``model`` on ``gpu`` (imported lazily)."""
-    from profiler.analytic import AnalyticModel  # noqa: PLC0415 - optional, owned by profiler/
-    from profiler.catalog import load_gpus, load_models  # noqa: PLC0415
-    models, gpus = load_models(), load_gpus()
-    if model not in models:
-        raise KeyError(f"unknown model {model!r}; known: {', '.join(sorted(models))}")
-    if gpu not in gpus:
-        raise KeyError(f"unknown gpu {gpu!r}; known: {', '.join(sorted(gpus))}")
-    return StepModelProfile(AnalyticModel().step_model(models[model], gpus[gpu], tp, pp))
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
+        """One iteration (``StepTime``): ``sum(n * (cached + n/2)) = prefill_attn_tokens2 / 2``."""
+        ms = 0.0
+        if prefill_tokens:
+            ms += (self.prefill_base_ms + self.prefill_per_token_ms * prefill_tokens
+                   + self.prefill_attn_ms * prefill_attn_tokens2 / 2e3)
+        if decode_batch:
+            ms += self.decode_base_ms + self.decode_per_seq_ms * decode_batch + self.decode_per_kctx_ms * decode_context_tokens / 1e3
+        return ms / 1e3
 
 
 def max_efficient_batch(latency_s: Callable[[int], float], *, limit: int = 1024, min_gain: float = 1.05) -> int:

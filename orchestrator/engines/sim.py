@@ -1,18 +1,23 @@
 """Simulated engine instances: outputs from the deterministic semantics in ``orchestrator.ops``,
-durations from latency profiles. No clocks, no threads: ``submit`` resolves immediately with the
-modelled duration; the discrete-event runtime advances time."""
+durations from latency profiles. No clocks, no threads: the discrete-event runtime advances time.
+
+Non-LLM engines (:class:`SimEngine`) time each submitted batch from a batch profile. The LLM
+engine (:class:`SimLLMEngine`) runs Teola's LLM primitives as sequences of the one engine core
+(``orchestrator.engines.llm_core``), the core the cluster and what-if simulators run too."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-import numpy as np
+from collections.abc import Iterable
+from typing import Any, Mapping, Protocol, Sequence
 
 from orchestrator import ops
 from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocation,
                                        InvocationOutput, PendingBatch, PieceCallback, check_kinds)
-from orchestrator.engines.profiles import BatchProfile, LatencyProfile, max_efficient_batch
+from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
+from orchestrator.engines.profiles import BatchProfile, max_efficient_batch
 from orchestrator.jsonstream import stream_pieces
 from orchestrator.primitives import Kind, PREFILL_KINDS
+from orchestrator.runtime.events import Event, Simulator
+from profiler.engine import EngineConfig
 
 
 def _item_tokens(inv: Invocation) -> float:
@@ -74,116 +79,169 @@ class SimEngine(Engine):
         return self._max_batch
 
 
+class LLMTarget(Protocol):
+    """Where a :class:`SimLLMEngine` reports finished primitives (the discrete-event runtime, or
+    :meth:`SimLLMEngine.submit`'s recorder); each returns the events it causes."""
+
+    def done(self, key: str, value: Any, now: float) -> Iterable[Event] | None: ...
+
+    def piece(self, key: str, index: int, value: Any, now: float) -> Iterable[Event] | None: ...
+
+    def failed(self, key: str, reason: str, now: float) -> Iterable[Event] | None: ...
+
+
+#: EngineConfig of Teola's LLM engines unless a spec says otherwise: Ayo's padded-prefill fork
+AYO_ENGINE = EngineConfig(scheduler="padded")
+
+
 class SimLLMEngine(Engine):
-    """An LLM engine instance with a KV cache per ``kv_key``. A batch runs its prefills as one
-    forward pass, then decodes its sequences together (static batching): sequence i is final
-    after its own last step; JSON-list outputs stream each item when the parser completes it.
-    With ``prefix_caching`` a prompt's first segment, once seen, is not prefilled again.
+    """An LLM engine instance whose primitives run on one :class:`LLMCore` (``config``: its
+    admission policy, batch limits and KV paging; ``kv_capacity_tokens`` its cache). Each
+    primitive is a sequence: a Prefilling parks its KV under the invocation's ``kv_key`` (its
+    logits give the first output token), a PartialPrefilling parks a prefix (no token), a
+    FullPrefilling continues a parked prefix (queued first, as Ayo's vLLM re-queues a continued
+    prompt) and a Decoding continues a parked KV with nothing to prefill, streaming JSON-list items
+    as their tokens are generated. With ``prefix_caching`` a prompt's first segment, once seen,
+    is not prefilled again.
 
-    The instance is ``continuous``: the scheduler may submit more batches while others run (up to
-    the max batch in flight), approximating iteration-level batching: prefills are compute-bound so
-    they queue behind earlier prefills on the instance; a batch's decode steps are timed with the
-    sequences still decoding from earlier batches (at its decode start) added to its own, so it
-    pays the joint step cost. Earlier batches are not re-timed (a documented approximation)."""
+    Under the discrete-event runtime the core runs on the runtime's loop (``iterative``:
+    :meth:`attach`, then :meth:`enqueue`). ``submit`` (the batch-at-once protocol of the other
+    runtimes) runs the batch alone on the same core and a private loop: concurrent batches are
+    not timed together (a documented approximation)."""
     continuous = True
+    iterative = True
 
-    def __init__(self, *, name: str, profile: LatencyProfile, kv_capacity_tokens: int = 16_000,
-                 ref_context_tokens: int = 1024, prefix_caching: bool = False, batch_limit: int = 256) -> None:
+    def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = 16_000,
+                 config: EngineConfig = AYO_ENGINE, ref_context_tokens: int = 1024) -> None:
         self.name, self.kind = name, "llm"
         self.serves = frozenset(PREFILL_KINDS | {Kind.DECODING})
-        self.profile = profile
-        self.kv_capacity_tokens, self.prefix_caching = kv_capacity_tokens, prefix_caching
-        self._ref_ctx, self._limit = ref_context_tokens, batch_limit
-        self._kv: dict[str, tuple[str, ...]] = {}
+        self.step, self.config = step, config
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self._ref_ctx = ref_context_tokens
+        self.core = LLMCore(name=name, step=step, kv_tokens=kv_capacity_tokens, config=config,
+                            sink=self._seq_done, on_piece=self._seq_piece)
+        self._kv: dict[str, tuple[str, ...]] = {}        # kv_key -> prompt segments (content)
         self._prefixes: set[str] = set()
-        self._prefill_free_s = 0.0
-        self._timed = False
-        self._decoding: list[tuple[float, float, int, int]] = []  # (start_s, end_s, seqs, ctx tokens)
+        self._seqs: dict[int, tuple[Invocation, Any, list]] = {}   # seq id -> (invocation, value, pieces)
+        self._next = 0
+        self._target: LLMTarget | None = None
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.config.prefix_caching
+
+    @property
+    def busy(self) -> bool:
+        return self.core.busy
+
+    @property
+    def iterations(self) -> dict[str, int]:
+        pre = self.core.prefill_iterations
+        return {"prefill": pre, "decode": self.core.iterations - pre}
 
     def occupied_kv_tokens(self) -> int:
-        return sum(ops.n_tokens(v) for v in self._kv.values())
+        return self.core.used_kv_tokens
 
     def holds_kv(self, kv_key: str) -> bool:
-        return kv_key in self._kv
+        return kv_key in self.core.parked
+
+    def has_work(self) -> bool:
+        return self.core.outstanding > 0
 
     def max_batch_size(self) -> int:
-        by_thr = max_efficient_batch(lambda b: self.profile.decode_step_s(b, b * self._ref_ctx), limit=self._limit)
+        by_thr = max_efficient_batch(lambda b: self.step.step_s(0, 0.0, b, float(b * self._ref_ctx)),
+                                     limit=self.config.max_num_seqs)
         return max(1, min(by_thr, self.kv_capacity_tokens // self._ref_ctx))
 
-    def _prefill(self, inv: Invocation) -> tuple[tuple[str, ...], int, int]:
+    # ---- primitives -> sequences --------------------------------------------------------------
+    def attach(self, target: LLMTarget) -> None:
+        """Report finished primitives to ``target`` (the discrete-event runtime)."""
+        self._target = target
+
+    def enqueue(self, batch: Sequence[Invocation], now_s: float) -> list[Event]:
+        """Hand primitives to the core at ``now_s``; returns the events this causes."""
+        check_kinds(self, batch)
+        events: list[Event] = []
+        for inv in batch:
+            seq, front = self._seq(inv)
+            events.extend(self.core.submit(seq, now_s, front=front) or ())
+        return events
+
+    def _seq(self, inv: Invocation) -> tuple[Seq, bool]:
+        self._next += 1
+        pieces: list = []
+        if inv.kind == Kind.DECODING:
+            if inv.kv_key not in self.core.parked:
+                raise EngineError(f"{self.name}: Decoding {inv.key} has no KV cache {inv.kv_key!r} here")
+            n = int(inv.params["output_tokens"])
+            fmt = inv.params["fmt"]
+            text = ops.generate(self._kv.pop(inv.kv_key), fmt=fmt, n_tokens_out=n,
+                                n_items=int(inv.params.get("n_items", 1)))
+            pieces = stream_pieces(text, n) if fmt == "json_list" else []
+            self._seqs[self._next] = (inv, text, pieces)
+            return Seq(self._next, 0, n, kv_from=inv.kv_key, marks=[st for st, _ in pieces]), False
         segs = ops.prompt_segments(inv.inputs["segments"])
         if inv.kind == Kind.FULL_PREFILLING:
-            if inv.kv_key not in self._kv:
+            if inv.kv_key not in self.core.parked:
                 raise EngineError(f"{self.name}: FullPrefilling {inv.key} has no KV cache {inv.kv_key!r} here")
-            prev = self._kv[inv.kv_key]
-            return prev + segs, ops.n_tokens(segs), ops.n_tokens(prev)
+            kv = self._kv[inv.kv_key] + segs
+            self._seqs[self._next] = (inv, kv, pieces)
+            return Seq(self._next, ops.n_tokens(segs), 0, kv_from=inv.kv_key, park=inv.kv_key), True
         cached = 0
         if self.prefix_caching and segs:
             if segs[0] in self._prefixes:
                 cached = ops.n_tokens(segs[0])
             self._prefixes.add(segs[0])
-        return segs, ops.n_tokens(segs) - cached, cached
+        self._seqs[self._next] = (inv, segs, pieces)
+        return Seq(self._next, ops.n_tokens(segs) - cached, 0, cached=cached, park=inv.kv_key,
+                   final=inv.kind != Kind.PARTIAL_PREFILLING), False
 
-    def _prefill_all(self, invs: Sequence[Invocation]) -> tuple[list[int], list[int], list[tuple[str, ...]]]:
-        """Prefill ``invs`` in order into the KV cache: their new and cached token counts and prompts."""
-        news, cached, kvs = [], [], []
-        for inv in invs:
-            kv, n, c = self._prefill(inv)
-            self._kv[inv.kv_key] = kv
-            news.append(n)
-            cached.append(c)
-            kvs.append(kv)
-        return news, cached, kvs
+    def _seq_done(self, seq: Seq, now: float) -> Iterable[Event] | None:
+        inv, value, _ = self._seqs.pop(seq.id)
+        if seq.failed:
+            return self._target.failed(inv.key, f"{self.name}: {inv.kind} needs {seq.tokens0 + seq.output} "
+                                       f"KV tokens, more than the cache holds", now)
+        if inv.kind in PREFILL_KINDS:
+            self._kv[inv.kv_key] = value
+        return self._target.done(inv.key, value, now)
 
+    def _seq_piece(self, seq: Seq, index: int, now: float) -> Iterable[Event] | None:
+        inv, _, pieces = self._seqs[seq.id]
+        return self._target.piece(inv.key, index, [pieces[index][1]], now)
+
+    # ---- batch-at-once protocol ---------------------------------------------------------------
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
-        now = 0.0 if now_s is None else now_s
-        self._timed = now_s is not None
-        pre = [i for i in batch if i.kind in PREFILL_KINDS]
-        dec = [i for i in batch if i.kind == Kind.DECODING]
-        if len(pre) + len(dec) != len(batch):
-            raise EngineError(f"engine {self.name!r} only runs LLM primitives")
-        news, cached, kvs = self._prefill_all(pre)
-        values = {inv.key: kv for inv, kv in zip(pre, kvs)}
-        wait = 0.0
-        t_pre = 0.0
-        if pre:
-            wait = 0.0 if now_s is None else max(0.0, self._prefill_free_s - now)  # None: timed alone
-            t_pre = self.profile.prefill_s(news, cached)
-            self._prefill_free_s = now + wait + t_pre
-        t0 = wait + t_pre
-        outs = {i.key: InvocationOutput(values[i.key], t0) for i in pre}
-        t_dec = self._decode(dec, t0, outs, now + t0)
-        return PendingBatch(BatchResult(tuple(outs[i.key] for i in batch), t0 + t_dec))
+        """Run ``batch`` alone on the core (class docstring); offsets from its start."""
+        rec = _Recorder()
+        outer, self._target = self._target, rec
+        try:
+            loop = Simulator()
+            loop.push_all(self.enqueue(batch, 0.0))
+            loop.run()
+        finally:
+            self._target = outer
+        if rec.failed:
+            raise EngineError(next(iter(rec.failed.values())))
+        outs = tuple(InvocationOutput(rec.values[i.key], rec.done_s[i.key], tuple(rec.pieces.get(i.key, ())))
+                     for i in batch)
+        return PendingBatch(BatchResult(outs, max(rec.done_s.values(), default=0.0)))
 
-    def _background(self, at_s: float) -> tuple[int, int]:
-        self._decoding = [d for d in self._decoding if d[1] > at_s]
-        live = [d for d in self._decoding if d[0] <= at_s]
-        return sum(d[2] for d in live), sum(d[3] for d in live)
 
-    def _decode(self, dec: list[Invocation], t0: float, outs: dict, start_s: float) -> float:
-        if not dec:
-            return 0.0
-        bg_seqs, bg_ctx = self._background(start_s) if self._timed else (0, 0)
-        lens, ctx, kvs = [], [], []
-        for inv in dec:
-            if inv.kv_key not in self._kv:
-                raise EngineError(f"{self.name}: Decoding {inv.key} has no KV cache {inv.kv_key!r} here")
-            kvs.append(self._kv.pop(inv.kv_key))
-            lens.append(int(inv.params["output_tokens"]))
-            ctx.append(ops.n_tokens(kvs[-1]))
-        lens_a, ctx_a = np.asarray(lens), np.asarray(ctx)
-        cum = [0.0]
-        for t in range(1, int(lens_a.max()) + 1):
-            active = lens_a >= t
-            cum.append(cum[-1] + self.profile.decode_step_s(
-                int(active.sum()) + bg_seqs, int((ctx_a[active] + t - 1).sum()) + bg_ctx))
-        for inv, kv, n in zip(dec, kvs, lens):
-            fmt = inv.params["fmt"]
-            text = ops.generate(kv, fmt=fmt, n_tokens_out=n, n_items=int(inv.params.get("n_items", 1)))
-            pieces = ()
-            if fmt == "json_list":
-                pieces = tuple((t0 + cum[step], [el]) for step, el in stream_pieces(text, n))
-            outs[inv.key] = InvocationOutput(text, t0 + cum[n], pieces)
-        self._decoding.append((start_s, start_s + cum[-1], len(dec), int(ctx_a.sum() + lens_a.sum() // 2)))
-        return cum[-1]
+class _Recorder:
+    """An :class:`LLMTarget` that records when each primitive finished (``submit``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.done_s: dict[str, float] = {}
+        self.pieces: dict[str, list[tuple[float, Any]]] = {}
+        self.failed: dict[str, str] = {}
+
+    def done(self, key: str, value: Any, now: float) -> None:
+        self.values[key], self.done_s[key] = value, now
+
+    def piece(self, key: str, index: int, value: Any, now: float) -> None:
+        self.pieces.setdefault(key, []).append((now, value))
+
+    def failed(self, key: str, reason: str, now: float) -> None:
+        self.failed[key] = reason

@@ -1,13 +1,16 @@
-"""Discrete-event runtime: a heap of ``(time_s, priority, seq, event)``; each event's
-``handle(state)`` returns new ``(time_s, priority, event)`` triples. No threads, no clocks.
+"""Discrete-event runtime on the one event loop (``orchestrator.runtime.events``): no threads,
+no clocks.
 
 The graph scheduler (per query) tracks in-degrees, keeps the query's store of intermediate
 results, runs engine-free primitives inline and hands the others to the engine schedulers when
-their in-degree reaches 0.
+their in-degree reaches 0. Once every event of an instant that makes work ready has run, one
+:class:`Dispatch` event lets the engine schedulers form batches; a batch for a simulated LLM
+instance is handed to its engine core (``SimLLMEngine.enqueue``), whose iterations run on the
+same loop and report finished primitives back here (:class:`_LLMTarget`); other engines'
+batches are timed at once (``submit``).
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -17,9 +20,7 @@ from orchestrator.engines.base import Invocation
 from orchestrator.graph import Graph
 from orchestrator.primitives import Kind, LLM_KINDS
 from orchestrator.runtime.engine_scheduler import EngineScheduler
-
-# priorities at equal times: results before streamed pieces before instances freeing up
-P_ARRIVAL, P_DONE, P_PIECE, P_FREE = 0, 1, 1, 2
+from orchestrator.runtime.events import P_ARRIVAL, P_DISPATCH, P_DONE, P_FREE, Event, Simulator
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,31 @@ class QueryRun:
 
 
 class SimState:
+    """The graph scheduler's state. ``now`` is the loop's clock once a loop runs it (``clock``),
+    else whatever the runtime sets (the wall-clock runtime)."""
+
     def __init__(self, *, schedulers: Mapping[str, EngineScheduler], dispatch_overhead_s: float) -> None:
-        self.now = 0.0
+        self._now = 0.0
+        self.clock: Simulator | None = None
         self.schedulers = dict(schedulers)
         self.overhead_s = dispatch_overhead_s
         self.queries: dict[int, QueryRun] = {}
         self.results: list[RequestResult] = []
         self.owner: dict[str, tuple[int, str]] = {}   # invocation key -> (qid, node id)
         self._seq = 0
+        self._dispatch_at: float | None = None
+        for name, sch in self.schedulers.items():       # wall-clock hosts have no local instances
+            for i, inst in enumerate(getattr(sch, "instances", ())):
+                if getattr(inst, "iterative", False):
+                    inst.attach(_LLMTarget(self, name, i))
+
+    @property
+    def now(self) -> float:
+        return self.clock.now if self.clock is not None else self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -99,7 +117,18 @@ class SimState:
         size = 1 if n.kind in LLM_KINDS else n.n_items
         self.schedulers[n.engine].enqueue(Pending(q.qid, q.arrival_s, self.now, self.next_seq(),
                                                   q.graph.depth[nid], size, nid, inv))
-        return []
+        return self.request_dispatch()
+
+    def request_dispatch(self) -> list:
+        """One :class:`Dispatch` at this instant once work became ready or capacity freed up."""
+        if self._dispatch_at == self.now:
+            return []
+        self._dispatch_at = self.now
+        return [Dispatch(self.now)]
+
+    def freed(self, engine: str, instance: int, items: int) -> list:
+        self.schedulers[engine].free(instance, items)
+        return self.request_dispatch() if self.schedulers[engine].pending else []
 
     def complete(self, q: QueryRun, nid: str, value: Any) -> list:
         if nid in q.store:
@@ -127,38 +156,32 @@ class SimState:
         return True
 
     def dispatch(self) -> list:
-        """Place pending work (engine schedulers), then start a forward pass on every idle
-        iterative LLM instance that has work."""
+        """Place pending work (engine schedulers): batches for LLM engine cores are handed over
+        after the dispatch overhead; other batches are timed at once."""
         out: list = []
+        self._dispatch_at = None
         for name, sch in self.schedulers.items():
             for la in sch.dispatch(self.now):
                 start = self.now + self._overhead(la.batch)
                 if la.pending is None:
-                    invs = [p.payload for p in la.batch]
+                    invs = tuple(p.payload for p in la.batch)
                     for p in la.batch:
                         self.owner[p.payload.key] = (p.qid, p.node_id)
                     if start == self.now:
-                        sch.instances[la.instance].enqueue(invs)
+                        out += sch.instances[la.instance].enqueue(invs, self.now)
                     else:
-                        out.append((start, P_DONE, Enqueue(name, la.instance, tuple(invs))))
+                        out.append(Enqueue(start, name, la.instance, invs))
                     continue
                 result = la.pending.result()      # simulated: resolved at submit
                 for p, res in zip(la.batch, result.outputs):
                     q = self.queries[p.qid]
-                    out.append((start + res.done_s, P_DONE, NodeDone(p.qid, p.node_id, res.value)))
+                    out.append(NodeDone(start + res.done_s, p.qid, p.node_id, res.value))
                     for i, (off, val) in enumerate(res.pieces):
                         pid = f"{p.node_id}/piece{i}"
                         if pid in q.graph.nodes:
-                            out.append((start + off, P_PIECE, NodeDone(p.qid, pid, val)))
+                            out.append(NodeDone(start + off, p.qid, pid, val))
                 items = sum(p.size for p in la.batch)
-                out.append((start + result.duration_s, P_FREE, InstanceFree(name, la.instance, items)))
-        for name, sch in self.schedulers.items():
-            for i, inst in enumerate(sch.instances):
-                if getattr(inst, "iterative", False) and not inst.busy and inst.has_work():
-                    it = inst.start_iteration(self.now)
-                    if it is not None:
-                        inst.busy = True
-                        out.append((self.now + it.duration_s, P_DONE, IterationEnd(name, i, it)))
+                out.append(InstanceFree(start + result.duration_s, name, la.instance, items))
         return out
 
     def _overhead(self, batch: Sequence[Pending]) -> float:
@@ -169,87 +192,105 @@ class SimState:
             return 0.0
         return self.overhead_s
 
-    def iteration_done(self, engine: str, i: int, it: Any) -> list:
-        sch = self.schedulers[engine]
-        sch.instances[i].busy = False
-        out: list = []
-        for key, idx, value in it.pieces:
-            qid, nid = self.owner[key]
-            q = self.queries[qid]
-            pid = f"{nid}/piece{idx}"
-            if pid in q.graph.nodes:
-                out += self.complete(q, pid, value)
-        for key, value in it.done:
-            qid, nid = self.owner.pop(key)
-            sch.free(i, 1)
-            out += self.complete(self.queries[qid], nid, value)
-        return out
+
+class _LLMTarget:
+    """Where one simulated LLM instance reports its finished primitives (``SimLLMEngine.attach``)."""
+
+    def __init__(self, state: SimState, engine: str, instance: int) -> None:
+        self.s, self.engine, self.instance = state, engine, instance
+
+    def done(self, key: str, value: Any, now: float) -> list:
+        qid, nid = self.s.owner.pop(key)
+        return self.s.freed(self.engine, self.instance, 1) + self.s.complete(self.s.queries[qid], nid, value)
+
+    def piece(self, key: str, index: int, value: Any, now: float) -> list:
+        qid, nid = self.s.owner[key]
+        q = self.s.queries[qid]
+        pid = f"{nid}/piece{index}"
+        return self.s.complete(q, pid, value) if pid in q.graph.nodes else []
+
+    def failed(self, key: str, reason: str, now: float) -> list:
+        qid, _ = self.s.owner.pop(key)
+        self.s.fail(self.s.queries[qid], reason)
+        return self.s.freed(self.engine, self.instance, 1)
 
 
-@dataclass(frozen=True)
-class Arrival:
-    query: QueryRun
+class Arrival(Event):
+    __slots__ = ("query",)
+    priority = P_ARRIVAL
 
-    def handle(self, s: SimState) -> list:
-        return s.start(self.query)
+    def __init__(self, query: QueryRun) -> None:
+        super().__init__(query.arrival_s)
+        self.query = query
 
-
-@dataclass(frozen=True)
-class NodeDone:
-    qid: int
-    node_id: str
-    value: Any
-
-    def handle(self, s: SimState) -> list:
-        return s.complete(s.queries[self.qid], self.node_id, self.value)
+    def handle(self, sim: Simulator) -> list:
+        return sim.state.start(self.query)
 
 
-@dataclass(frozen=True)
-class Enqueue:
-    """Primitives reach an iterative instance after the dispatch overhead."""
-    engine: str
-    instance: int
-    invocations: tuple
+class NodeDone(Event):
+    __slots__ = ("qid", "node_id", "value")
+    priority = P_DONE
 
-    def handle(self, s: SimState) -> list:
-        s.schedulers[self.engine].instances[self.instance].enqueue(list(self.invocations))
-        return []
+    def __init__(self, time: float, qid: int, node_id: str, value: Any) -> None:
+        super().__init__(time)
+        self.qid, self.node_id, self.value = qid, node_id, value
 
-
-@dataclass(frozen=True)
-class IterationEnd:
-    """A forward pass of an iterative LLM instance ends: deliver what it finished."""
-    engine: str
-    instance: int
-    iteration: Any
-
-    def handle(self, s: SimState) -> list:
-        return s.iteration_done(self.engine, self.instance, self.iteration)
+    def handle(self, sim: Simulator) -> list:
+        s = sim.state
+        q = s.queries[self.qid]
+        if q.error is not None:           # its query failed meanwhile
+            return []
+        return s.complete(q, self.node_id, self.value)
 
 
-@dataclass(frozen=True)
-class InstanceFree:
-    engine: str
-    instance: int
-    items: int
+class Enqueue(Event):
+    """Primitives reach an LLM engine core after the dispatch overhead."""
+    __slots__ = ("engine", "instance", "invocations")
+    priority = P_DONE
 
-    def handle(self, s: SimState) -> list:
-        s.schedulers[self.engine].free(self.instance, self.items)
-        return []
+    def __init__(self, time: float, engine: str, instance: int, invocations: tuple) -> None:
+        super().__init__(time)
+        self.engine, self.instance, self.invocations = engine, instance, invocations
+
+    def handle(self, sim: Simulator) -> list:
+        return sim.state.schedulers[self.engine].instances[self.instance].enqueue(self.invocations, self.time)
+
+
+class InstanceFree(Event):
+    __slots__ = ("engine", "instance", "items")
+    priority = P_FREE
+
+    def __init__(self, time: float, engine: str, instance: int, items: int) -> None:
+        super().__init__(time)
+        self.engine, self.instance, self.items = engine, instance, items
+
+    def handle(self, sim: Simulator) -> list:
+        return sim.state.freed(self.engine, self.instance, self.items)
+
+
+class Dispatch(Event):
+    """The engine schedulers place the work that became ready at this instant."""
+    __slots__ = ()
+    priority = P_DISPATCH
+
+    def handle(self, sim: Simulator) -> list:
+        return sim.state.dispatch()
+
+
+class _Loop(Simulator):
+    """The event loop, carrying the runtime's state for the events."""
+
+    def __init__(self, state: SimState) -> None:
+        super().__init__()
+        self.state = state
+        state.clock = self
 
 
 def run_events(state: SimState, queries: Sequence[QueryRun]) -> list[RequestResult]:
-    heap: list = []
+    loop = _Loop(state)
     for q in queries:
-        heapq.heappush(heap, (q.arrival_s, P_ARRIVAL, state.next_seq(), Arrival(q)))
-    while heap:
-        t, _, _, ev = heapq.heappop(heap)
-        state.now = t
-        for when, prio, e in ev.handle(state):
-            heapq.heappush(heap, (when, prio, state.next_seq(), e))
-        if not heap or heap[0][0] > t:   # every event of this instant handled: place work
-            for when, prio, e in state.dispatch():
-                heapq.heappush(heap, (when, prio, state.next_seq(), e))
+        loop.push(Arrival(q))
+    loop.run()
     unfinished = [q.qid for q in queries if q.finish_s is None]
     if unfinished:
         raise RuntimeError(f"simulation ended with unfinished queries {unfinished[:5]} (deadlock?)")

@@ -11,13 +11,13 @@ from tests.harness.helpers import ConstStep, LinearStep, make_trace
 
 
 def _one_instance_sim(step, *, max_batch=1, gpus=((0,),), stages=None, tasks=None):
-    from harness.cluster import EngineSettings
+    from profiler.engine import EngineConfig
     insts = [InstanceSpec(f"i{k}", "m", 1, 1, g, 10.0) for k, g in enumerate(gpus)]
     if tasks is None:
         stages = stages or (SimStage("s", 1, 100, 1, _on("i0")),)
         tasks = [SimTask("t", 1e9, stages)]
     return ClusterSim(gpu="a6000", instances=insts, tasks=tasks, step_override=step,
-                      engine=EngineSettings(max_batch=max_batch))
+                      engine=EngineConfig(max_num_seqs=max_batch))
 
 
 def _on(*ids: str) -> tuple[Route, ...]:

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.simulate import SimulateConfig, simulate
-from harness.steps import kv_capacity_tokens, step_model
+from orchestrator.engines.llm_core import LLMCore
+from profiler.engine import EngineConfig, kv_capacity_tokens
+from profiler.steps import step_model
 from tests.harness.helpers import LinearStep, make_trace, poisson_trace
 
 A100_7B = dict(model="llama-2-7b", gpu="a100-80gb", tp=1)
@@ -21,7 +23,7 @@ def _queue_growth(res) -> float:
 
 @pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
 def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler):
-    cfg = SimulateConfig(**A100_7B, scheduler=scheduler)
+    cfg = SimulateConfig(**A100_7B, engine=EngineConfig(scheduler=scheduler))
     low = simulate(poisson_trace(2.0, 600, 512, 128), cfg)
     high = simulate(poisson_trace(200.0, 3000, 512, 128), cfg)
     # below capacity: waiting does not trend up and stays far below a second
@@ -34,18 +36,18 @@ def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler
 @pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
 def test_preemption_happens_when_the_kv_cache_is_small(scheduler):
     trace = make_trace(np.zeros(40), 300, 400)
-    cfg = SimulateConfig(**A100_7B, scheduler=scheduler, kv_tokens=4096)
+    cfg = SimulateConfig(**A100_7B, engine=EngineConfig(scheduler=scheduler, kv_capacity_tokens=4096))
     res = simulate(trace, cfg)
     assert res.summary["preemptions"] > 0
     assert res.summary["completed"] == 40 and res.summary["failed"] == 0
     res.instances[0].check()
-    big = simulate(trace, cfg.model_copy(update={"kv_tokens": 100_000}))
+    big = simulate(trace, cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kv_capacity_tokens": 100_000})}))
     assert big.summary["preemptions"] == 0
 
 
 def test_a_call_larger_than_the_cache_fails_instead_of_looping():
     trace = make_trace([0.0, 0.1], [100, 5000], [10, 10])
-    res = simulate(trace, SimulateConfig(**A100_7B, kv_tokens=1024))
+    res = simulate(trace, SimulateConfig(**A100_7B, engine=EngineConfig(kv_capacity_tokens=1024)))
     assert res.summary["failed"] == 1 and res.summary["completed"] == 1
 
 
@@ -56,10 +58,10 @@ def test_sarathi_never_exceeds_the_token_budget(reqs, chunk, max_batch, kv):
     reqs.sort()
     trace = make_trace([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs])
     step = LinearStep()
-    cfg = SimulateConfig(model="x", gpu="y", scheduler="sarathi", chunk_size=chunk, max_batch_tokens=4096,
-                         max_batch=max_batch, kv_tokens=kv)
     if max_batch >= chunk:
         return
+    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(scheduler="sarathi", chunk_size=chunk, max_num_batched_tokens=4096,
+                                                                 max_num_seqs=max_batch, kv_capacity_tokens=kv))
     res = simulate(trace, cfg, step=step)
     budget = min(chunk, 4096)
     assert all(p + d <= budget for p, _, d, _, _ in step.calls)
@@ -74,7 +76,8 @@ def test_vllm_prefill_batches_respect_limits_and_every_call_ends(reqs, kv, max_b
     reqs.sort()
     trace = make_trace([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs])
     step = LinearStep()
-    cfg = SimulateConfig(model="x", gpu="y", max_batch_tokens=2048, max_batch=max_batch, kv_tokens=kv)
+    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(max_num_batched_tokens=2048, max_num_seqs=max_batch,
+                                                                 kv_capacity_tokens=kv))
     res = simulate(trace, cfg, step=step)
     for p, _, d, _, seqs in step.calls:
         assert (p == 0) != (d == 0)          # prefill-only or decode-only iterations
@@ -92,8 +95,9 @@ def test_vllm_prefill_batches_respect_limits_and_every_call_ends(reqs, kv, max_b
 def test_kv_capacity_is_memory_left_after_weights_and_activations():
     sm = step_model("llama-2-70b", "a100-80gb", 2, 1)
     usable = 2 * 80 * 2**30 / 1e9 * 0.9          # two "80 GB" (80 GiB) GPUs at gpu_mem_util 0.9, in GB
-    kv = kv_capacity_tokens(sm, mem_gb=usable, max_batch_tokens=4096, max_batch=128)
-    expect = (usable - sm.weights_gb - sm.activation_gb(4096, 128)) / sm.kv_gb_per_token
+    cfg = EngineConfig()
+    kv = kv_capacity_tokens(sm, cfg, mem_gb=usable)
+    expect = (usable - sm.weights_gb - sm.activation_gb(cfg.max_num_batched_tokens, cfg.max_num_seqs)) / sm.kv_gb_per_token
     assert kv == int(expect) and kv > 0
     res = simulate(make_trace([0.0], 10, 2), SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2))
     assert res.summary["kv_capacity_tokens"] == kv // 16 * 16
@@ -129,10 +133,8 @@ def test_tpot_and_ttft_follow_their_definitions():
 @pytest.mark.parametrize("model, gpu, tp", [("llama-2-70b", "a100-80gb", 2), ("qwen2.5-7b", "a6000", 1),
                                             ("mixtral-8x7b", "h100-sxm", 2)])
 def test_memoised_decode_time_equals_the_profiler(model, gpu, tp):
-    from harness.instance import Instance
-    from harness.schedulers import VllmScheduler
     sm = step_model(model, gpu, tp, 1)
-    inst = Instance(name="x", step=sm, scheduler=VllmScheduler(), kv_tokens=1024, sink=lambda c, t: None)
+    inst = LLMCore(name="x", step=sm, kv_tokens=1024, sink=lambda c, t: None, config=EngineConfig())
     rng = np.random.default_rng(0)
     for n, ctx in zip(rng.integers(1, 256, 200), rng.integers(1, 500_000, 200)):
         assert inst.decode_s(int(n), int(ctx)) == pytest.approx(sm.step_s(0, 0.0, int(n), float(ctx)), rel=1e-9)

@@ -84,7 +84,9 @@ def test_cli_json_has_the_documented_fields(tmp_path, capsys):
     (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--max-batch", "0"], "--max-batch"),
     (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--time-scale", "-1"], "--time-scale"),
     (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--scheduler", "orca"], "--scheduler"),
-    (["--model", "llama-2-70b", "--gpu", "a6000"], "--gpu-mem-util"),
+    (["--model", "llama-2-70b", "--gpu", "a6000"], "--tp"),                 # does not fit one GPU
+    (["--model", "llama-2-7b", "--gpu", "a100-80gb", "--scheduler", "sarathi", "--chunk-size", "64",
+      "--max-batch", "64"], "--max-batch"),
 ])
 def test_cli_user_errors_are_one_line_naming_the_option(tmp_path, capsys, argv, option):
     native, _, _ = _write_all(tmp_path)

@@ -1,15 +1,22 @@
-"""The simulator core: a heap of ``(time, priority, seq, event)``.
+"""The one discrete-event loop: a heap of ``(time, priority, seq, event)``.
 
-Events are small objects whose ``handle(sim)`` returns the new events it causes (or None);
-everything else (instances, schedulers, routers, workflows) lives outside this loop.
-Ties in time are broken by ``priority`` (lower first), then by insertion order, so a run is
-deterministic.
+The cluster and what-if simulators (``harness``) and the orchestrator's discrete-event runtime
+run on it. Events are small objects whose ``handle(sim)`` returns the new events it causes (or
+None); everything else (engine cores, admission policies, routers, workflows, graph
+schedulers) lives outside this loop. Ties in time are broken by ``priority`` (lower first),
+then by insertion order, so a run is deterministic. Priorities in use (lower runs first at one
+instant): arrivals and results 0-1, instance bookkeeping 2, the orchestrator's dispatch 3, an
+engine core's next iteration (:data:`P_KICK`) last, so every submission of an instant can join
+the iteration that starts then.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from heapq import heappop, heappush
 from typing import Any
+
+
+P_ARRIVAL, P_DONE, P_FREE, P_DISPATCH, P_KICK = 0, 1, 2, 3, 4
 
 
 class Event:

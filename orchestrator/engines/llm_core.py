@@ -1,0 +1,463 @@
+"""The one iteration-level LLM engine core (continuous batching, paged KV cache, preemption).
+
+Both simulators run every LLM instance through :class:`LLMCore`: the harness (one call of a
+workflow stage = one :class:`Seq` with a prompt and an output) and the orchestrator (Teola's
+primitives: a partial prefill parks its KV under a key, a full prefill or a decoding continues
+it). Which sequences run in the next iteration is the admission policy's decision
+(``orchestrator.engines.admission``); how colocated instances slow each other is the
+:class:`Colocation` policy's; the settings are one ``profiler.engine.EngineConfig``.
+
+Bookkeeping every policy shares, O(1) amortised per iteration whatever the batch size:
+
+- KV cache in blocks of ``block_size`` tokens (vLLM's paged allocation). A decoding sequence's
+  context grows by one token per decode iteration, so it needs a new block exactly when its
+  context is a multiple of ``block_size``. Sequences are grouped by ``(ctx0 - join) mod
+  block_size``; those needing a block in decode iteration ``k`` are group ``(-k) mod
+  block_size``, so a counter per group gives the demand without visiting sequences.
+- A decoding sequence's last iteration (and the iteration of each streamed piece) is known when
+  it joins, so it waits in a bucket per iteration index instead of being advanced one by one.
+- ``ctx_sum`` (total context of the decode batch, what decode attention reads) grows by the
+  batch size per decode iteration and shrinks when sequences leave.
+
+Tokens: the prefill that completes a prompt produces the first output token (vLLM); each
+decode iteration one more. A prefill-only sequence (``output == 0``) parks its KV under
+``park`` (blocks stay allocated) and records whether its last logits give a first token
+(``final``); a later sequence with ``kv_from`` set takes that KV over: it prefills only its own
+new tokens, paying attention over the parked prefix, or, with nothing new to prefill, joins the
+decode batch at once. Preemption is by recomputation: the sequence's blocks are freed and its
+whole context (prefix, prompt and generated tokens) is prefilled again when it is readmitted.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from orchestrator.runtime.events import P_DONE, P_KICK, Event, Simulator
+
+WAITING, PREFILL, DECODE, DONE, FAILED = range(5)
+NAN = float("nan")
+
+
+class StepTime(Protocol):
+    """Duration (s) of one iteration: ``prefill_tokens`` new prompt tokens whose attention work is
+    ``prefill_attn_tokens2`` (sum of ``(cached + n)^2 - cached^2``) over ``prefill_seqs``
+    sequences, plus one decode token for each of ``decode_batch`` sequences reading
+    ``decode_context_tokens`` tokens in total. The profiler's ``StepModel`` is one."""
+
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float: ...
+
+
+class Seq:
+    """One sequence served by one core: ``prompt`` new tokens in, ``output`` tokens out.
+
+    ``cached``: prefix tokens whose KV is already computed (a prefix-cache hit; not prefilled,
+    blocks allocated). ``kv_from``/``park``/``final``: see the module docstring. ``marks``:
+    ascending counts of generated tokens at which the core reports a piece. Times are simulated
+    seconds (NaN until they happen): ``arrival_s`` (reached the instance), ``sched_s`` (first
+    admitted), ``first_s`` (first output token), ``done_s`` (finished, parked or rejected).
+    ``owner`` is free for the caller."""
+
+    __slots__ = ("id", "prompt", "output", "cached", "kv_from", "park", "final", "marks", "mark_i",
+                 "arrival_s", "sched_s", "first_s", "done_s", "state", "gen", "have", "held", "eff",
+                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "instance")
+
+    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: Any = None, *,
+                 cached: int = 0, kv_from: Any = None, park: Any = None, final: bool = True,
+                 marks: Sequence[int] = ()) -> None:
+        self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
+        self.cached, self.kv_from, self.park, self.final = cached, kv_from, park, final
+        self.marks, self.mark_i = tuple(marks), 0
+        self.arrival_s = arrival_s
+        self.sched_s = self.first_s = self.done_s = NAN
+        self.state = WAITING
+        self.gen = 0          # output tokens generated so far
+        self.have = cached    # context tokens whose KV exists when admitted
+        self.held = 0         # KV blocks it owns before admission (a parked prefix)
+        self.eff = prompt     # tokens the next prefill must process
+        self.filled = 0       # of `eff`, already prefilled (chunked prefill)
+        self.tokens0 = cached + prompt   # its context before generating (set again on kv_from)
+        self.ctx0 = 0         # KV tokens when it joined the decode pool ...
+        self.join = 0         # ... at this decode-iteration index
+        self.finish = -1      # decode-iteration index of its last token
+        self.preemptions = 0
+        self.instance: Any = None
+
+    @property
+    def failed(self) -> bool:
+        return self.state == FAILED
+
+
+Sink = Callable[[Seq, float], "Iterable[Event] | None"]
+PieceSink = Callable[[Seq, int, float], "Iterable[Event] | None"]
+
+
+class GpuSlot:
+    """One physical GPU; ``busy`` counts instances with a shard on it that are mid-iteration."""
+
+    __slots__ = ("id", "busy")
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+        self.busy = 0
+
+
+class Colocation:
+    """Processor sharing: an iteration that starts while ``k`` instances (itself included)
+    are busy on one of its GPUs takes ``k`` times as long (the slowest shard bounds it).
+
+    Approximation: the factor is fixed when the iteration starts, so an instance that
+    starts first is slowed from its next iteration on (iterations last milliseconds)."""
+
+    def factor(self, gpus: Sequence[GpuSlot]) -> float:
+        return float(max(g.busy for g in gpus))
+
+
+class IterationEnd(Event):
+    __slots__ = ("inst",)
+    priority = P_DONE
+
+    def __init__(self, time: float, inst: LLMCore) -> None:
+        super().__init__(time)
+        self.inst = inst
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return self.inst.end_iteration(self.time)
+
+
+class Kick(Event):
+    """Start an idle instance's next iteration once everything else of this instant has run."""
+
+    __slots__ = ("inst",)
+    priority = P_KICK
+
+    def __init__(self, time: float, inst: LLMCore) -> None:
+        super().__init__(time)
+        self.inst = inst
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        self.inst.kicked = False
+        return [] if self.inst.busy else self.inst.start_iteration(self.time)
+
+
+class LLMCore:
+    """A model instance. ``sink(seq, now)`` is told of every finished, parked or rejected
+    sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``config`` is a
+    ``profiler.engine.EngineConfig``; ``admission`` its policy object (default: the one
+    ``config.scheduler`` names)."""
+
+    def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: Any,
+                 admission: Any = None, on_piece: PieceSink | None = None, gpus: Sequence[GpuSlot] = (),
+                 colocation: Colocation | None = None, meta: Any = None) -> None:
+        from orchestrator.engines.admission import make_admission
+        bs = config.block_size
+        if kv_tokens < bs:
+            raise ValueError(f"{name}: KV cache of {kv_tokens} tokens holds less than one block")
+        self.name, self.step, self.sink, self.on_piece, self.meta = name, step, sink, on_piece, meta
+        self.config = config
+        self.admission = admission or make_admission(config)
+        self.max_batch, self.max_batch_tokens, self.block_size = config.max_num_seqs, config.max_num_batched_tokens, bs
+        self.total_blocks = kv_tokens // bs
+        self.watermark = int(config.watermark * self.total_blocks)
+        self.free = self.total_blocks
+        self.gpus = tuple(gpus)
+        self.colocation = colocation if len(self.gpus) else None
+        self.waiting: deque[Seq] = deque()
+        self.prefilling: deque[Seq] = deque()    # admitted, prompt not fully prefilled
+        self.running: dict[int, Seq] = {}        # decoding, in admission order
+        self.ready: deque[Seq] = deque()         # continue a parked KV with nothing to prefill
+        self.parked: dict[Any, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
+        self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
+        self.mark_buckets: dict[int, list[Seq]] = {}
+        self.groups = [0] * bs
+        self.dit = 0                              # decode iterations run so far
+        self.ctx_sum = 0
+        self.chunks: list[tuple[Seq, int]] = []   # this iteration's prefill work
+        self.n_decode = 0                         # this iteration's decode batch
+        self.busy = self.kicked = False
+        self.outstanding = 0                      # queued + running sequences
+        self.iter_start = 0.0
+        self.iterations = self.preemptions = self.rejected = self.completed = 0
+        self.prefill_iterations = 0
+        self.busy_s = 0.0
+        self.tokens = 0
+        self._decode_coef: dict[int, tuple[float, float]] = {}
+        self.blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
+
+    def decode_s(self, n: int, ctx: float) -> float:
+        """``step.step_s(0, 0, n, ctx)``, memoised as ``a(n) + b(n) * ctx``: a decode iteration's time
+        is affine in the batch's total context (attention reads it; nothing else depends on it);
+        tests check the identity against the profiler."""
+        c = self._decode_coef.get(n)
+        if c is None:
+            a = self.step.step_s(0, 0.0, n, 0.0)
+            c = self._decode_coef[n] = (a, (self.step.step_s(0, 0.0, n, 1e6) - a) / 1e6)
+        return c[0] + c[1] * ctx
+
+    # ---- capacity ------------------------------------------------------------------
+    @property
+    def kv_tokens(self) -> int:
+        return self.total_blocks * self.block_size
+
+    @property
+    def used_kv_tokens(self) -> int:
+        """KV held (blocks in use x block size), parked prefixes included."""
+        return (self.total_blocks - self.free) * self.block_size
+
+    def blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def new_blocks(self, s: Seq) -> int:
+        """Blocks ``s`` must newly take to be admitted (its parked prefix is already held)."""
+        return self.blocks(s.have + s.eff) - s.held
+
+    def fits(self, s: Seq) -> bool:
+        """Whether the sequence could ever run: its whole context fits the usable cache."""
+        return self.blocks(s.tokens0 + s.output) <= self.total_blocks - self.watermark
+
+    def need_blocks(self) -> int:
+        """New blocks the decode batch needs in the next decode iteration."""
+        return self.groups[-self.dit % self.block_size]
+
+    # ---- arrivals ------------------------------------------------------------------
+    def submit(self, s: Seq, now: float, *, front: bool = False) -> Iterable[Event] | None:
+        """Queue ``s`` (at the head with ``front``, as vLLM re-queues a continued prompt); returns
+        the events this causes (a kick, or the sink's on reject / an immediate finish)."""
+        s.instance = self
+        s.arrival_s = now
+        if s.kv_from is not None:
+            tokens, first = self.parked.pop(s.kv_from)
+            s.have += tokens
+            s.held = self.blocks(tokens)
+            s.tokens0 = s.have + s.prompt
+            if s.prompt == 0 and first:
+                s.gen = 1          # the parked prefill's logits gave the first token
+        if not self.fits(s):
+            self.free += s.held
+            s.held = 0
+            s.state = FAILED
+            s.done_s = now
+            self.rejected += 1
+            return self.sink(s, now)
+        self.outstanding += 1
+        if s.eff == 0:
+            if s.output - s.gen <= 0:      # nothing left to do
+                return self._finish_now(s, now)
+            self.ready.append(s)
+        elif front:
+            self.waiting.appendleft(s)
+        else:
+            self.waiting.append(s)
+        if self.busy or self.kicked:
+            return None
+        self.kicked = True
+        return (Kick(now, self),)
+
+    def _finish_now(self, s: Seq, now: float) -> list[Event]:
+        """A sequence with nothing to compute: a continued prompt with no new tokens parks its
+        KV again; a decode whose token came from the parked prefill ends."""
+        if s.output == 0 and s.park is not None:
+            self.parked[s.park] = (s.have, s.final)
+        else:
+            self.free += s.held
+        s.held = 0
+        s.first_s = now if s.first_s != s.first_s else s.first_s
+        s.state, s.done_s = DONE, now
+        self.outstanding -= 1
+        self.completed += 1
+        events: list[Event] = []
+        self._emit_marks(s, now, events)
+        events.extend(self.sink(s, now) or ())
+        return events
+
+    # ---- state changes used by admission policies ----------------------------------
+    def admit(self, s: Seq, now: float) -> None:
+        self.free -= self.new_blocks(s)
+        s.held = 0                  # its blocks are now counted as blocks(have + eff)
+        s.state = PREFILL
+        if s.sched_s != s.sched_s:  # NaN: first admission
+            s.sched_s = now
+
+    def admit_ready(self, now: float, events: list[Event]) -> None:
+        """Sequences continuing a parked KV with nothing to prefill join the decode batch
+        (they hold their blocks already) while seats are free."""
+        while self.ready and len(self.running) + len(self.prefilling) < self.max_batch:
+            s = self.ready.popleft()
+            if s.sched_s != s.sched_s:
+                s.sched_s = now
+            s.held = 0
+            s.state = PREFILL
+            self._join_decode(s, now, events)
+
+    def preempt_decode_last(self) -> Seq:
+        """Recomputation preemption of the most recently admitted decoding sequence."""
+        s = self.running.popitem()[1]
+        k = self.dit
+        ctx = s.ctx0 + (k - s.join)
+        self.free += -(-ctx // self.block_size)
+        self.ctx_sum -= ctx
+        self.groups[(s.ctx0 - s.join) % self.block_size] -= 1
+        s.gen += k - s.join
+        return self._requeue(s)
+
+    def preempt_prefill_last(self) -> Seq:
+        s = self.prefilling.pop()
+        self.free += self.blocks(s.have + s.eff)
+        return self._requeue(s)
+
+    def _requeue(self, s: Seq) -> Seq:
+        s.eff = s.tokens0 + s.gen
+        s.have = s.held = s.filled = 0
+        s.state = WAITING
+        s.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(s)
+        return s
+
+    # ---- iterations ----------------------------------------------------------------
+    def start_iteration(self, now: float) -> list[Event]:
+        events: list[Event] = []
+        if self.ready:
+            self.admit_ready(now, events)
+        dur = self.admission.schedule(self, now)
+        if dur <= 0.0:
+            self.busy = False
+            return events
+        if self.colocation is not None:
+            for g in self.gpus:
+                g.busy += 1
+            dur *= self.colocation.factor(self.gpus)
+        self.busy = True
+        self.iter_start = now
+        self.iterations += 1
+        self.prefill_iterations += bool(self.chunks)
+        events.append(IterationEnd(now + dur, self))
+        return events
+
+    def end_iteration(self, now: float) -> list[Event]:
+        if self.colocation is not None:
+            for g in self.gpus:
+                g.busy -= 1
+        self.busy_s += now - self.iter_start
+        done: list[Seq] = []
+        events: list[Event] = []
+        if self.n_decode:
+            self.tokens += self.n_decode
+            self._advance_decode(done, events, now)
+        for s, n in self.chunks:
+            self.tokens += n
+            s.filled += n
+            if s.filled < s.eff:
+                continue
+            if self.prefilling and self.prefilling[0] is s:
+                self.prefilling.popleft()
+            else:
+                self.prefilling.remove(s)
+            if s.output == 0:
+                self._park(s)
+                done.append(s)
+                continue
+            s.gen += 1
+            if s.first_s != s.first_s:
+                s.first_s = now
+            if s.gen >= s.output:
+                self._emit_marks(s, now, events)
+                self.free += self.blocks(s.have + s.eff)
+                done.append(s)
+            else:
+                self._join_decode(s, now, events)
+        for s in done:
+            s.state = DONE
+            s.done_s = now
+            self.outstanding -= 1
+            self.completed += 1
+            new = self.sink(s, now)
+            if new:
+                events.extend(new)
+        self.busy = False
+        if (self.waiting or self.running or self.ready or self.prefilling) and not self.kicked:
+            self.kicked = True
+            events.append(Kick(now, self))
+        return events
+
+    def _park(self, s: Seq) -> None:
+        if s.park is None:       # nothing will continue it: free the KV
+            self.free += self.blocks(s.have + s.eff)
+        else:
+            self.parked[s.park] = (s.have + s.eff, s.final)
+
+    def release(self, key: Any) -> None:
+        """Drop a parked KV nobody will continue."""
+        tokens, _ = self.parked.pop(key)
+        self.free += self.blocks(tokens)
+
+    def _emit_marks(self, s: Seq, now: float, events: list[Event]) -> None:
+        """Report every mark the sequence has reached (``gen`` tokens) and not reported yet."""
+        if self.on_piece is None:
+            return
+        while s.mark_i < len(s.marks) and s.marks[s.mark_i] <= s.gen:
+            new = self.on_piece(s, s.mark_i, now)
+            s.mark_i += 1
+            if new:
+                events.extend(new)
+
+    def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
+        self._emit_marks(s, now, events)
+        s.state = DECODE
+        s.ctx0 = s.have + s.eff
+        s.join = k = self.dit
+        s.finish = f = k + s.output - s.gen - 1
+        if s.first_s != s.first_s and s.gen:
+            s.first_s = now
+        self.running[s.id] = s
+        self.groups[(s.ctx0 - k) % self.block_size] += 1
+        self.ctx_sum += s.ctx0
+        b = self.buckets.get(f)
+        if b is None:
+            self.buckets[f] = [s]
+        else:
+            b.append(s)
+        if s.mark_i < len(s.marks) and self.on_piece is not None:
+            # mark m is reached at the end of decode iteration k + m - gen - 1
+            for m in s.marks[s.mark_i:]:
+                self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
+
+    def _advance_decode(self, done: list[Seq], events: list[Event], now: float) -> None:
+        k = self.dit
+        self.ctx_sum += self.n_decode
+        self.dit = k + 1
+        if self.mark_buckets:
+            for s in self.mark_buckets.pop(k, ()):
+                # stale entries (a preempted and readmitted sequence) do not match
+                if (s.state == DECODE and s.mark_i < len(s.marks)
+                        and s.join + s.marks[s.mark_i] - s.gen - 1 == k):
+                    new = self.on_piece(s, s.mark_i, now)
+                    s.mark_i += 1
+                    if new:
+                        events.extend(new)
+        bucket = self.buckets.pop(k, None)
+        if not bucket:
+            return
+        bs = self.block_size
+        for s in bucket:
+            if s.state != DECODE or s.finish != k:
+                continue  # preempted since (and maybe rescheduled to another index)
+            ctx = s.ctx0 + (k + 1 - s.join)
+            del self.running[s.id]
+            self.free += -(-ctx // bs)
+            self.ctx_sum -= ctx
+            self.groups[(s.ctx0 - s.join) % bs] -= 1
+            s.gen = s.output
+            s.state = DONE  # guards against a second bucket entry after a re-admission
+            done.append(s)
+
+    def check(self) -> None:
+        """Recount the O(1) bookkeeping from scratch (tests; slow)."""
+        used = sum(self.blocks(s.ctx0 + self.dit - s.join) for s in self.running.values())
+        used += sum(self.blocks(s.have + s.eff) for s in self.prefilling)
+        used += sum(s.held for s in self.ready) + sum(s.held for s in self.waiting)
+        used += sum(self.blocks(t) for t, _ in self.parked.values())
+        assert used + self.free == self.total_blocks, (used, self.free, self.total_blocks)
+        assert self.ctx_sum == sum(s.ctx0 + self.dit - s.join for s in self.running.values())
+        assert sum(self.groups) == len(self.running)

@@ -1,0 +1,88 @@
+"""The one engine configuration: how an LLM serving instance batches, pages and sizes its KV cache.
+
+Every part that sizes or runs an instance takes an :class:`EngineConfig`: ``selector.resolve``
+(capacity and the memory a deployment reserves), the what-if CLI (``python -m harness
+simulate``), the cluster simulator, the orchestrator's simulated LLM engines and the server
+launchers. Its defaults live here and nowhere else. Field names follow vLLM's
+``SchedulerConfig`` / ``CacheConfig`` where vLLM has the concept.
+
+The KV-cache capacity rule (:func:`kv_capacity_tokens`) is vLLM's: the memory the instance
+may use, minus its weights, minus the peak activation of a forward pass at the token budget,
+divided by the KV bytes of one token. The memory the instance may use is either what a plan
+allocated to it (a planned instance: ``mem_gb`` of its deployment) or
+``gpu_memory_utilization`` of the GPUs it owns (a what-if instance), see
+:func:`memory_budget_gb`.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: admission policies of the engine core (``orchestrator.engines.admission``)
+SCHEDULERS = ("vllm", "sarathi", "padded")
+
+
+class EngineConfig(BaseModel):
+    """One LLM engine's settings (frozen; unknown keys rejected)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scheduler: Literal["vllm", "sarathi", "padded"] = Field(
+        "vllm", description="admission policy: 'vllm' = vLLM v0 default (prefill-prioritised, a token budget "
+        "per prefill pass, recompute preemption of the newest sequence); 'sarathi' = Sarathi-Serve chunked "
+        "prefill (decodes and prefill chunks share a per-iteration budget); 'padded' = the vLLM v0 fork "
+        "Ayo/Teola runs (a prefill pass is padded to its longest prompt: len(batch) x max(prompt) tokens)")
+    max_num_seqs: int = Field(256, ge=1, le=65_536, description="sequences in one iteration (vLLM "
+                              "max_num_seqs, default 256)")
+    max_num_batched_tokens: int = Field(4096, ge=1, le=1_048_576, description="prefill tokens in one "
+                                        "pass; a longer prompt is admitted alone (vLLM raises the budget "
+                                        "to the model length)")
+    block_size: int = Field(16, ge=1, le=4096, description="KV-cache block (page) size in tokens (vLLM 16)")
+    chunk_size: int = Field(512, ge=1, le=1_048_576, description="sarathi: per-iteration token budget "
+                            "(decodes count one each), min(chunk_size, max_num_batched_tokens)")
+    watermark: float = Field(0.01, ge=0, lt=1, description="share of KV blocks kept free at admission "
+                             "(vLLM watermark 0.01)")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of each GPU's memory an "
+                                          "instance that owns whole GPUs may use (vLLM default 0.9)")
+    kv_capacity_tokens: int | None = Field(None, ge=1, le=1 << 40, description="override the derived KV "
+                                           "capacity (tokens per instance)")
+    prefix_caching: bool = Field(False, description="reuse the KV of a prompt prefix seen before "
+                                 "(vLLM enable_prefix_caching); off for load runs")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineConfig:
+        if self.scheduler == "sarathi" and self.max_num_seqs >= self.token_budget:
+            raise ValueError("max_num_seqs: sarathi needs it below the token budget "
+                             "min(chunk_size, max_num_batched_tokens)")
+        return self
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens one iteration may process: sarathi's chunk budget, else the prefill-pass budget."""
+        if self.scheduler == "sarathi":
+            return min(self.chunk_size, self.max_num_batched_tokens)
+        return self.max_num_batched_tokens
+
+
+DEFAULT = EngineConfig()
+
+
+def memory_budget_gb(cfg: EngineConfig, *, gpu_capacity_gb: float, n_gpus: int,
+                     planned_mem_gb: float | None = None) -> float:
+    """GB the instance may use on all its GPUs together: the plan's allocation when given,
+    else ``gpu_memory_utilization`` x each GPU's capacity x the GPUs it owns."""
+    if planned_mem_gb is not None:
+        return planned_mem_gb
+    return cfg.gpu_memory_utilization * gpu_capacity_gb * n_gpus
+
+
+def kv_capacity_tokens(step: Any, cfg: EngineConfig, *, mem_gb: float) -> int:
+    """KV tokens an instance holds: ``(mem_gb - weights - peak activation) / KV per token``
+    (vLLM's rule; ``cfg.kv_capacity_tokens`` overrides). ``step`` is the profiler's step model
+    (``weights_gb``, ``activation_gb(tokens, seqs)`` incl. the per-GPU runtime overhead,
+    ``kv_gb_per_token``). 0 when nothing is left."""
+    if cfg.kv_capacity_tokens is not None:
+        return cfg.kv_capacity_tokens
+    free = mem_gb - step.weights_gb - step.activation_gb(cfg.max_num_batched_tokens, cfg.max_num_seqs)
+    return max(0, int(free / step.kv_gb_per_token))
