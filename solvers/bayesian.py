@@ -1,7 +1,8 @@
 """``bayesian``: black-box Bayesian optimisation over variants (the paper's Aquatope-style baseline).
 
 Optuna's TPE sampler (multivariate, grouped, seeded) proposes one variant per trial; the
-trial budget defaults to 200 sequential trials, as in the FlowMaker paper.
+trial budget defaults to 200 sequential trials, as in the FlowMaker paper. The time limit stops
+the study before a trial that would not fit (the slowest trial so far is the estimate).
 
 Encoding. A trial first draws ``workflow`` (categorical over the workflows), then, for each
 stage ``s`` of that workflow, ``w<w>.s<s>``: a categorical over the indices of that stage's
@@ -73,7 +74,8 @@ class BayesianSelector(Selector):
             sampler = optuna.samplers.TPESampler(seed=self.seed, multivariate=True, group=True,
                                                  n_startup_trials=self.n_startup_trials)
             study = optuna.create_study(direction="minimize", sampler=sampler)
-            study.optimize(objective, n_trials=self.n_trials, timeout=time_limit_s)
+            study.optimize(objective, n_trials=self.n_trials, timeout=max(1e-3, t0 + time_limit_s - time.perf_counter()),
+                           callbacks=[_Deadline(t0 + time_limit_s)])
         best = choose(e for e in seen.values() if e.feasible)
         elapsed = time.perf_counter() - t0
         extra = {"trials": len(study.trials)}
@@ -87,6 +89,23 @@ class BayesianSelector(Selector):
                                           f"(a sample, not a proof; an exact solver may still find one)")
         return to_plan(cp, best, status="feasible", solver=self.name, elapsed_s=elapsed, evaluated=len(seen),
                        extra=extra)
+
+
+class _Deadline:
+    """Optuna checks its ``timeout`` only after a trial, and a TPE trial over a long history can
+    take a tenth of a second: stop when the slowest trial so far would no longer fit."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.last = time.perf_counter()
+        self.slowest = 0.0
+
+    def __call__(self, study, trial) -> None:
+        now = time.perf_counter()
+        self.slowest = max(self.slowest, now - self.last)
+        self.last = now
+        if now + self.slowest > self.deadline:
+            study.stop()
 
 
 def _excess(cp, ev: Evaluation) -> float:
