@@ -63,16 +63,22 @@ def _instr(c: Component, role: str, tokens: int) -> Lit:
 
 
 def _llm_pair(c: Component, tag: str, segments: tuple, *, fmt: str, out_tokens: int,
-              n_items: int = 1, splittable: bool = False, loop_call: int | None = None) -> list[Node]:
+              n_items: int = 1, splittable: bool = False, loop_call: int | None = None,
+              loop_workers: int = 1, close_tokens: int | None = None) -> list[Node]:
     """A prefill->decode pair. ``loop_call``: the call's index in the module's own loop over
-    independent LLM calls (tree-synthesis leaves); a framework that runs modules as black boxes
-    issues them one after another (see ``orchestrator.baselines``)."""
+    independent LLM calls (tree-synthesis leaves, chunk contexts); a framework that runs modules
+    as black boxes keeps at most ``loop_workers`` of them in flight (see
+    ``orchestrator.baselines``). ``close_tokens``: a JSON list output closes after that many of
+    its ``out_tokens`` tokens."""
     pid, did = f"{c.name}/{tag}prefill", f"{c.name}/{tag}decode"
-    pp = {"kv_chain": did} if loop_call is None else {"kv_chain": did, "loop_call": loop_call}
+    pp: dict = {"kv_chain": did}
+    if loop_call is not None:
+        pp.update(loop_call=loop_call, loop_workers=loop_workers)
     p = Node(pid, Kind.PREFILLING, c.name, c.engine, {"segments": segments}, pp)
-    d = Node(did, Kind.DECODING, c.name, c.engine, {"kv": Ref(pid)},
-             {"kv_chain": did, "fmt": fmt, "output_tokens": out_tokens, "n_items": n_items},
-             splittable=splittable)
+    dp = {"kv_chain": did, "fmt": fmt, "output_tokens": out_tokens, "n_items": n_items}
+    if close_tokens is not None:
+        dp["close_tokens"] = min(close_tokens, out_tokens)
+    d = Node(did, Kind.DECODING, c.name, c.engine, {"kv": Ref(pid)}, dp, splittable=splittable)
     return [p, d]
 
 
@@ -132,7 +138,9 @@ def _llm(c: Component, cfg: QueryConfig, use: Use) -> Expansion:
     fmt = c.params.get("format", "text")
     n = cfg.n_expanded_queries if fmt == "json_list" else 1
     out = int(c.params.get("output_tokens", cfg.answer_tokens))
-    nodes = _llm_pair(c, "", tuple(segs), fmt=fmt, out_tokens=out, n_items=n, splittable=c.splittable)
+    close = c.params.get("json_close_tokens") if fmt == "json_list" else None
+    nodes = _llm_pair(c, "", tuple(segs), fmt=fmt, out_tokens=out, n_items=n, splittable=c.splittable,
+                      close_tokens=None if close is None else int(close))
     d = nodes[1].id
     ex = {"text": Export(Ref(d))}
     if fmt == "json_list":
@@ -179,12 +187,13 @@ def _contextualize(c: Component, cfg: QueryConfig, use: Use) -> Expansion:
     chunks, n = _as_list(use("chunks"))
     half = cfg.neighbours // 2
     out_tokens = int(c.params.get("context_tokens", 48))
+    workers = int(c.params.get("loop_workers", 4))   # LlamaIndex run_jobs: DEFAULT_NUM_WORKERS
     nodes: list[Node] = []
     joined = []
     for i in range(n):
         window = Ref(chunks.node, lo=max(0, i - half), hi=min(n, i + half + 1))
         seg = (_instr(c, "ctx", int(c.params.get("instr_tokens", 48))), window, Ref(chunks.node, index=i))
-        nodes += _llm_pair(c, f"c{i}_", seg, fmt="text", out_tokens=out_tokens)
+        nodes += _llm_pair(c, f"c{i}_", seg, fmt="text", out_tokens=out_tokens, loop_call=i, loop_workers=workers)
         j = Node(f"{c.name}/join{i}", Kind.AGGREGATE, c.name, None,
                  {"parts": (Ref(nodes[-1].id), Ref(chunks.node, index=i))}, {"mode": "join"})
         nodes.append(j)

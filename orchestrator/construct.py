@@ -35,7 +35,8 @@ def build_pgraph(template: Template, cfg: QueryConfig) -> Graph:
                 n = cfg.n_chunks if exp == "chunks" else 1
                 if exp == "chunks" and n == 0:
                     raise ValueError(f"template {template.name!r} indexes a document but doc_tokens=0")
-                ed.add(Node(nid, Kind.INPUT, "input", None, {}, {"field": exp}, n_items=n))
+                tokens = cfg.chunk_size_tokens if exp == "chunks" else cfg.question_tokens   # per item
+                ed.add(Node(nid, Kind.INPUT, "input", None, {}, {"field": exp, "tokens": tokens}, n_items=n))
             e = Export(Ref(nid), cfg.n_chunks if exp == "chunks" else None)
         else:
             key = f"{src}.{exp}"

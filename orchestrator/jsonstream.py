@@ -84,10 +84,16 @@ class IncrementalJsonList:
         self.emitted += 1
 
 
-def stream_pieces(text: str, n_tokens: int) -> list[tuple[int, Any]]:
+def stream_pieces(text: str, n_tokens: int, close_tokens: int | None = None) -> list[tuple[int, Any]]:
     """Split ``text`` into ``n_tokens`` near-equal slices (one per decode step), feed them to a
-    parser and return ``(step, element)`` for each element, ``step`` counted from 1."""
+    parser and return ``(step, element)`` for each element, ``step`` counted from 1. With
+    ``close_tokens`` the array ends at that step: its text is spread over the first
+    ``close_tokens`` steps and whatever follows the array is not parsed."""
     n_tokens = max(1, n_tokens)
+    if close_tokens is not None:
+        n_tokens = max(1, min(close_tokens, n_tokens))
+        start = len(text) - len(text.lstrip())
+        text = text[:start + json.JSONDecoder().raw_decode(text[start:])[1]]
     bounds = [round(i * len(text) / n_tokens) for i in range(n_tokens + 1)]
     p = IncrementalJsonList()
     out = []

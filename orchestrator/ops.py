@@ -54,7 +54,7 @@ def resolve(port: Any, store: Mapping[str, Any]) -> Any:
         return port.value
     v = store[port.node]
     if port.transform == "json_items":
-        v = json.loads(v)
+        v = json_prefix(v)
     elif port.transform == "as_list":
         v = [v]
     elif port.transform is not None:
@@ -107,9 +107,28 @@ def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
     return flat
 
 
-def rerank(query: str, candidates: Sequence[Any], top_n: int) -> list[str]:
+def ranked(scores: Sequence[float], texts: Sequence[str], top_n: int, *, scored: bool = False) -> list:
+    """The ``top_n`` texts by descending score (ties by text); with ``scored`` each as a
+    ``[score, text]`` pair, what a top-k merge of several rerankings needs (Ayo's reranker returns
+    ``{"passage", "score"}`` records for its ``AggMode.TOP_K`` aggregator)."""
+    order = sorted(zip(scores, texts), key=lambda st: (-st[0], st[1]))[:top_n]
+    return [[sc, t] for sc, t in order] if scored else [t for _, t in order]
+
+
+def rerank(query: str, candidates: Sequence[Any], top_n: int, *, scored: bool = False) -> list:
+    """Pointwise reranking: each candidate's score depends on (query, candidate) alone, so the
+    top ``top_n`` of a union equals the top ``top_n`` of the union of each part's top ``top_n``."""
     flat = flatten_candidates(candidates)
-    return sorted(flat, key=lambda t: (-(stable_seed("rr", query, t) % 10_007), t))[:top_n]
+    return ranked([stable_seed("rr", query, t) % 10_007 for t in flat], flat, top_n, scored=scored)
+
+
+def merge_top(parts: Sequence[Sequence[Sequence[Any]]], top_n: int) -> list[str]:
+    """Merge scored rerankings (``[score, text]`` lists) into the overall top ``top_n`` texts."""
+    best: dict[str, float] = {}
+    for part in parts:
+        for sc, t in part:
+            best[t] = sc
+    return ranked(list(best.values()), list(best), top_n)
 
 
 def prompt_segments(segments: Sequence[Any]) -> tuple[str, ...]:
@@ -117,8 +136,18 @@ def prompt_segments(segments: Sequence[Any]) -> tuple[str, ...]:
     return tuple(as_text(s) for s in segments)
 
 
-def generate(kv: tuple[str, ...], *, fmt: str, n_tokens_out: int, n_items: int = 1) -> str:
-    """The deterministic 'LLM' output for a prompt (its whole KV content)."""
+def json_prefix(text: str) -> Any:
+    """The JSON value a text starts with (what follows it, e.g. text generated after a JSON list
+    closed, is ignored, as LlamaIndex's and Ayo's output parsers do)."""
+    s = text.lstrip()
+    return json.JSONDecoder().raw_decode(s)[0]
+
+
+def generate(kv: tuple[str, ...], *, fmt: str, n_tokens_out: int, n_items: int = 1,
+             close_tokens: int | None = None) -> str:
+    """The deterministic 'LLM' output for a prompt (its whole KV content). A ``json_list``
+    closes after ``close_tokens`` of its ``n_tokens_out`` tokens (all of them when None); free
+    text follows up to the length."""
     tag = ("gen", kv, fmt)
     if fmt == "text":
         return words(tag, n_tokens_out)
@@ -126,14 +155,23 @@ def generate(kv: tuple[str, ...], *, fmt: str, n_tokens_out: int, n_items: int =
         head = "yes" if stable_seed(tag) % 3 else "no"  # two in three questions need a search
         return (head + " " + words(tag, n_tokens_out - 1)).strip()
     if fmt == "json_list":
-        per = max(1, n_tokens_out // n_items - 1)
-        return json.dumps([words((tag, i), per) for i in range(n_items)])
+        close = n_tokens_out if close_tokens is None else min(close_tokens, n_tokens_out)
+        per = max(1, close // n_items - 1)
+        body = json.dumps([words((tag, i), per) for i in range(n_items)])
+        tail = words((tag, "tail"), n_tokens_out - close)
+        return f"{body} {tail}" if tail else body
     raise KeyError(f"unknown output format {fmt!r}; known: text, yesno, json_list")
 
 
 # ---- engine-free primitives ---------------------------------------------------------------
 
-def aggregate(parts: Sequence[Any], mode: str) -> Any:
+def aggregate(parts: Sequence[Any], mode: str, *, top_n: int | None = None) -> Any:
+    """Merge ``parts``: ``concat`` lists, ``join`` texts, ``topk`` scored rerankings
+    (:func:`merge_top`, ``top_n`` texts)."""
+    if mode == "topk":
+        if top_n is None:
+            raise ValueError("aggregate mode 'topk' needs top_n")
+        return merge_top(parts, top_n)
     if mode == "concat":
         out: list = []
         for p in parts:
@@ -141,7 +179,7 @@ def aggregate(parts: Sequence[Any], mode: str) -> Any:
         return out
     if mode == "join":
         return " ".join(as_text(p) for p in parts if as_text(p))
-    raise KeyError(f"unknown aggregate mode {mode!r}; known: concat, join")
+    raise KeyError(f"unknown aggregate mode {mode!r}; known: concat, join, topk")
 
 
 def condition(x: Any) -> bool:

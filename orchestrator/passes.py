@@ -1,4 +1,5 @@
-"""The four rule-based passes, applied to a fixed point, and the optimised-graph cache.
+"""The rule-based passes (the paper's four plus reranking pipelining), applied to a fixed point,
+and the optimised-graph cache.
 
 Each pass is an object with ``apply(graph, ctx) -> graph``: it returns the same object when its
 rule matches nothing, otherwise a new validated graph. A pass edits a copy, so if it raises (or
@@ -12,9 +13,10 @@ from typing import Sequence
 from orchestrator.baselines import BASELINE_PASSES
 from orchestrator.construct import build_pgraph
 from orchestrator.graph import Graph, GraphEditor
+from orchestrator.ops import n_tokens
 from orchestrator.primitives import Kind, Lit, Node, Ref
 from orchestrator.rewrite import (Pass, PassContext, decompose, push_through, slice_ref,  # noqa: F401 - re-exported
-                                  split_with_aggregate)
+                                  split_with_aggregate, worthwhile_prefix_tokens)
 from orchestrator.template import QueryConfig, Template
 
 
@@ -66,9 +68,26 @@ def _early(seg: object, g: Graph) -> bool:
     return isinstance(seg, Lit) or (isinstance(seg, Ref) and g.nodes[seg.node].kind == Kind.INPUT)
 
 
+def _seg_tokens(seg: object, g: Graph) -> int:
+    """Tokens of a ready prompt segment: a literal's text, or the part of a query input it names
+    (the input's ``params['tokens']`` per item, set by construction; unknown: 0)."""
+    if isinstance(seg, Lit):
+        return n_tokens(seg.value)
+    if not isinstance(seg, Ref):
+        return 0
+    src = g.nodes[seg.node]
+    per = int(src.params.get("tokens", 0))
+    if seg.index is not None:
+        return per
+    lo, hi = seg.lo or 0, src.n_items if seg.hi is None else seg.hi
+    return per * max(0, hi - lo)
+
+
 class PrefillSplit(Pass):
     """Pass 3: prefill the ready prefix of a prompt (PartialPrefilling) while the rest is still
-    being produced; FullPrefilling continues the same KV cache. Only a prefix: causal order."""
+    being produced; FullPrefilling continues the same KV cache. Only a prefix: causal order.
+    Only where the engine's cost model says the prefix is worth a pass of its own
+    (``ctx.split_min_tokens``, :func:`~orchestrator.rewrite.worthwhile_prefix_tokens`)."""
     name = "prefill_split"
 
     def apply(self, g: Graph, ctx: PassContext) -> Graph:
@@ -80,9 +99,14 @@ class PrefillSplit(Pass):
             k = 0
             while k < len(segs) and _early(segs[k], g):
                 k += 1
-            if 0 < k < len(segs):
+            if 0 < k < len(segs) and self._worth_it(g, n, segs[:k], ctx):
                 return self._split(g, n, segs, k)
         return g
+
+    @staticmethod
+    def _worth_it(g: Graph, n: Node, prefix: tuple, ctx: PassContext) -> bool:
+        need = ctx.split_min_tokens.get(n.engine) if n.engine is not None else None
+        return need is None or sum(_seg_tokens(s, g) for s in prefix) >= need
 
     @staticmethod
     def _split(g: Graph, n: Node, segs: tuple, k: int) -> Graph:
@@ -148,7 +172,44 @@ class DecodePipelining(Pass):
         return ed.freeze()
 
 
-ALL_PASSES: tuple[Pass, ...] = (DependencyPruning(), StageDecomposition(), PrefillSplit(), DecodePipelining())
+class RerankPipelining(Pass):
+    """Reranking per part of a split retrieval (beyond the paper's four passes, as Ayo's decode
+    pipelining continues through reranking: ``Ayo/opt_pass/decoding_pipeling.py``,
+    ``_split_pipeline``, ``Reranking-sub-i`` and an ``AggMode.TOP_K`` aggregator). A reranker
+    scores each (query, candidate) pair alone, so the overall top-n is the top-n of the parts'
+    scored top-n lists (``ops.merge_top``): each part is reranked as soon as its candidates
+    arrive (one per expanded query), outputs identical to one reranking of them all."""
+    name = "rerank_pipeline"
+
+    def apply(self, g: Graph, ctx: PassContext) -> Graph:
+        for nid in g.order:
+            r = g.nodes[nid]
+            if r.kind != Kind.RERANKING or r.params.get("scored"):
+                continue
+            c = r.inputs["candidates"]
+            if not (isinstance(c, Ref) and c.lo is None and c.index is None and c.transform is None):
+                continue
+            src = g.nodes[c.node]
+            if src.kind == Kind.AGGREGATE and src.params.get("split") and len(src.inputs["parts"]) > 1:
+                return self._split(g, r, src)
+        return g
+
+    @staticmethod
+    def _split(g: Graph, r: Node, agg: Node) -> Graph:
+        ed = GraphEditor.of(g)
+        sizes = list(agg.params["part_sizes"])
+        per_item = r.n_items // max(1, sum(sizes))
+        parts = [r.evolve(id=f"{r.id}/p{j}", inputs={**r.inputs, "candidates": part},
+                          params={**r.params, "scored": True}, n_items=per_item * size)
+                 for j, (part, size) in enumerate(zip(agg.inputs["parts"], sizes))]
+        split_with_aggregate(ed, r, parts, sizes, merge={"mode": "topk", "top_n": r.params["top_n"]})
+        if not ed.children(agg.id) and agg.id not in ed.outputs:
+            ed.remove(agg.id)          # the concat is no longer read
+        return ed.freeze()
+
+
+ALL_PASSES: tuple[Pass, ...] = (DependencyPruning(), StageDecomposition(), PrefillSplit(), DecodePipelining(),
+                                RerankPipelining())
 PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in ALL_PASSES}
 
 
@@ -162,7 +223,7 @@ def _registry() -> dict[str, Pass]:
 
 
 def passes_named(names: Sequence[str]) -> tuple[Pass, ...]:
-    """Passes by name: the four Teola passes and the baselines' module rewrites."""
+    """Passes by name: the Teola passes and the baselines' module rewrites."""
     reg = _registry()
     unknown = [n for n in names if n not in reg]
     if unknown:
@@ -210,7 +271,7 @@ class GraphCache:
         self.misses = 0
 
     def get(self, template: Template, cfg: QueryConfig, passes: Sequence[Pass], ctx: PassContext) -> Graph:
-        key = (template.key(), cfg, tuple(p.name for p in passes), tuple(sorted(ctx.max_batch.items())))
+        key = (template.key(), cfg, tuple(p.name for p in passes), ctx.key())
         g = self._graphs.get(key)
         if g is None:
             self.misses += 1

@@ -1,6 +1,9 @@
 """Execution schemes: which graph a query runs as, and how engines batch it.
 
-* ``teola``: all four passes (the e-graph), topology-aware batching up to the profiled max batch.
+* ``teola``: all passes (the e-graph: the paper's four plus reranking pipelining),
+  topology-aware batching up to the profiled max batch; no prefix caching, as in the paper.
+* ``teola+prefix-cache`` (beyond the paper): Teola's e-graph and scheduling on LLM engines with
+  the prefix caching the LlamaDistPC baselines have.
 * ``llamadist-po`` / ``llamadist-to``: the module chain (p-graph in template order) with each
   module run as LlamaIndex runs it (``orchestrator.baselines.LlamaIndexModules``: sequential
   tree-synthesis leaves, embedding in sequential batches of 10, one retriever call per expanded
@@ -18,7 +21,7 @@ from typing import Callable
 
 from orchestrator.batching import BatchingPolicy, Blind, PerInvocation, TopologyAware
 
-ALL = ("prune", "stage", "prefill_split", "decode_pipeline")
+ALL = ("prune", "stage", "prefill_split", "decode_pipeline", "rerank_pipeline")
 #: LlamaIndex modules as black boxes (orchestrator.baselines); PC adds module-level parallelism
 LLAMADIST = ("llamaindex",)
 LLAMADIST_PC = ("llamaindex", "module_prune")
@@ -41,6 +44,7 @@ def _topo() -> BatchingPolicy:
 def _schemes() -> dict[str, Scheme]:
     out = [
         Scheme("teola", ALL, _topo),
+        Scheme("teola+prefix-cache", ALL, _topo, prefix_caching=True),
         Scheme("llamadist-po", LLAMADIST, PerInvocation),
         Scheme("llamadist-to", LLAMADIST, Blind),
         Scheme("llamadistpc-po", LLAMADIST_PC, PerInvocation, prefix_caching=True),

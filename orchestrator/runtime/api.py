@@ -9,7 +9,7 @@ import numpy as np
 from orchestrator.batching import BatchingPolicy
 from orchestrator.engines.base import Engine
 from orchestrator.ops import words
-from orchestrator.passes import GraphCache, Pass, PassContext, passes_named
+from orchestrator.passes import GraphCache, Pass, PassContext, passes_named, worthwhile_prefix_tokens
 from orchestrator.runtime.engine_scheduler import EngineScheduler
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, run_events
 from orchestrator.schemes import Scheme, get_scheme
@@ -26,8 +26,16 @@ def make_payload(cfg: QueryConfig, rng: np.random.Generator) -> dict[str, Any]:
     return {"question": words(("q", tag), cfg.question_tokens), "chunks": chunks}
 
 
-def pass_context(engines: Mapping[str, Sequence[Engine]]) -> PassContext:
-    return PassContext({name: inst[0].max_batch_size() for name, inst in engines.items()})
+def pass_context(engines: Mapping[str, Sequence[Engine]], *,
+                 max_batch: Mapping[str, int] | None = None) -> PassContext:
+    """What the passes may know about ``engines``: each one's max efficient batch (``max_batch``
+    overrides named ones) and, for LLM engines with a step model, the shortest prefix worth a
+    partial prefill."""
+    caps = {name: inst[0].max_batch_size() for name, inst in engines.items()}
+    caps.update(max_batch or {})
+    split = {name: worthwhile_prefix_tokens(inst[0].step) for name, inst in engines.items()
+             if inst[0].kind == "llm" and hasattr(inst[0], "step")}
+    return PassContext(caps, split)
 
 
 @dataclass(frozen=True)
@@ -80,18 +88,20 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
              engines: Mapping[str, Sequence[Engine]], *, scheme: Scheme | str = "teola",
              batching: BatchingPolicy | None = None, seed: int = 0,
              payloads: Sequence[Mapping[str, Any]] | None = None, cache: GraphCache | None = None,
-             dispatch_overhead_s: float = 0.0) -> list[RequestResult]:
+             dispatch_overhead_s: float = 0.0, max_batch: Mapping[str, int] | None = None) -> list[RequestResult]:
     """Run one query per ``(query_configs[i], arrivals_s[i])`` through ``template``.
 
     ``engines`` maps each engine name used by the template to its instances (fresh ones: they
     keep KV caches). ``scheme`` picks the passes and the default batching policy (``batching``
     overrides it, one policy object shared by all engine schedulers). Content is generated from
     ``seed`` unless ``payloads`` are given. ``dispatch_overhead_s`` delays every batch start
-    (communication). Returns results ordered by query index; latencies in seconds.
+    (communication). ``max_batch`` caps named engines' batches (items in flight per instance)
+    below their profiled max efficient batch. Returns results ordered by query index; latencies
+    in seconds.
     """
     prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
                    payloads=payloads, cache=cache)
-    ctx = pass_context(engines)
+    ctx = pass_context(engines, max_batch=max_batch)
     runs = prep.runs(ctx)
     scheds = {name: EngineScheduler(name=name, instances=inst, policy=prep.policy(), max_batch=ctx.max_batch[name])
               for name, inst in engines.items()}

@@ -55,6 +55,12 @@ def test_passes_rewrite_every_app(app_name):
     assert len(e.graph.edges - g.edges) or len(e.graph.edges) < len(g.edges)
     if app_name == "advanced_rag":
         assert e.graph.count(Kind.PARTIAL_DECODING) == app.query.n_expanded_queries
-        assert e.graph.count(Kind.PARTIAL_PREFILLING) == app.query.top_k   # one per refine step
-    if app_name == "naive_rag":
-        assert e.graph.count(Kind.EMBEDDING) > 2        # staged indexing
+        # 88-token instruction+question prefixes are below what a split pays for on llama-2-7B
+        assert e.graph.count(Kind.PARTIAL_PREFILLING) == 0
+        assert e.graph.count(Kind.RERANKING) == app.query.n_expanded_queries    # one per expanded query
+    if app_name.endswith("_ayo"):
+        assert e.graph.count(Kind.PARTIAL_PREFILLING) == 1     # Ayo's 678-token prefix is worth it
+    if app_name == "naive_rag_ayo":
+        # 666 passages in stages of the embedder's max efficient batch (128), as Ayo's own log
+        # shows (Embedding-sub-0..5 of 128 texts), plus the question's embedding
+        assert e.graph.count(Kind.EMBEDDING) == 6 + 1
