@@ -2,9 +2,13 @@
 instance gets it.
 
 * :class:`TopologyAware` (Algorithm 2): one bucket per query, buckets in order of query arrival;
-  within a bucket primitives ranked by graph depth; the batch takes one primitive per bucket per
-  round (so it spreads across queries) until full. ``direction="highest"`` is the paper's rule
-  (deepest first: most work still behind it); ``"lowest"`` is the public code's ranking.
+  the batch takes, bucket after bucket, the bucket's deepest primitives (all those at its
+  highest depth: the most work still behind them) until it is full; capacity left after every
+  bucket's deepest level goes to the rest, bucket by bucket, deepest first. ``direction="highest"``
+  is the paper's rule; ``"lowest"`` ranks the other way round, as the public code does
+  (NetX-lab/Ayo ``Ayo/schedulers/engine_scheduler.py``, ``_select_batch_topology_from_pending``
+  takes each query's nodes of rank ``max(-depth)``, its ``fill_strategy="same_query"`` the rest).
+  It only changes anything when the batch cap binds (more pending than capacity).
 * :class:`Blind` (FIFO, the TO baselines): ready order until the batch is full.
 * :class:`PerInvocation` (PO): one primitive invocation per batch.
 """
@@ -75,16 +79,18 @@ class TopologyAware(BatchingPolicy):
         for p in sorted(pending, key=lambda p: (sign * p.depth, p.ready_s, p.seq)):
             buckets.setdefault(p.qid, []).append(p)
         order = sorted(buckets.values(), key=lambda b: (min(p.query_arrival_s for p in b), b[0].qid))
+        top = [[p for p in b if p.depth == b[0].depth] for b in order]
+        rest = [[p for p in b if p.depth != b[0].depth] for b in order]
         out: list[Pending] = []
-        used, rnd = 0, 0
-        while used < capacity and any(rnd < len(b) for b in order):
-            for b in order:
-                if rnd < len(b) and (not out or used + b[rnd].size <= capacity):
-                    out.append(b[rnd])
-                    used += b[rnd].size
+        used = 0
+        for level in (top, rest):
+            for b in level:
+                for p in b:
                     if used >= capacity:
-                        break
-            rnd += 1
+                        return out
+                    if not out or used + p.size <= capacity:
+                        out.append(p)
+                        used += p.size
         return out
 
 
@@ -101,8 +107,12 @@ class ByExecuted(Balancer):
 
 
 class ByKVSlots(Balancer):
+    """LLM instances by load: KV held plus prompt tokens queued (``load_tokens``) where the
+    instance reports it, else KV held."""
+
     def key(self, engine: Any, executed: int) -> float:
-        return float(engine.occupied_kv_tokens())
+        fn = getattr(engine, "load_tokens", None)
+        return float(fn() if fn is not None else engine.occupied_kv_tokens())
 
 
 POLICIES = {"po": PerInvocation, "fifo": Blind, "topo": TopologyAware}

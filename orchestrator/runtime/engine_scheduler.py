@@ -1,5 +1,22 @@
-"""One engine scheduler per engine: pending primitives from all queries, batched by a policy,
-placed on an idle instance chosen by a balancer, KV-cache affinity respected.
+"""One engine scheduler per engine: pending primitives from all queries, batched by a policy and
+placed on instances, KV-cache affinity respected.
+
+Placement. An engine whose instances take one batch at a time (``continuous`` False: the non-LLM
+engines) gets a batch per idle instance, the instance chosen by a balancer. An engine with
+iteration-level instances (``continuous``: the LLMs) places each *primitive* of the policy's
+batch on its own: a FullPrefilling or Decoding on the instance holding its KV, anything else on
+the instance with the least load (``load_tokens()``: KV held plus prompt tokens queued, counting
+what this round placed), so one burst is spread over instances instead of sent to the first one.
+The batch cap (``max_batch`` items in flight per instance) limits the sequences an instance
+starts: a FullPrefilling or Decoding continues a sequence already there (in vLLM, one request)
+and is placed whatever the cap, so a cap can never hold back the work that frees KV.
+
+Partial prefills are background work (Teola sec. 5: they only help if they are free): they are
+placed after every other primitive, only on an instance that would run them soon
+(``takes_background()``: idle, or a prefill pass is due there), where the engine core admits them
+only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
+unpinned. When a partial prefill becomes critical (its full prefill waits only for it),
+:meth:`promote` turns it into regular work, here or on its instance.
 
 A launch never waits for its batch: it returns the instance's :class:`PendingBatch` and the
 runtime decides when to take the result (the discrete-event runtime at once, the wall-clock one
@@ -7,11 +24,14 @@ on a thread)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
+from orchestrator import ops
 from orchestrator.batching import Balancer, BatchingPolicy, ByExecuted, ByKVSlots, Pending
 from orchestrator.engines.base import Engine, Invocation, PendingBatch, PieceCallback
 from orchestrator.primitives import Kind, PREFILL_KINDS
+
+_KV_BOUND = (Kind.FULL_PREFILLING, Kind.DECODING)
 
 
 @dataclass(frozen=True)
@@ -19,6 +39,12 @@ class Launch:
     instance: int
     batch: tuple[Pending, ...]
     pending: PendingBatch | None   # None: an iterative instance, whose iterations deliver results
+
+
+def prompt_tokens(p: Pending) -> int:
+    """Prompt tokens a pending LLM primitive will prefill (0 for anything else)."""
+    inv: Invocation = p.payload
+    return ops.n_tokens(inv.inputs.get("segments", ())) if inv.kind in PREFILL_KINDS else 0
 
 
 class EngineScheduler:
@@ -42,6 +68,8 @@ class EngineScheduler:
         self.executed = [0] * len(instances)
         self.batches = [0] * len(instances)
         self._affinity: dict[str, int] = {}
+        self._where: dict[str, int] = {}        # launched partial prefill -> instance
+        self.critical: set[str] = set()         # partial prefills promoted while pending here
         self.drives_iterations = drives_iterations
         self.on_piece = on_piece
 
@@ -50,6 +78,22 @@ class EngineScheduler:
 
     def free(self, instance: int, items: int) -> None:
         self.inflight[instance] -= items
+
+    def promote(self, key: str, now_s: float) -> list:
+        """Partial prefill ``key`` is critical now: regular work from here on. Returns the
+        events its instance's core causes (a kick), if it was launched already."""
+        if any(p.payload.key == key for p in self.pending):
+            self.critical.add(key)
+            return []
+        i = self._where.pop(key, None)
+        inst = None if i is None else self.instances[i]
+        if inst is not None and hasattr(inst, "promote"):
+            return list(inst.promote(key, now_s) or ())
+        return []
+
+    def background(self, p: Pending) -> bool:
+        inv: Invocation = p.payload
+        return inv.kind == Kind.PARTIAL_PREFILLING and inv.key not in self.critical
 
     def _room(self, i: int) -> int:
         if self.instances[i].continuous:
@@ -60,29 +104,89 @@ class EngineScheduler:
         out = []
         for p in self.pending:
             inv: Invocation = p.payload
-            if inv.kind in (Kind.FULL_PREFILLING, Kind.DECODING) and self._affinity.get(inv.kv_key, i) != i:
+            if inv.kind in _KV_BOUND and self._affinity.get(inv.kv_key, i) != i:
                 continue
             out.append(p)
         return out
 
     def dispatch(self, now_s: float) -> list[Launch]:
-        """Start batches on idle instances while work can be placed."""
+        """Start work on instances while it can be placed (module docstring)."""
+        if not self.pending:
+            return []
+        if self.instances[0].continuous:
+            return self._dispatch_primitives(now_s)
+        return self._dispatch_batches(now_s)
+
+    def _dispatch_batches(self, now_s: float) -> list[Launch]:
         launches: list[Launch] = []
         while self.pending:
             idle = [i for i in range(len(self.instances)) if self._room(i) > 0]
             idle.sort(key=lambda i: (self.balancer.key(self.instances[i], self.executed[i]), i))
-            launched = False
             for i in idle:
                 elig = self._eligible(i)
-                if not elig:
-                    continue
-                batch = self.policy.select(elig, capacity=self._room(i))
-                launches.append(self._launch(i, batch, now_s))
-                launched = True
-                break
-            if not launched:
+                if elig:
+                    launches.append(self._launch(i, self.policy.select(elig, capacity=self._room(i)), now_s))
+                    break
+            else:
                 break
         return launches
+
+    def _dispatch_primitives(self, now_s: float) -> list[Launch]:
+        live = [i for i in range(len(self.instances)) if i not in getattr(self, "dead", ())]
+        load = {i: self._load(i) for i in live}
+        placed: dict[int, list[Pending]] = {}
+        fg = [p for p in self.pending if not self.background(p)]
+        for p in fg:
+            if self._continues(p) and self._affinity[p.payload.kv_key] in load:
+                self._place(p, self._affinity[p.payload.kv_key], placed, {}, load)
+        room = {i: r for i in live if (r := self._room(i) - sum(q.size for q in placed.get(i, ()))) > 0}
+        fg = [p for p in fg if not self._continues(p)]
+        while fg and room:
+            batch = self.policy.select(fg, capacity=sum(room.values()))
+            chosen = {id(p) for p in batch}
+            fg = [p for p in fg if id(p) not in chosen]
+            for p in batch:
+                i = self._target(p, room, load)
+                if i is not None:
+                    self._place(p, i, placed, room, load)
+        for p in sorted((p for p in self.pending if self.background(p)), key=lambda p: (p.ready_s, p.seq)):
+            cand = [i for i in room if self._takes_background(i, placed)]
+            if not cand:
+                break
+            self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
+        return [self._launch(i, placed[i], now_s) for i in sorted(placed)]
+
+    def _continues(self, p: Pending) -> bool:
+        inv: Invocation = p.payload
+        return inv.kind in _KV_BOUND and inv.kv_key in self._affinity
+
+    def _load(self, i: int) -> float:
+        inst = self.instances[i]
+        fn = getattr(inst, "load_tokens", None)
+        return float(fn() if fn is not None else inst.occupied_kv_tokens())
+
+    def _target(self, p: Pending, room: dict[int, int], load: dict[int, float]) -> int | None:
+        inv: Invocation = p.payload
+        if inv.kind in _KV_BOUND and inv.kv_key in self._affinity:
+            i = self._affinity[inv.kv_key]
+            return i if i in room else None
+        return min(room, key=lambda i: (load[i], i))
+
+    def _takes_background(self, i: int, placed: dict[int, list[Pending]]) -> bool:
+        if any(p.payload.kind in PREFILL_KINDS for p in placed.get(i, ())):
+            return True          # a prefill pass is due there anyway
+        fn = getattr(self.instances[i], "takes_background", None)
+        return True if fn is None else bool(fn())
+
+    @staticmethod
+    def _place(p: Pending, i: int, placed: dict[int, list[Pending]], room: dict[int, int],
+               load: dict[int, float]) -> None:
+        placed.setdefault(i, []).append(p)
+        if i in room:
+            room[i] -= p.size
+            if room[i] <= 0:
+                del room[i]
+        load[i] += prompt_tokens(p)
 
     def _launch(self, i: int, batch: list[Pending], now_s: float) -> Launch:
         chosen = {id(p) for p in batch}
@@ -93,15 +197,29 @@ class EngineScheduler:
                 self._affinity[inv.kv_key] = i
             elif inv.kind == Kind.DECODING:
                 self._affinity.pop(inv.kv_key, None)
+            if inv.kind == Kind.PARTIAL_PREFILLING:
+                if inv.key in self.critical:
+                    self.critical.discard(inv.key)
+                    self._critical_at(i, inv.key)
+                else:
+                    self._where[inv.key] = i
         pending = self._submit(i, batch, now_s)
         self.inflight[i] += sum(p.size for p in batch)
         self.executed[i] += sum(p.size for p in batch)
         self.batches[i] += 1
         return Launch(i, tuple(batch), pending)
 
+    def _critical_at(self, i: int, key: str) -> None:
+        """A promoted partial prefill goes to instance ``i`` as regular work."""
+        inst: Any = self.instances[i]
+        if hasattr(inst, "promote"):
+            inst.promote(key, 0.0)      # not there yet: only recorded, no events
+
     def _submit(self, i: int, batch: list[Pending], now_s: float) -> PendingBatch | None:
         inst = self.instances[i]
         if self.drives_iterations and getattr(inst, "iterative", False):
+            if hasattr(inst, "announce"):
+                inst.announce([p.payload for p in batch])
             return None         # the runtime enqueues it and drives the instance's iterations
         kw = {"on_piece": self.on_piece} if self.on_piece is not None and getattr(inst, "streams", False) else {}
         return inst.submit([p.payload for p in batch], now_s=now_s, **kw)
