@@ -20,6 +20,14 @@ its source (run-llama/llama_index, llama-index-core):
   embedding and one vector-store query each; concurrent under the default ``use_async=True``).
 * reranking (``FlagEmbeddingReranker`` / ``SentenceTransformerRerank``): one scoring call over
   all (query, node) pairs: already one primitive in the p-graph.
+* contextual retrieval's chunk contexts: ``extractors/document_context.py``,
+  ``DocumentContextExtractor.aextract`` runs one LLM call per chunk through
+  ``async_utils.run_jobs(..., workers=self.num_workers)``, an ``asyncio.Semaphore`` of
+  ``DEFAULT_NUM_WORKERS = 4`` (run-llama/llama_index, llama-index-core, ``document_context.py``
+  at 08b9fe0429ffde0aae6dd7f7e19e206de7b5b8fe, ``async_utils.py`` at
+  00536a4ecef866d16b339f8887958639abb2e370): at most 4 contexts in flight. Modelled as slots:
+  call ``i`` starts when call ``i - 4`` has finished (the calls are alike, so they finish in
+  order; a semaphore would start it at the first of any earlier finish).
 
 LlamaDistPC (Teola sec. 6, baselines) parallelises independent modules by hand: a module starts
 when every module it reads data from has *finished* (module-level dependencies, each module
@@ -77,6 +85,8 @@ class LlamaIndexModules(Pass):
 
     @staticmethod
     def _sequential_loop_calls(g: Graph) -> Graph:
+        """A module's loop over independent LLM calls keeps ``loop_workers`` in flight: call
+        ``i`` waits for call ``i - loop_workers`` (1: one after another)."""
         calls: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for n in g.nodes.values():
             if n.kind == Kind.PREFILLING and "loop_call" in n.params:
@@ -84,10 +94,13 @@ class LlamaIndexModules(Pass):
         new = set()
         for comp, lst in calls.items():
             lst.sort()
-            for (_, prev), (_, nxt) in zip(lst, lst[1:]):
-                edge = (g.nodes[prev].params["kv_chain"], nxt)   # previous call's decode -> next prefill
-                if edge not in g.edges:
-                    new.add(edge)
+            ids = [nid for _, nid in lst]
+            for j, nxt in enumerate(ids):
+                w = int(g.nodes[nxt].params.get("loop_workers", 1))
+                if j >= w:
+                    edge = (g.nodes[ids[j - w]].params["kv_chain"], nxt)   # that call's decode -> this prefill
+                    if edge not in g.edges:
+                        new.add(edge)
         if not new:
             return g
         ed = GraphEditor.of(g)
