@@ -71,6 +71,10 @@ def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
         return (f"capacity: every variant meeting accuracy and latency overloads a reused instance "
                 f"(best utilization {best_util})")
     free = sum(g.mem_gb - g.used_gb for g in cp.problem.cluster.gpus)
+    if cp.compute:
+        return (f"placement: none of the {cap_pass} variants meeting accuracy, latency and capacity can be "
+                f"placed by compute-aware LeastLoaded (sharing: compute; least new memory needed {min_mem} GB; "
+                f"cluster free {free} GB; compute room {cp.compute_room:.6g} GPU-utilisation)")
     return (f"placement: none of the {cap_pass} variants meeting accuracy, latency and capacity can be "
             f"placed by LeastLoaded (least new memory needed {min_mem} GB; cluster free {free} GB)")
 

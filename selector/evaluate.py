@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
-from selector.placement import StageDemand, free_memory, place
+from selector.placement import StageDemand, free_memory, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan, StagePlan
 from selector.problem import TOL
 
@@ -48,7 +48,31 @@ class Evaluation:
 
 def demands(options: Sequence[Option]) -> list[StageDemand]:
     """The placement demand of the variant's new stages, in stage order."""
-    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards) for o in options if o.kind == NEW]
+    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, o.replica_util)
+            for o in options if o.kind == NEW]
+
+
+def routed(options: Sequence[Option]) -> dict[int, float]:
+    """Utilisation the variant routes to each reused instance (index -> sum of ``load / capacity``)."""
+    out: dict[int, float] = {}
+    for o in options:
+        if o.kind == REUSE:
+            out[o.instance] = out.get(o.instance, 0.0) + o.util_add
+    return out
+
+
+def placement(cp: Compiled, options: Sequence[Option]) -> list[list[list[int]]] | None:
+    """Constraint 4 under the problem's sharing mode: LeastLoaded's GPUs per new stage and
+    replica, or None. Under ``sharing: compute`` (section 9) reuse is applied first, a reused
+    instance's GPU above 1 fails the variant, and placement skips GPUs without compute room."""
+    cluster = cp.problem.cluster
+    if not cluster.compute:
+        return place(free_memory(cluster), demands(options))
+    to = routed(options)
+    busy = reuse_busy(cluster, to)
+    if not reused_gpus_ok(cluster, to, busy):
+        return None
+    return place(free_memory(cluster), demands(options), busy)
 
 
 def capacity_ok(cp: Compiled, options: Sequence[Option]) -> bool:
@@ -81,7 +105,7 @@ def evaluate(cp: Compiled, workflow: int, choice: Sequence[int], *, do_placement
     elif not capacity_ok(cp, opts):
         violated = CAPACITY
     elif do_placement:
-        result = place(free_memory(cp.problem.cluster), demands(opts))
+        result = placement(cp, opts)
         if result is None:
             violated = PLACEMENT
         else:

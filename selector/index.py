@@ -34,6 +34,8 @@ class Option:
     active_params_b: float
     replicas: int             # new replicas (0 for reuse)
     util_add: float           # load / capacity routed to the instance (0.0 for new)
+    replica_util: float = 0.0  # u_s = load / (replicas * capacity) of each new replica (section 9; 0.0 for reuse)
+    gpu_count: int = 0        # GPUs the option works on: replicas * shards (new) or the instance's (reuse)
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -42,6 +44,12 @@ class Option:
     @property
     def shards(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def compute_load(self) -> float:
+        """Utilisation the option adds over all the GPUs it works on (section 9): ``replicas *
+        shards * u_s`` for new replicas, ``util_add`` times the instance's GPU count for reuse."""
+        return self.replica_util * self.gpu_count if self.kind == NEW else self.util_add * self.gpu_count
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class StageOptions:
             "gpus": np.array([x.replicas * x.shards for x in o], dtype=np.int64),
             "inst": np.array([x.instance for x in o], dtype=np.int64),
             "util": np.array([x.util_add for x in o], dtype=float),
+            "cload": np.array([x.compute_load for x in o], dtype=float),
             "new": np.array([x.kind == NEW for x in o], dtype=bool),
             "params": np.array([x.active_params_b if x.kind == NEW else 0.0 for x in o], dtype=float),
         }
@@ -94,6 +103,37 @@ class Compiled:
     def base_util(self) -> np.ndarray:
         return np.array([i.utilization for i in self.problem.cluster.instances], dtype=float)
 
+    @property
+    def compute(self) -> bool:
+        """True under ``cluster.sharing: compute`` (spec section 9)."""
+        return self.problem.cluster.compute
+
+    @cached_property
+    def gpu_ids(self) -> tuple[int, ...]:
+        """GPU ids in ascending order; GPU arrays below are indexed by position in this tuple."""
+        return tuple(sorted(g.id for g in self.problem.cluster.gpus))
+
+    @cached_property
+    def base_busy(self) -> np.ndarray:
+        """Section 9's ``busy_g`` before any variant, per GPU position."""
+        from selector.placement import gpu_busy
+        busy = gpu_busy(self.problem.cluster)
+        return np.array([busy[g] for g in self.gpu_ids], dtype=float)
+
+    @cached_property
+    def instance_gpus(self) -> np.ndarray:
+        """``[instances, gpus]`` 0/1 matrix: instance ``i`` has a shard on GPU position ``g``."""
+        pos = {g: k for k, g in enumerate(self.gpu_ids)}
+        out = np.zeros((len(self.problem.cluster.instances), len(self.gpu_ids)))
+        for i, inst in enumerate(self.problem.cluster.instances):
+            out[i, [pos[g] for g in inst.gpus]] = 1.0
+        return out
+
+    @cached_property
+    def compute_room(self) -> float:
+        """Utilisation the cluster can still take in all (section 9): ``sum_g max(0, 1 + 1e-9 - busy_g)``."""
+        return float(np.maximum(0.0, 1.0 + TOL - self.base_busy).sum())
+
 
 def replicas_for(load_rps: float, capacity_rps: float) -> int:
     """Spec section 3: ``max(1, ceil(load / capacity - 1e-9))``."""
@@ -119,16 +159,17 @@ def compile_problem(problem: Problem) -> Compiled:
                 m = p.models[model_idx[inst.model]]
                 opts.append(Option(REUSE, model_idx[inst.model], -1, ii, inst.tp, inst.pp, row.latency_s,
                                    row.capacity_rps, 0.0, m.accuracy, m.active_params_b, 0,
-                                   load / row.capacity_rps))
+                                   load / row.capacity_rps, 0.0, len(inst.gpus)))
             for mi, m in enumerate(p.models):
                 for ci, c in enumerate(p.configs):
                     row = perf.get((w.name, s.name, m.name, c.tp, c.pp))
                     mem = deploy.get((m.name, c.tp, c.pp))
                     if row is None or mem is None:
                         continue
+                    reps = replicas_for(load, row.capacity_rps)
                     opts.append(Option(NEW, mi, ci, -1, c.tp, c.pp, row.latency_s, row.capacity_rps, mem,
-                                       m.accuracy, m.active_params_b,
-                                       replicas_for(load, row.capacity_rps), 0.0))
+                                       m.accuracy, m.active_params_b, reps, 0.0,
+                                       load / (reps * row.capacity_rps), reps * c.tp * c.pp))
             stages.append(StageOptions(s.name, s.calls, load, tuple(sorted(opts, key=lambda o: o.key))))
         workflows.append(WorkflowOptions(wi, w.name, tuple(stages)))
     return Compiled(p, tuple(workflows))

@@ -1,7 +1,8 @@
-"""LeastLoaded placement of new replicas (spec section 4, constraint 4)."""
+"""LeastLoaded placement of new replicas (spec section 4, constraint 4; section 9 for
+``sharing: compute``)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from selector.problem import TOL, Cluster
@@ -9,11 +10,13 @@ from selector.problem import TOL, Cluster
 
 @dataclass(frozen=True)
 class StageDemand:
-    """What one stage asks of the cluster: ``replicas`` replicas of ``shards`` shards each."""
+    """What one stage asks of the cluster: ``replicas`` replicas of ``shards`` shards each;
+    ``util``: each replica's utilisation ``u_s`` (spec section 9; read only under compute sharing)."""
 
     replicas: int
     shards: int
     shard_gb: float
+    util: float = 0.0
 
 
 def free_memory(cluster: Cluster) -> dict[int, float]:
@@ -21,17 +24,46 @@ def free_memory(cluster: Cluster) -> dict[int, float]:
     return {g.id: g.mem_gb - g.used_gb for g in sorted(cluster.gpus, key=lambda g: g.id)}
 
 
-def place(free_gb: dict[int, float], demands: Sequence[StageDemand]) -> list[list[list[int]]] | None:
+def gpu_busy(cluster: Cluster) -> dict[int, float]:
+    """Spec section 9's ``busy_g`` before a variant: the summed utilisation of the instances
+    with a shard on each GPU, in ascending id order."""
+    busy = {g.id: 0.0 for g in sorted(cluster.gpus, key=lambda g: g.id)}
+    for inst in cluster.instances:
+        for g in inst.gpus:
+            busy[g] += inst.utilization
+    return busy
+
+
+def reuse_busy(cluster: Cluster, routed: Mapping[int, float]) -> dict[int, float]:
+    """``busy_g`` after reuse (section 9's first step): ``routed`` maps an instance index to the
+    utilisation the variant routes to it, which each of its GPUs gains."""
+    busy = gpu_busy(cluster)
+    for i, add in routed.items():
+        for g in cluster.instances[i].gpus:
+            busy[g] += add
+    return busy
+
+
+def reused_gpus_ok(cluster: Cluster, routed: Mapping[int, float], busy: Mapping[int, float]) -> bool:
+    """Section 9: after reuse, no GPU of a reused instance may be busier than 1 (+1e-9)."""
+    return all(busy[g] <= 1.0 + TOL for i in routed for g in cluster.instances[i].gpus)
+
+
+def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
+          busy: Mapping[int, float] | None = None) -> list[list[list[int]]] | None:
     """Place every stage's replicas in order; returns per stage, per replica, its sorted GPU ids,
-    or ``None`` when some replica cannot be placed. ``free_gb`` is not modified."""
+    or ``None`` when some replica cannot be placed. ``busy`` (GPU id -> utilisation after reuse)
+    turns on section 9: a GPU is a candidate only while ``busy + util <= 1 + 1e-9``, and placing
+    a shard adds ``util`` to it. Neither ``free_gb`` nor ``busy`` is modified."""
     free = dict(free_gb)
+    load = None if busy is None else dict(busy)
     ids = sorted(free)
     out: list[list[list[int]]] = []
     for d in demands:
         used_by_stage: set[int] = set()
         stage_out: list[list[int]] = []
         for _ in range(d.replicas):
-            chosen = _pick(free, ids, used_by_stage, d.shards, d.shard_gb)
+            chosen = _pick(free, load, ids, used_by_stage, d)
             if chosen is None:
                 return None
             stage_out.append(sorted(chosen))
@@ -39,18 +71,20 @@ def place(free_gb: dict[int, float], demands: Sequence[StageDemand]) -> list[lis
     return out
 
 
-def _pick(free: dict[int, float], ids: list[int], taken: set[int], n: int, shard_gb: float) -> list[int] | None:
+def _pick(free: dict[int, float], load: dict[int, float] | None, ids: list[int], taken: set[int],
+          d: StageDemand) -> list[int] | None:
     chosen: list[int] = []
-    for _ in range(n):
-        cands = [g for g in ids if g not in taken]
+    for _ in range(d.shards):
+        cands = [g for g in ids if g not in taken and (load is None or load[g] + d.util <= 1.0 + TOL)]
         if not cands:
             return None
         top = max(free[g] for g in cands)
         best = next(g for g in cands if free[g] >= top - TOL)   # ascending id: smallest tied id wins
-        best_free = free[best]
-        if best_free < shard_gb - TOL:
+        if free[best] < d.shard_gb - TOL:
             return None
-        free[best] -= shard_gb
+        free[best] -= d.shard_gb
+        if load is not None:
+            load[best] += d.util
         taken.add(best)
         chosen.append(best)
     return chosen

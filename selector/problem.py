@@ -3,13 +3,13 @@
 ``load_problem`` / ``parse_problem`` turn YAML, JSON or a dict into a frozen
 :class:`Problem`, rejecting every kind of bad input the spec lists with a
 :class:`~selector.errors.ProblemError` that names the field. Nothing is guessed: only
-``calls`` and ``cluster.instances`` have defaults.
+``calls``, ``cluster.instances`` and ``cluster.sharing`` (section 9; ``memory``) have defaults.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -117,9 +117,20 @@ class Instance(_Frozen):
     utilization: Annotated[Num, Field(ge=0, le=1)]
 
 
+#: spec section 9: how placement shares a GPU (``memory``: sections 1-8 exactly; ``compute``: a
+#: GPU also takes a shard only while its summed utilisation stays within 1)
+SHARING_MODES = ("memory", "compute")
+
+
 class Cluster(_Frozen):
     gpus: tuple[Gpu, ...]
     instances: tuple[Instance, ...] = ()
+    sharing: Literal["memory", "compute"] = "memory"
+
+    @property
+    def compute(self) -> bool:
+        """True under ``sharing: compute`` (spec section 9)."""
+        return self.sharing == "compute"
 
 
 class Problem(_Frozen):

@@ -28,10 +28,13 @@ def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
     """Per stage, the option indices some feasible variant could use. Dropped (each implies a
     violation of spec section 4 whatever the other stages choose): accuracy below the SLO, one
     stage alone over the latency SLO, a reused instance overloaded by this stage alone, more GPU
-    slots than the cluster has, a shard larger than the freest GPU."""
+    slots than the cluster has, a shard larger than the freest GPU. Under ``sharing: compute``
+    (section 9) also: new replicas needing more GPUs than have room for their ``u_s``, and a
+    reused instance one of whose GPUs this stage alone pushes above 1 (busy only grows)."""
     task, cluster = cp.problem.task, cp.problem.cluster
     max_free = max(free_memory(cluster).values(), default=0.0)
     n_gpus = len(cluster.gpus)
+    busy = cp.base_busy
     out = []
     for st in wf.stages:
         keep = []
@@ -42,6 +45,14 @@ def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
                 continue
             if o.kind != NEW and cp.base_util[o.instance] + o.util_add > 1.0 + TOL:
                 continue
+            if cp.compute and not _compute_usable(cp, o, busy):
+                continue
             keep.append(i)
         out.append(keep)
     return out
+
+
+def _compute_usable(cp: Compiled, o, busy) -> bool:
+    if o.kind == NEW:
+        return int((busy + o.replica_util <= 1.0 + TOL).sum()) >= o.replicas * o.shards
+    return bool((busy[cp.instance_gpus[o.instance] > 0] + o.util_add <= 1.0 + TOL).all())

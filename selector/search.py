@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from selector.evaluate import placement, routed
 from selector.index import NEW, Compiled, WorkflowOptions
-from selector.placement import StageDemand, free_memory, place
 from selector.problem import TOL
 from selector.space import Chunk
 
@@ -34,7 +34,6 @@ class BestWindow:
         self.window: list[Candidate] = []
         self.best_cost = np.inf
         self.evaluated = 0
-        self._free = free_memory(cp.problem.cluster)
         self._placeable: dict[tuple, bool] = {}
 
     def scan(self, ch: Chunk) -> None:
@@ -67,9 +66,12 @@ class BestWindow:
             self.window = [c for c in self.window if c.cost_gb_s <= lim]
 
     def _fits(self, wf: WorkflowOptions, choice: tuple[int, ...]) -> bool:
-        stages = wf.stages
-        demand = tuple((o.replicas, o.shards, o.mem_gb / o.shards)
-                       for o in (st.options[c] for st, c in zip(stages, choice)) if o.kind == NEW)
+        opts = [st.options[c] for st, c in zip(wf.stages, choice)]
+        # what LeastLoaded sees: the new stages' demands and (section 9) the utilisation routed
+        demand: tuple = tuple((o.replicas, o.shards, o.mem_gb, o.replica_util if self.cp.compute else 0.0)
+                              for o in opts if o.kind == NEW)
+        if self.cp.compute:
+            demand += (tuple(sorted(routed(opts).items())),)
         if demand not in self._placeable:
-            self._placeable[demand] = place(self._free, [StageDemand(*d) for d in demand]) is not None
+            self._placeable[demand] = placement(self.cp, opts) is not None
         return self._placeable[demand]

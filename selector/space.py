@@ -29,7 +29,7 @@ class Chunk:
     mem: np.ndarray
     gpus: np.ndarray
     max_util: np.ndarray    # highest utilisation over reused instances (0 when none)
-    fits_hint: np.ndarray   # necessary conditions of placement hold
+    fits_hint: np.ndarray   # necessary conditions of placement hold (section 9's ones too)
 
     @property
     def workflow(self) -> int:
@@ -80,7 +80,30 @@ def evaluate_chunk(cp: Compiled, wf: WorkflowOptions, flat: np.ndarray, *, free_
         hint &= a["gpus"][c] <= n_gpus      # a stage's shards sit on distinct GPUs
     hint &= mem <= free_total + TOL
     max_util = _max_util(cp, wf, choice)
+    if cp.compute:
+        hint &= _compute_hint(cp, wf, choice)
     return Chunk(wf, flat, choice, acc, lat, mem, gpus, max_util, hint)
+
+
+def _compute_hint(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:
+    """Section 9's necessary conditions, per variant: after reuse, no GPU of a reused instance is
+    busier than 1 (exact: it fails constraint 4), and all the utilisation the variant adds fits
+    the cluster's summed room ``sum_g max(0, 1 - busy_g)``."""
+    cload = np.zeros(choice.shape[0])
+    for s, st in enumerate(wf.stages):
+        cload += st.arrays["cload"][choice[:, s]]
+    ok = cload <= cp.compute_room + TOL
+    inst = [st.arrays["inst"][choice[:, s]] for s, st in enumerate(wf.stages)]
+    if not any((i >= 0).any() for i in inst):
+        return ok
+    on = np.vstack([cp.instance_gpus, np.zeros((1, len(cp.gpu_ids)))])   # row -1: a new option
+    busy = np.broadcast_to(cp.base_busy, (choice.shape[0], len(cp.gpu_ids))).copy()
+    touched = np.zeros(busy.shape, dtype=bool)
+    for s, st in enumerate(wf.stages):
+        rows = on[inst[s]]
+        busy += rows * st.arrays["util"][choice[:, s]][:, None]
+        touched |= rows > 0
+    return ok & (np.where(touched, busy, 0.0) <= 1.0 + TOL).all(axis=1)
 
 
 def _max_util(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:

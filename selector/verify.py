@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from selector.index import replicas_for
-from selector.placement import StageDemand, free_memory, place
+from selector.placement import StageDemand, free_memory, gpu_busy, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 REL = 1e-6
@@ -36,6 +36,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
     errs: list[str] = []
     A, L, M, G = math.inf, 0.0, 0.0, 0
     util = {i.id: i.utilization for i in problem.cluster.instances}
+    busy = gpu_busy(problem.cluster)        # section 9 (read under sharing: compute)
+    reused_gpus: set[int] = set()
     demands = []
     for st, sp in zip(wf.stages, plan.stages):
         load = problem.task.arrival_rate_rps * st.calls
@@ -55,6 +57,9 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
         L += st.calls * row.latency_s
         if sp.reuse is not None:
             util[sp.reuse] += load / row.capacity_rps
+            for g in insts[sp.reuse].gpus:
+                busy[g] += load / row.capacity_rps
+                reused_gpus.add(g)
             if sp.replicas != 0 or sp.gpus:
                 errs.append(f"{st.name}: a reused stage deploys nothing")
         else:
@@ -63,7 +68,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
                 errs.append(f"{st.name}: replicas {sp.replicas}, spec gives {reps}")
             M += reps * deploy[(sp.model, sp.tp, sp.pp)]
             G += reps * sp.tp * sp.pp
-            demands.append(StageDemand(reps, sp.tp * sp.pp, deploy[(sp.model, sp.tp, sp.pp)] / (sp.tp * sp.pp)))
+            demands.append(StageDemand(reps, sp.tp * sp.pp, deploy[(sp.model, sp.tp, sp.pp)] / (sp.tp * sp.pp),
+                                       load / (reps * row.capacity_rps)))
     if errs:
         return errs
     t = problem.task
@@ -72,7 +78,11 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
     if L > t.latency_slo_s + TOL:
         errs.append(f"latency {L} above slo {t.latency_slo_s}")
     errs += [f"instance {i} utilization {u} > 1" for i, u in util.items() if u > 1 + TOL]
-    placed = place(free_memory(problem.cluster), demands)
+    compute = problem.cluster.compute
+    if compute:
+        errs += [f"GPU {g} busy {busy[g]} > 1 after reuse (sharing: compute)" for g in sorted(reused_gpus)
+                 if busy[g] > 1 + TOL]
+    placed = place(free_memory(problem.cluster), demands, busy if compute else None)
     got = [[list(g) for g in sp.gpus] for sp in plan.stages if sp.reuse is None]
     if placed is None:
         errs.append("new replicas cannot be placed by LeastLoaded")

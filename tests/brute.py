@@ -1,5 +1,6 @@
 """A plain brute force of the spec, written independently of selector/ (no numpy, no
-chunks, its own LeastLoaded): the reference the exact solvers are checked against."""
+chunks, its own LeastLoaded, its own section 9): the reference the exact solvers are checked
+against, in both sharing modes."""
 from __future__ import annotations
 
 import itertools
@@ -10,16 +11,18 @@ from selector.problem import Problem
 TOL = 1e-9
 
 
-def _place(problem: Problem, demands):
+def _place(problem: Problem, demands, busy=None):
+    """LeastLoaded; ``busy`` (GPU -> utilisation after reuse) switches on section 9."""
     free = {g.id: g.mem_gb - g.used_gb for g in problem.cluster.gpus}
+    busy = None if busy is None else dict(busy)
     out = []
-    for reps, shards, shard in demands:
+    for reps, shards, shard, u in demands:
         mine: set[int] = set()
         stage = []
         for _ in range(reps):
             chosen = []
             for _ in range(shards):
-                cands = sorted(g for g in free if g not in mine)
+                cands = sorted(g for g in free if g not in mine and (busy is None or busy[g] + u <= 1 + TOL))
                 if not cands:
                     return None
                 top = max(free[g] for g in cands)
@@ -27,6 +30,8 @@ def _place(problem: Problem, demands):
                 if free[g] < shard - TOL:
                     return None
                 free[g] -= shard
+                if busy is not None:
+                    busy[g] += u
                 mine.add(g)
                 chosen.append(g)
             stage.append(sorted(chosen))
@@ -69,12 +74,21 @@ def brute_force(problem: Problem):
                     mem = dep[(model, *ref)]
                     M += reps * mem
                     G += reps * ref[0] * ref[1]
-                    demands.append((reps, ref[0] * ref[1], mem / (ref[0] * ref[1])))
+                    demands.append((reps, ref[0] * ref[1], mem / (ref[0] * ref[1]), load / (reps * r.capacity_rps)))
             if A < p.task.accuracy_slo - TOL or L > p.task.latency_slo_s + TOL:
                 continue
             if any(u > 1 + TOL for u in util.values()):
                 continue
-            if _place(p, demands) is None:
+            busy = None
+            if p.cluster.sharing == "compute":
+                busy = {g.id: 0.0 for g in p.cluster.gpus}
+                for inst in p.cluster.instances:
+                    for g in inst.gpus:
+                        busy[g] += util.get(inst.id, inst.utilization)
+                routed = {g for inst in p.cluster.instances if inst.id in util for g in inst.gpus}
+                if any(busy[g] > 1 + TOL for g in routed):
+                    continue
+            if _place(p, demands, busy) is None:
                 continue
             feas.append((M * L, L, G, (wi, *[o[0] for o in combo]), w.name, combo))
     if not feas:
