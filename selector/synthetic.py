@@ -88,10 +88,12 @@ def _geo(a: float, b: float, t: float) -> float:
 
 def synthetic_problem(*, n_stages: int = 3, n_models: int = 11, seed: int = 0, base_task: str = "code-review",
                       latency_slo_factor: float = 2.5, reference_model: str = "llama-3.1-8b",
-                      arrival_rate_rps: float | None = None) -> Problem:
-    """A one-workflow problem of depth ``n_stages`` over ``n_models`` models (see module docstring)."""
-    if n_stages < 1 or n_models < 2:
-        raise ValueError("n_stages >= 1 and n_models >= 2 required")
+                      arrival_rate_rps: float | None = None, depths: tuple[int, ...] | None = None) -> Problem:
+    """A problem of one workflow of depth ``n_stages`` (or, with ``depths``, one workflow per
+    entry, ``deep`` or ``deep0``, ``deep1``, ...) over ``n_models`` models (module docstring)."""
+    depths = (n_stages,) if depths is None else tuple(depths)
+    if not depths or min(depths) < 1 or n_models < 2:
+        raise ValueError("n_stages (every depth) >= 1 and n_models >= 2 required")
     rng = np.random.default_rng(seed)
     d = _resolved(base_task)
     real = d["models"][:n_models]
@@ -107,28 +109,33 @@ def synthetic_problem(*, n_stages: int = 3, n_models: int = 11, seed: int = 0, b
             if ka in deploy and kb in deploy:
                 deployments.append({"model": m["name"], "tp": c["tp"], "pp": c["pp"],
                                     "mem_gb": round(_geo(deploy[ka], deploy[kb], t), 4)})
-    stages = [{"name": f"s{k}", "calls": 1} for k in range(n_stages)]
-    rows = []
-    for k, st in enumerate(stages):
-        wname, sname = tables[k % len(tables)]
-        for m in real:
-            for c in d["configs"]:
-                r = perf.get((wname, sname, m["name"], c["tp"], c["pp"]))
-                if r is not None:
-                    rows.append({**r, "workflow": "deep", "stage": st["name"]})
-        for m, a, b, t in synth:
-            for c in d["configs"]:
-                ra = perf.get((wname, sname, real[a]["name"], c["tp"], c["pp"]))
-                rb = perf.get((wname, sname, real[b]["name"], c["tp"], c["pp"]))
-                if ra is not None and rb is not None:
-                    rows.append({"workflow": "deep", "stage": st["name"], "model": m["name"], "tp": c["tp"],
-                                 "pp": c["pp"], "latency_s": round(_geo(ra["latency_s"], rb["latency_s"], t), 6),
-                                 "capacity_rps": round(_geo(ra["capacity_rps"], rb["capacity_rps"], t), 6)})
-    ref = sum(perf[(*tables[k % len(tables)], reference_model, 1, 1)]["latency_s"] for k in range(n_stages))
-    task = {**d["task"], "name": f"synthetic-d{n_stages}-m{n_models}-s{seed}",
+    workflows, rows = [], []
+    for j, depth in enumerate(depths):
+        wf = "deep" if len(depths) == 1 else f"deep{j}"
+        stages = [{"name": f"s{k}", "calls": 1} for k in range(depth)]
+        workflows.append({"name": wf, "stages": stages})
+        for k, st in enumerate(stages):
+            wname, sname = tables[(k + j) % len(tables)]     # workflow j starts j tables later
+            for m in real:
+                for c in d["configs"]:
+                    r = perf.get((wname, sname, m["name"], c["tp"], c["pp"]))
+                    if r is not None:
+                        rows.append({**r, "workflow": wf, "stage": st["name"]})
+            for m, a, b, t in synth:
+                for c in d["configs"]:
+                    ra = perf.get((wname, sname, real[a]["name"], c["tp"], c["pp"]))
+                    rb = perf.get((wname, sname, real[b]["name"], c["tp"], c["pp"]))
+                    if ra is not None and rb is not None:
+                        rows.append({"workflow": wf, "stage": st["name"], "model": m["name"], "tp": c["tp"],
+                                     "pp": c["pp"], "latency_s": round(_geo(ra["latency_s"], rb["latency_s"], t), 6),
+                                     "capacity_rps": round(_geo(ra["capacity_rps"], rb["capacity_rps"], t), 6)})
+    # the SLO follows the first workflow (as resolve's standalone latency does)
+    ref = sum(perf[(*tables[k % len(tables)], reference_model, 1, 1)]["latency_s"] for k in range(depths[0]))
+    shape = f"d{depths[0]}" if len(depths) == 1 else "d" + "-".join(str(x) for x in depths)
+    task = {**d["task"], "name": f"synthetic-{shape}-m{n_models}-s{seed}",
             "latency_slo_s": round(latency_slo_factor * ref * float(rng.uniform(0.9, 1.1)), 6)}
     if arrival_rate_rps is not None:
         task["arrival_rate_rps"] = arrival_rate_rps
-    return parse_problem({**d, "task": task, "models": models, "workflows": [{"name": "deep", "stages": stages}],
+    return parse_problem({**d, "task": task, "models": models, "workflows": workflows,
                           "deployments": deployments, "perf": rows})
 

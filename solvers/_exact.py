@@ -1,27 +1,41 @@
 """The exactness driver shared by the two mathematical-programming selectors.
 
 A backend (``milp`` on CP-SAT, ``milp-pulp`` on HiGHS) answers two questions about the
-*relaxed* problem R: constraints 1-3 of spec section 4 (with float data rounded or
-toleranced, always so that R contains every truly feasible variant), necessary placement
-conditions, and the cuts collected so far:
+*relaxed* problem R, restricted to a set of workflows: constraints 1-3 of spec section 4
+(with float data rounded or toleranced, always so that R contains every truly feasible
+variant), necessary placement conditions (section 9's too under ``sharing: compute``), and
+the cuts collected so far:
 
-* ``minimise(objective, ...)``: a variant of R minimising cost ``M*L`` (or latency ``L``);
-* ``enumerate(objective, cap, ...)``: every variant of R whose objective is at most ``cap``
-  (a superset: the backend widens ``cap`` by its own rounding error).
+* ``minimise(objective, workflows, bound, ...)``: a variant of R minimising cost ``M*L`` (or
+  latency ``L``); ``bound`` is a proved lower bound on the cost there (the backend may use it);
+* ``enumerate(objective, cap, workflows, ...)``: every variant of R whose objective is at most
+  ``cap`` (a superset: the backend widens ``cap`` by its own rounding error).
 
 The driver turns these into the spec's unique optimum:
 
+0. **Incumbent and workflow bounds.** A warm start (a variant from a heuristic) is evaluated
+   exactly and, when feasible, is the first incumbent. Each workflow gets a lower bound on the
+   cost of its variants (:func:`lower_bound`: the exact minimum of ``M*L`` over its variants
+   meeting constraints 1-2, by a Pareto sweep over its stages, pruned by the incumbent).
+   Workflows are searched one at a time in increasing bound order, each capped at the
+   incumbent's cost; a workflow whose bound cannot tie the incumbent is skipped (proved: none
+   of its variants can win or tie).
 1. **Lazy placement cuts.** Minimise cost; evaluate the answer exactly with
    ``selector.evaluate.evaluate`` (LeastLoaded is a sequential greedy rule, not a free
    assignment, so it is checked, not modelled). If placement fails at stage ``j``, every
    variant whose stages ``1..j`` have the same demand classes (same reuse-or-new, same
    replicas, shards and shard size) fails identically, in any workflow: cut them all and
-   re-solve. A variant that fails 1-3 only through rounding gets an exact no-good cut.
+   re-solve. Under ``sharing: compute`` the outcome also depends on each replica's ``u_s`` and
+   on the utilisation routed to reused instances in *every* stage (section 9 applies reuse
+   first), so the classes carry ``u_s``, later stages keep their reuse (same GPUs and load)
+   or any new option, and the cut spans all stages. A variant that fails 1-3 (or section 9's
+   reuse check) only through rounding gets an exact no-good cut.
 2. **Tie window.** With a feasible incumbent of cost ``c`` every variant tying the optimum
-   has cost ``<= c + 1e-9*max(1, c)``; enumerate all of them in R, evaluate exactly and
-   finish with ``selector.evaluate.choose`` (cost, latency, GPUs, key). When ``c == 0`` the
-   ties are exactly the feasible all-reuse variants (checked: any new stage costs more than
-   1e-9), so the window is taken on latency among all-reuse variants instead.
+   has cost ``<= c + 1e-9*max(1, c)``; enumerate all of them in R (over the workflows whose
+   bound reaches the window), evaluate exactly and finish with ``selector.evaluate.choose``
+   (cost, latency, GPUs, key). When ``c == 0`` the ties are exactly the feasible all-reuse
+   variants (checked: any new stage costs more than 1e-9), so the window is taken on latency
+   among all-reuse variants instead.
 
 Status ``optimal`` only when every solve proved its answer and the window enumeration was
 complete; otherwise the best exact-feasible variant found is returned as ``feasible``, and
@@ -29,14 +43,17 @@ when none was found and nothing was proved, ``unknown`` (spec section 6), never 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
+
 from selector.diagnose import empty_space_reason, infeasibility_reason
-from selector.evaluate import PLACEMENT, Evaluation, choose, demands, evaluate, infeasible_plan, to_plan
+from selector.evaluate import PLACEMENT, Evaluation, choose, demands, evaluate, infeasible_plan, routed, to_plan
 from selector.index import NEW, Compiled, Option
-from selector.placement import free_memory, place
+from selector.placement import free_memory, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan
 from selector.problem import Problem
 from selector.restrict import usable_options
@@ -44,6 +61,7 @@ from solvers.base import unknown_plan
 
 TOL = 1e-9
 DIAGNOSE_GRACE_S = 0.1   # the reason of a proof may overrun the limit by this much, no more
+FRONT_LIMIT = 50_000     # Pareto points kept per stage by lower_bound before it settles for a weaker bound
 Objective = Literal["cost", "latency"]
 Variant = tuple[int, tuple[int, ...]]            # (workflow, option index per stage)
 
@@ -64,10 +82,11 @@ class Answer:
 
 class Backend(Protocol):
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-                 hint: Variant | None, deadline: float) -> Answer: ...
+                 hint: Variant | None, deadline: float, workflows: tuple[int, ...],
+                 bound: float = 0.0) -> Answer: ...
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
-                  deadline: float) -> tuple[list[Variant], bool]: ...
+                  deadline: float, workflows: tuple[int, ...]) -> tuple[list[Variant], bool]: ...
 
 
 @dataclass(frozen=True)
@@ -94,14 +113,35 @@ def _demand_class(o: Option) -> tuple:
     return ("reuse",) if o.kind != NEW else ("new", o.replicas, o.shards, o.mem_gb)
 
 
+def _reuse_class(cp: Compiled, o: Option) -> tuple:
+    """Section 9: what a reused stage changes for placement: its instance's GPUs and the load."""
+    return ("reuse", tuple(cp.problem.cluster.instances[o.instance].gpus), o.util_add)
+
+
+def _failing_stage(data: Prepared, ev: Evaluation) -> int | None:
+    """The first stage whose new replicas LeastLoaded cannot place, given the stages before it
+    (and, under compute sharing, every stage's reuse); None when section 9's reuse check fails."""
+    cluster = data.cp.problem.cluster
+    free = free_memory(cluster)
+    busy = None
+    if cluster.compute:
+        to = routed(ev.options)
+        busy = reuse_busy(cluster, to)
+        if not reused_gpus_ok(cluster, to, busy):
+            return None
+    for j, o in enumerate(ev.options):
+        if o.kind == NEW and place(free, demands(ev.options[: j + 1]), busy) is None:
+            return j
+    return len(ev.options) - 1
+
+
 def placement_cuts(data: Prepared, ev: Evaluation) -> list[Cut]:
     """Cuts for a variant that LeastLoaded cannot place (see module docstring, step 1)."""
-    free = free_memory(data.cp.problem.cluster)
-    fail = len(ev.options) - 1
-    for j, o in enumerate(ev.options):
-        if o.kind == NEW and place(free, demands(ev.options[: j + 1])) is None:
-            fail = j
-            break
+    fail = _failing_stage(data, ev)
+    if fail is None:
+        return [no_good((ev.workflow, ev.choice))]
+    if data.cp.problem.cluster.compute:
+        return _compute_cuts(data, ev, fail)
     classes = [_demand_class(o) for o in ev.options[: fail + 1]]
     cuts = []
     for w, wf in enumerate(data.cp.workflows):
@@ -118,6 +158,75 @@ def placement_cuts(data: Prepared, ev: Evaluation) -> list[Cut]:
     return cuts
 
 
+def _compute_cuts(data: Prepared, ev: Evaluation, fail: int) -> list[Cut]:
+    """Section 9's cuts: stages ``1..fail`` in the same demand classes (``u_s`` included, reuse
+    by GPUs and load), every later stage reusing the same way or deploying anything new."""
+    cp = data.cp
+
+    def cls(o: Option, s: int) -> tuple:
+        if o.kind != NEW:
+            return _reuse_class(cp, o)
+        return ("new", o.replicas, o.shards, o.mem_gb, o.replica_util) if s <= fail else ("new",)
+
+    classes = [cls(o, s) for s, o in enumerate(ev.options)]
+    cuts = []
+    for w, wf in enumerate(cp.workflows):
+        if len(wf.stages) <= fail:
+            continue
+        sets = []
+        for s in range(len(wf.stages)):
+            want = classes[s] if s < len(classes) else ("new",)
+            same = frozenset(o for o in data.options[w][s] if cls(data.opt(w, s, o), s) == want)
+            if not same:
+                break
+            sets.append((s, same))
+        else:
+            cuts.append(Cut(w, tuple(sets)))
+    return cuts
+
+
+def lower_bound(data: Prepared, w: int, cap: float | None) -> float:
+    """A lower bound on the cost ``M*L`` of workflow ``w``'s feasible variants (``inf``: none can
+    cost at most ``cap``). Exact over constraints 1-2: a sweep over the stages keeps the Pareto
+    front of partial (latency, memory) sums (a dominated partial sum never ends cheaper, all
+    terms being nonnegative), dropping partial sums that, completed with every later stage's
+    smallest latency and memory, break the latency SLO or exceed ``cap``. Without a cap, or if
+    the front outgrows ``FRONT_LIMIT``, the bound uses those per-stage minima instead."""
+    cp = data.cp
+    wf = cp.workflows[w]
+    opts = data.options[w]
+    if not all(opts):
+        return math.inf
+    lat = [np.array([wf.stages[s].calls * data.opt(w, s, o).latency_s for o in keep]) for s, keep in enumerate(opts)]
+    mem = [np.array([data.opt(w, s, o).replicas * data.opt(w, s, o).mem_gb for o in keep]) for s, keep in enumerate(opts)]
+    n = len(opts)
+    sl, sm = np.zeros(n + 1), np.zeros(n + 1)
+    for s in range(n - 1, -1, -1):
+        sl[s], sm[s] = sl[s + 1] + lat[s].min(), sm[s + 1] + mem[s].min()
+    slo = cp.problem.task.latency_slo_s + TOL
+    if sl[0] > slo * (1 + 1e-12):
+        return math.inf
+    if cap is None:
+        return float(sl[0] * sm[0])
+    limit = cap * (1 + 1e-12) + 1e-12
+    fl, fm = np.zeros(1), np.zeros(1)
+    for s in range(n):
+        cl = (fl[:, None] + lat[s][None, :]).ravel()
+        cm = (fm[:, None] + mem[s][None, :]).ravel()
+        keep = (cl + sl[s + 1] <= slo * (1 + 1e-12)) & ((cl + sl[s + 1]) * (cm + sm[s + 1]) <= limit)
+        cl, cm = cl[keep], cm[keep]
+        if cl.size == 0:
+            return math.inf
+        order = np.lexsort((cm, cl))
+        cl, cm = cl[order], cm[order]
+        prev = np.minimum.accumulate(np.concatenate([[np.inf], cm[:-1]]))
+        front = cm < prev
+        fl, fm = cl[front], cm[front]
+        if fl.size > FRONT_LIMIT:
+            return float(((fl + sl[s + 1]) * (fm + sm[s + 1])).min())
+    return float((fl * fm).min())
+
+
 def no_good(variant: Variant) -> Cut:
     w, choice = variant
     return Cut(w, tuple((s, frozenset([o])) for s, o in enumerate(choice)))
@@ -128,14 +237,16 @@ class _State:
     cuts: list[Cut] = field(default_factory=list)
     proved: bool = True
     evaluated: int = 0
+    pruned: int = 0          # workflows skipped because their bound could not tie the incumbent
 
 
 def _incumbent(data: Prepared, backend: Backend, st: _State, *, objective: Objective, reuse_only: bool,
-               cap: float | None, hint: Variant | None, deadline: float) -> Evaluation | None:
+               cap: float | None, hint: Variant | None, deadline: float, workflows: tuple[int, ...],
+               bound: float = 0.0) -> Evaluation | None:
     """Minimise, evaluate exactly, cut and repeat until an exactly feasible answer (or none)."""
     while True:
         ans = backend.minimise(objective=objective, reuse_only=reuse_only, cap=cap, cuts=st.cuts, hint=hint,
-                               deadline=deadline)
+                               deadline=deadline, workflows=workflows, bound=bound)
         if ans.status in ("unknown", "feasible"):
             st.proved = False
         if ans.variant is None:
@@ -178,7 +289,7 @@ def solve_exact(problem: Problem, make_backend, *, solver: str, time_limit_s: fl
     backend = make_backend(data)
     st = _State()
     best = _search(cp, data, backend, st, warm, deadline)
-    extra = {"cuts": len(st.cuts)}
+    extra = {"cuts": len(st.cuts), "workflows_pruned": st.pruned}
     if best is None and not st.proved:
         return unknown_plan(cp, solver=solver, elapsed_s=time.perf_counter() - t0, evaluated=st.evaluated,
                             reason=f"time limit {time_limit_s:g} s reached before a feasible variant was found "
@@ -191,34 +302,50 @@ def solve_exact(problem: Problem, make_backend, *, solver: str, time_limit_s: fl
                    elapsed_s=time.perf_counter() - t0, evaluated=st.evaluated, extra=extra)
 
 
+def _window(c: float) -> float:
+    return c + TOL * max(1.0, c)
+
+
 def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Variant | None,
             deadline: float) -> Evaluation | None:
     found: list[Evaluation] = []
-    cap = None
     if warm is not None:
         ev = evaluate(cp, *warm)
         st.evaluated += 1
         if ev.feasible:
             found.append(ev)
-            cap = ev.cost_gb_s + TOL * max(1.0, ev.cost_gb_s)
-    inc = _incumbent(data, backend, st, objective="cost", reuse_only=False, cap=cap, hint=warm, deadline=deadline)
-    if inc is not None:
-        found.append(inc)
+    everything = tuple(range(len(cp.workflows)))
+    for w in sorted(everything, key=lambda w: (lower_bound(data, w, None), w)):
+        best = choose(found)
+        cap = None if best is None else _window(best.cost_gb_s)
+        bound = lower_bound(data, w, cap)
+        if not math.isfinite(bound):
+            st.pruned += 1
+            continue
+        hint = (best.workflow, best.choice) if best is not None and best.workflow == w else None
+        inc = _incumbent(data, backend, st, objective="cost", reuse_only=False, cap=cap, hint=hint,
+                         deadline=deadline, workflows=(w,), bound=bound)
+        if inc is not None:
+            found.append(inc)
+        if time.perf_counter() > deadline:
+            st.proved = False
+            break
     if not found:
         return None
-    if not st.proved:
-        return choose(found)
     best = choose(found)
+    if not st.proved:
+        return best
     c = best.cost_gb_s
     if c == 0.0 and positive_cost_floor(data) > TOL * 1.000001:
         lat_inc = _incumbent(data, backend, st, objective="latency", reuse_only=True, cap=None, hint=None,
-                             deadline=deadline)
+                             deadline=deadline, workflows=everything)
         lat = min(best.latency_s, lat_inc.latency_s if lat_inc is not None else best.latency_s)
-        variants, complete = backend.enumerate(objective="latency", reuse_only=True,
-                                               cap=lat + TOL * max(1.0, lat), cuts=st.cuts, deadline=deadline)
+        variants, complete = backend.enumerate(objective="latency", reuse_only=True, cap=_window(lat),
+                                               cuts=st.cuts, deadline=deadline, workflows=everything)
     else:
-        variants, complete = backend.enumerate(objective="cost", reuse_only=False, cap=c + TOL * max(1.0, c),
-                                               cuts=st.cuts, deadline=deadline)
+        live = tuple(w for w in everything if math.isfinite(lower_bound(data, w, _window(c))))
+        variants, complete = backend.enumerate(objective="cost", reuse_only=False, cap=_window(c), cuts=st.cuts,
+                                               deadline=deadline, workflows=live)
     st.proved &= complete
     evs = [evaluate(cp, *v) for v in variants]
     st.evaluated += len(evs)

@@ -1,4 +1,5 @@
-"""``milp``: exact selection on OR-Tools CP-SAT (spec sections 3-5), warm-started from ``flowmaker``.
+"""``milp``: exact selection on OR-Tools CP-SAT (spec sections 3-5 and 9), warm-started from
+``flowmaker-plus``.
 
 Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
 
@@ -14,12 +15,18 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   Each option's ``calls * latency_s``, ``replicas * mem_gb`` and ``load / capacity_rps`` are
   rounded to these units, so a sum over ``S`` stages is off by at most ``S/2`` units.
 * Variables. ``x[w]`` (workflow chosen), ``y[w, s, o]`` (option ``o`` at stage ``s``),
-  integer ``Lint``, ``Mint`` and ``P = Mint * Lint``.
+  integer ``Lint``, ``Mint`` and ``P = Mint * Lint``; over the workflows the driver asks for
+  (it solves them one at a time, in increasing lower-bound order, see ``solvers/_exact.py``).
 * Constraints.
   - one workflow: ``sum_w x[w] = 1``; one option per stage: ``sum_o y[w,s,o] = x[w]``
   - latency (2): ``Lint = sum lat[o] y <= (slo + 1e-9) LAT_SCALE + S/2``
   - reuse capacity (3), per instance ``i``: ``sum_{o reuses i} util[o] y <= (1 + 1e-9 - u_i) UTIL_SCALE + S/2``
   - placement, necessary part: ``Mint = sum mem[o] y <= (free + 1e-9) MEM_SCALE + S/2``
+  - ``sharing: compute`` (section 9), in ``UTIL_SCALE`` units: per GPU ``g`` of reusable
+    instances, ``sum_{o reuses an instance on g} util[o] y <= (1 + 1e-9 - busy_g) UTIL_SCALE + S/2``
+    (exact: the reuse check), and the necessary ``sum cload[o] y <= room UTIL_SCALE + S/2`` with
+    ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``
+  - the driver's lower bound on the workflow's cost: ``P >= bound`` (widened as below)
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
   Every bound is widened by the rounding error, so the model *relaxes* the spec: no truly
   feasible variant is lost, and the driver re-checks every answer exactly.
@@ -31,10 +38,12 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   each incumbent and adds a no-good cut over the demand classes of the failing prefix.
 * Tie-breaks. CP-SAT enumerates every variant of the widened cost window
   (``enumerate_all_solutions``); ``selector.evaluate.choose`` picks the spec's unique optimum.
-* Warm start. ``get_solver("flowmaker").select`` (the public registry, never its internals)
-  gives a feasible variant: it is a solution hint and caps ``P`` at its cost. It gets
-  ``min(warm_share x time limit, warm_max_s = 0.25 s)``: where the heuristic is slow (deep
-  workflows) the proof alone is faster than waiting for it.
+* Warm start. ``get_solver("flowmaker-plus").select`` (the public registry, never its
+  internals), the best heuristic, gives a feasible variant: it is the first incumbent, a
+  solution hint, and caps ``P`` at its cost, so the driver skips every workflow whose lower
+  bound cannot tie it. It gets ``min(warm_share x time limit, warm_max_s = 0.5 s)``
+  (it answers in well under 0.1 s on the benchmark spaces; ``flowmaker``, the earlier warm
+  start, needed 1.2-1.6 s on a 7/5/3-stage space and was cut off at 0.25 s).
 * Parameters. ``time_limit_s`` shared by every solve, ``num_workers`` (default: CPU count up to 8, 1 for
   enumeration as CP-SAT requires), ``random_seed``, ``catch_sigint_signal = False`` (Ctrl-C
   stays Python's KeyboardInterrupt, see ``_solver``).
@@ -57,28 +66,29 @@ class MilpSelector(Selector):
     name = "milp"
 
     def __init__(self, *, warm_start: bool = True, workers: int | None = None, seed: int = 0,
-                 warm_share: float = 0.25, warm_max_s: float = 0.25) -> None:
+                 warm_share: float = 0.25, warm_max_s: float = 0.5, warm_solver: str = "flowmaker-plus") -> None:
         import os
         self.warm_start = warm_start
         self.workers = workers or max(1, min(8, os.cpu_count() or 1))
         self.seed = seed
         self.warm_share = warm_share
         self.warm_max_s = warm_max_s     # the heuristic answers fast or not at all; don't wait on it
+        self.warm_solver = warm_solver
 
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
         t0 = time.perf_counter()
-        warm = (warm_variant(problem, min(time_limit_s * self.warm_share, self.warm_max_s))
+        warm = (warm_variant(problem, min(time_limit_s * self.warm_share, self.warm_max_s), self.warm_solver)
                 if self.warm_start else None)
         return solve_exact(problem, lambda data: CpSatBackend(data, workers=self.workers, seed=self.seed),
                            solver=self.name, time_limit_s=time_limit_s, warm=warm, started=t0)
 
 
-def warm_variant(problem: Problem, time_limit_s: float) -> Variant | None:
-    """The ``flowmaker`` answer as (workflow, option indices), through the public registry."""
+def warm_variant(problem: Problem, time_limit_s: float, solver: str = "flowmaker-plus") -> Variant | None:
+    """The answer of ``solver`` as (workflow, option indices), through the public registry."""
     from selector.index import compile_problem
     from solvers.registry import get_solver
 
-    plan = get_solver("flowmaker").select(problem, time_limit_s=max(1e-3, time_limit_s))
+    plan = get_solver(solver).select(problem, time_limit_s=max(1e-3, time_limit_s))
     if not plan.solved:
         return None
     cp = compile_problem(problem)
@@ -115,23 +125,23 @@ class CpSatBackend:
         self.e_mem = self.slack / self.ms  # GB
 
     # -- model -----------------------------------------------------------------------------
-    def _build(self, *, reuse_only: bool, cuts: list[Cut]):
+    def _build(self, *, reuse_only: bool, cuts: list[Cut], workflows: tuple[int, ...]):
         from ortools.sat.python import cp_model
 
         d, cp = self.data, self.data.cp
         m = cp_model.CpModel()
-        x = {w: m.new_bool_var(f"x[{w}]") for w in range(len(cp.workflows))}
+        x = {w: m.new_bool_var(f"x[{w}]") for w in workflows}
         y = {}
-        for w, stages in enumerate(d.options):
-            for s, opts in enumerate(stages):
+        for w in workflows:
+            for s, opts in enumerate(d.options[w]):
                 for o in opts:
                     if reuse_only and d.opt(w, s, o).kind == NEW:
                         continue
                     y[w, s, o] = m.new_bool_var(f"y[{w},{s},{o}]")
         # one workflow; one option per stage of it
         m.add_exactly_one(x.values())
-        for w, stages in enumerate(d.options):
-            for s in range(len(stages)):
+        for w in workflows:
+            for s in range(len(d.options[w])):
                 m.add(sum(v for (w2, s2, _), v in y.items() if (w2, s2) == (w, s)) == x[w])
         lat = {k: round(cp.workflows[k[0]].stages[k[1]].calls * d.opt(*k).latency_s * self.ls) for k in y}
         mem = {k: round(d.opt(*k).replicas * d.opt(*k).mem_gb * self.ms) for k in y}
@@ -151,24 +161,50 @@ class CpSatBackend:
         for i, terms in by_inst.items():
             if len(terms) > 1:
                 m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_util[i]) * self.us + self.slack))
+        if cp.compute:
+            self._compute_sharing(m, y)
         # lazy cuts: not every listed stage picks from its set
         for cut in cuts:
+            if cut.workflow not in x:
+                continue
             terms = [y[cut.workflow, s, o] for s, opts in cut.sets for o in opts if (cut.workflow, s, o) in y]
             m.add(sum(terms) <= len(cut.sets) - 1)
         self._ubs = (lat_ub, mem_ub)
         return m, x, y, lint, mint
 
+    def _compute_sharing(self, m, y) -> None:
+        """Section 9 (``sharing: compute``), in utilisation units:
+        after reuse, per GPU g of a reused instance: sum_{o reuses an instance on g} util y <= 1 - busy_g;
+        necessary for placement: sum (utilisation o adds over its GPUs) y <= sum_g max(0, 1 - busy_g)."""
+        d, cp = self.data, self.data.cp
+        by_gpu: dict[int, list] = {}
+        for k, v in y.items():
+            o = d.opt(*k)
+            if o.kind == REUSE:
+                for g in map(int, cp.instance_gpus[o.instance].nonzero()[0]):
+                    by_gpu.setdefault(g, []).append(round(o.util_add * self.us) * v)
+        for g, terms in by_gpu.items():
+            if len(terms) > 1:
+                m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
+        m.add(sum(round(d.opt(*k).compute_load * self.us) * v for k, v in y.items())
+              <= math.floor((cp.compute_room + TOL) * self.us + self.slack))
+
+    def _widening(self) -> float:
+        """Bound (GB*s) on ``|P / (MEM_SCALE LAT_SCALE) - M L|`` (module docstring)."""
+        return self.mem_max * self.e_lat + self.lat_max * self.e_mem + self.e_mem * self.e_lat
+
     def _cap_units(self, objective: Objective, cap: float) -> int:
         if objective == "latency":
             return math.floor(cap * self.ls + self.slack)
-        widened = cap + self.mem_max * self.e_lat + self.lat_max * self.e_mem + self.e_mem * self.e_lat
-        return math.floor(widened * self.ms * self.ls) + 1
+        return math.floor((cap + self._widening()) * self.ms * self.ls) + 1
 
-    def _objective(self, m, objective: Objective, lint, mint, cap: float | None):
+    def _objective(self, m, objective: Objective, lint, mint, cap: float | None, bound: float = 0.0):
         if objective == "latency":
             target = lint
         else:
-            target = m.new_int_var(0, self._ubs[0] * self._ubs[1], "P")
+            # P >= the driver's proved bound on M*L, widened by the rounding error (so still a relaxation)
+            low = max(0, math.floor((bound - self._widening()) * self.ms * self.ls) - 1) if bound > 0 else 0
+            target = m.new_int_var(min(low, self._ubs[0] * self._ubs[1]), self._ubs[0] * self._ubs[1], "P")
             m.add_multiplication_equality(target, [mint, lint])
         if cap is not None:
             m.add(target <= self._cap_units(objective, cap))
@@ -194,12 +230,12 @@ class CpSatBackend:
 
     # -- backend protocol ---------------------------------------------------------------------
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-                 hint: Variant | None, deadline: float) -> Answer:
+                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
         from ortools.sat.python import cp_model
 
-        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts)
-        m.minimize(self._objective(m, objective, lint, mint, cap))
-        if hint is not None:
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows)
+        m.minimize(self._objective(m, objective, lint, mint, cap, bound))
+        if hint is not None and hint[0] in x:
             hw, hc = hint
             for w, v in x.items():
                 m.add_hint(v, w == hw)
@@ -215,10 +251,12 @@ class CpSatBackend:
                       self._variant(solver.boolean_value, x, y))
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
-                  deadline: float) -> tuple[list[Variant], bool]:
+                  deadline: float, workflows: tuple[int, ...]) -> tuple[list[Variant], bool]:
         from ortools.sat.python import cp_model
 
-        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts)
+        if not workflows:
+            return [], True
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows)
         self._objective(m, objective, lint, mint, cap)
         found: list[Variant] = []
 

@@ -3,13 +3,20 @@
 Where ``milp`` (CP-SAT) rounds to integers and multiplies exactly, this model keeps the float
 data and *linearises* the product ``M * L``:
 
-* Variables. ``x[w]``, ``y[w,s,o]`` binary as in ``milp``; continuous ``L >= 0`` (latency of
-  the chosen workflow) and ``z[w,s,o] >= 0``, meant to equal ``y[w,s,o] * L``.
+* Variables. ``x[w]``, ``y[w,s,o]`` binary as in ``milp``, over the workflows the driver asks
+  for (one at a time, in increasing lower-bound order); continuous ``L >= 0`` (latency of the
+  chosen workflow) and ``z[w,s,o] >= 0``, meant to equal ``y[w,s,o] * L``.
 * Constraints.
   - ``sum_w x[w] = 1``; ``sum_o y[w,s,o] = x[w]``
   - latency (2): ``L = sum lat[o] y <= latency_slo_s + 1e-9``
   - reuse capacity (3): ``u_i + sum_{o reuses i} util[o] y <= 1 + 1e-9``
   - memory (necessary for placement): ``sum mem[o] y <= free + 1e-9``
+  - ``sharing: compute`` (section 9): per GPU ``g`` of reusable instances
+    ``busy_g + sum_{o reuses an instance on g} util[o] y <= 1 + 1e-9`` (exact: the reuse check),
+    and the necessary ``sum cload[o] y <= sum_g max(0, 1 + 1e-9 - busy_g)`` (``cload``: the
+    utilisation an option adds over all its GPUs)
+  - the driver's lower bound on the workflow's cost (``solvers/_exact.py``):
+    ``cost >= bound (1 - WINDOW_REL)``
   - product linearisation (big-M with ``U = latency_slo_s``):
     ``z[w,s,o] >= L - U (1 - y[w,s,o])``, ``z <= U y``, and the aggregated
     ``sum_o z[w,s,o] >= L - U (1 - x[w])`` that tightens the LP relaxation.
@@ -22,7 +29,8 @@ data and *linearises* the product ``M * L``:
   relative ``WINDOW_REL`` for HiGHS's feasibility tolerances); ``choose`` finishes.
 * Parameters. HiGHS through ``pulp.HiGHS`` (the ``highspy`` API; no binary needed),
   ``mip_rel_gap = 0``, ``mip_abs_gap = 1e-9``, one time limit shared by every solve. No warm
-  start: this model is the independent check on ``milp``.
+  start: this model is the independent check on ``milp``, so its first incumbent comes from
+  its own solve of the workflow with the smallest lower bound.
 """
 from __future__ import annotations
 
@@ -83,15 +91,16 @@ class PulpBackend:
         self.threads = threads
         self.u = data.cp.problem.task.latency_slo_s + TOL
 
-    def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut]):
+    def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
+               workflows: tuple[int, ...], bound: float = 0.0):
         import pulp
 
         d, cp = self.data, self.data.cp
         lp = pulp.LpProblem("selection", pulp.LpMinimize)
-        x = {w: lp.add_variable(f"x_{w}", cat="Binary") for w in range(len(cp.workflows))}
+        x = {w: lp.add_variable(f"x_{w}", cat="Binary") for w in workflows}
         y, z = {}, {}
-        for w, stages in enumerate(d.options):
-            for s, opts in enumerate(stages):
+        for w in workflows:
+            for s, opts in enumerate(d.options[w]):
                 for o in opts:
                     if reuse_only and d.opt(w, s, o).kind == NEW:
                         continue
@@ -105,8 +114,8 @@ class PulpBackend:
             by_stage.setdefault(k[:2], []).append(k)
         # one workflow, one option per stage of it
         lp += pulp.lpSum(x.values()) == 1
-        for w, stages in enumerate(d.options):
-            for s in range(len(stages)):
+        for w in workflows:
+            for s in range(len(d.options[w])):
                 lp += pulp.lpSum(y[k] for k in by_stage.get((w, s), [])) == x[w]
         big_l = lp.add_variable("L", lowBound=0)
         # L = sum lat y <= slo ; sum mem y <= free
@@ -122,7 +131,11 @@ class PulpBackend:
         for i, terms in by_inst.items():
             if len(terms) > 1:
                 lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_util[i])
+        if cp.compute:
+            self._compute_sharing(lp, y)
         for cut in cuts:
+            if cut.workflow not in x:
+                continue
             terms = [y[cut.workflow, s, o] for s, opts in cut.sets for o in opts if (cut.workflow, s, o) in y]
             lp += pulp.lpSum(terms) <= len(cut.sets) - 1
         if objective == "cost":
@@ -133,12 +146,30 @@ class PulpBackend:
             for (w, s), keys in by_stage.items():
                 lp += pulp.lpSum(z[k] for k in keys) >= big_l - self.u * (1 - x[w])
             target = pulp.lpSum(mem[k] * v for k, v in z.items())
+            if bound > 0:
+                lp += target >= bound * (1 - WINDOW_REL)
         else:
             target = big_l
         lp += target
         if cap is not None:
             lp += target <= cap * (1 + WINDOW_REL) + WINDOW_REL
         return lp, x, y
+
+    def _compute_sharing(self, lp, y) -> None:
+        """Section 9's reuse check per GPU and its necessary aggregate (module docstring)."""
+        import pulp
+
+        d, cp = self.data, self.data.cp
+        by_gpu: dict[int, list] = {}
+        for k, v in y.items():
+            o = d.opt(*k)
+            if o.kind == REUSE:
+                for g in map(int, cp.instance_gpus[o.instance].nonzero()[0]):
+                    by_gpu.setdefault(g, []).append(o.util_add * v)
+        for g, terms in by_gpu.items():
+            if len(terms) > 1:
+                lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_busy[g])
+        lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
 
     def _solve(self, lp, deadline: float):
         import highspy
@@ -163,19 +194,22 @@ class PulpBackend:
         return w, tuple(o for _, o in picks)
 
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-                 hint: Variant | None, deadline: float) -> Answer:
-        lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts)
+                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
+        lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts,
+                               workflows=workflows, bound=bound)
         status = self._solve(lp, deadline)
         if status in ("infeasible", "unknown"):
             return Answer(status)
         return Answer(status, self._variant(x, y))
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
-                  deadline: float) -> tuple[list[Variant], bool]:
+                  deadline: float, workflows: tuple[int, ...]) -> tuple[list[Variant], bool]:
         found: list[Variant] = []
+        if not workflows:
+            return found, True
         while True:
             lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap,
-                                   cuts=cuts + [no_good(v) for v in found])
+                                   cuts=cuts + [no_good(v) for v in found], workflows=workflows)
             status = self._solve(lp, deadline)
             if status == "infeasible":
                 return found, True
