@@ -126,6 +126,23 @@ def choose(feasible: Iterable[Evaluation]) -> Evaluation | None:
     return min((e for e in cands if e.new_gpus == gmin), key=lambda e: e.key)
 
 
+def variant_of(cp: Compiled, plan: Plan) -> tuple[int, tuple[int, ...]]:
+    """The variant ``(workflow index, option index per stage)`` a solved plan of this problem names
+    (KeyError/StopIteration when it names options the problem does not have)."""
+    p = cp.problem
+    w = next(i for i, wf in enumerate(p.workflows) if wf.name == plan.workflow)
+    inst = {i.id: k for k, i in enumerate(p.cluster.instances)}
+    models = {m.name: k for k, m in enumerate(p.models)}
+    choice = []
+    for st, sp in zip(cp.workflows[w].stages, plan.stages, strict=True):
+        if sp.reuse is not None:
+            key: tuple = (REUSE, inst[sp.reuse])
+        else:
+            key = (NEW, models[sp.model], next(k for k, c in enumerate(p.configs) if (c.tp, c.pp) == (sp.tp, sp.pp)))
+        choice.append(next(k for k, o in enumerate(st.options) if o.key == key))
+    return w, tuple(choice)
+
+
 def to_plan(cp: Compiled, ev: Evaluation, *, status: str, solver: str, elapsed_s: float,
             evaluated: int, extra: dict | None = None) -> Plan:
     """Turn a feasible evaluation into the plan of section 6."""

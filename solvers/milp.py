@@ -85,25 +85,14 @@ class MilpSelector(Selector):
 
 def warm_variant(problem: Problem, time_limit_s: float, solver: str = "flowmaker-plus") -> Variant | None:
     """The answer of ``solver`` as (workflow, option indices), through the public registry."""
+    from selector.evaluate import variant_of
     from selector.index import compile_problem
     from solvers.registry import get_solver
 
     plan = get_solver(solver).select(problem, time_limit_s=max(1e-3, time_limit_s))
     if not plan.solved:
         return None
-    cp = compile_problem(problem)
-    w = next(i for i, wf in enumerate(problem.workflows) if wf.name == plan.workflow)
-    inst = {i.id: k for k, i in enumerate(problem.cluster.instances)}
-    models = {m.name: k for k, m in enumerate(problem.models)}
-    choice = []
-    for st, sp in zip(cp.workflows[w].stages, plan.stages):
-        if sp.reuse is not None:
-            key = (REUSE, inst[sp.reuse])
-        else:
-            ci = next(k for k, c in enumerate(problem.configs) if (c.tp, c.pp) == (sp.tp, sp.pp))
-            key = (NEW, models[sp.model], ci)
-        choice.append(next(k for k, o in enumerate(st.options) if o.key == key))
-    return w, tuple(choice)
+    return variant_of(compile_problem(problem), plan)
 
 
 class CpSatBackend:

@@ -9,6 +9,12 @@ is ``infeasible`` with the broken constraint in ``reason`` and ``extra["spec_vio
 (never another selector's answer in its name). ``plan.deployment`` always holds what the
 baseline really deploys (``None``: nothing could be placed, ``extra["unplaced_reason"]``),
 and the cluster update of spec section 8 (``selector.deploy.deploy_task``) applies that.
+
+Under ``cluster.sharing: compute`` (spec section 9) the spec face judges the choice under that
+mode: its variant is evaluated with compute-aware LeastLoaded, and a deployment that the
+baseline's own rules put on a GPU whose summed utilisation then exceeds 1 (section 9's rule:
+packing, one instance carrying a whole stage) makes the face infeasible too
+(``placement (sharing: compute) ...``), while ``plan.deployment`` stays what it really deploys.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from dataclasses import replace
 from selector.deployment import Deployment, Serving, build_deployment
 from selector.evaluate import Evaluation, evaluate, infeasible_plan, to_plan
 from selector.index import NEW, Compiled, Option, compile_problem
-from selector.placement import StageDemand, free_memory, place
+from selector.placement import StageDemand, free_memory, gpu_busy, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem, parse_problem
 
@@ -101,6 +107,9 @@ def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, ru
     extra: dict = {"rule": rule}
     if deploy is None:
         extra["unplaced_reason"] = unplaced_reason or "the baseline's deployment cannot be placed"
+    overload = compute_overload(cp.problem, deploy)
+    if ev is not None and ev.feasible and overload is not None:
+        ev, why = None, overload
     if ev is not None and ev.feasible:
         plan = to_plan(cp, ev, status="feasible", solver=solver, elapsed_s=time.perf_counter() - t0,
                        evaluated=1, extra=extra)
@@ -113,9 +122,33 @@ def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, ru
     return replace(plan, extra=extra, deployment=deploy)
 
 
+def compute_overload(problem: Problem, deploy: Deployment | None) -> str | None:
+    """Under ``sharing: compute``, the first GPU that ``deploy`` places on or routes to whose
+    summed utilisation (section 9's ``busy_g``) ends above 1, said as a spec violation; None
+    when it fits, in memory mode, or when nothing is deployed."""
+    if deploy is None or not problem.cluster.compute:
+        return None
+    busy = gpu_busy(problem.cluster)
+    gpus = {i.id: i.gpus for i in problem.cluster.instances}
+    touched: set[int] = set()
+    for iid, add in deploy.reuse:
+        for g in gpus[iid]:
+            busy[g] += add
+            touched.add(g)
+    for inst in deploy.instances:
+        for g in inst.gpus:
+            busy[g] += inst.utilization
+            touched.add(g)
+    over = [g for g in sorted(touched) if busy[g] > 1.0 + TOL]
+    if not over:
+        return None
+    return (f"placement (sharing: compute): the deployment puts summed utilisation {busy[over[0]]:.4g} "
+            f"on GPU {over[0]}")
+
+
 def least_loaded(cp: Compiled, options: Sequence[Option]):
     return place(free_memory(cp.problem.cluster), new_demands(options))
 
 
-__all__ = ["compile_problem", "developer_workflow", "deployment", "evaluate", "least_loaded", "new_demands",
+__all__ = ["compile_problem", "compute_overload", "developer_workflow", "deployment", "evaluate", "least_loaded", "new_demands",
            "only_workflow", "option_index", "pack_first_fit", "servings", "spec_face"]

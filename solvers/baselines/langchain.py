@@ -5,7 +5,9 @@ stage the most accurate model of the default size class (``active_params_b <=
 max_params_b``, default 8.5: an 8B-class model) that has a perf row on the default config
 (``tp=1, pp=1``, else the first listed config); replicas as the spec sizes them; never
 reuses; instances packed first-fit onto GPUs in id order (colocating when they fit).
-No SLO is checked: it deploys its choice anyway.
+No SLO is checked: it deploys its choice anyway. Under ``sharing: compute`` the rules are the
+same (packing knows no compute); the spec face is infeasible when its variant cannot be placed by
+compute-aware LeastLoaded or its packing leaves a GPU busier than 1 (``common.spec_face``).
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ the exact optimum of the spec (``exhaustive``) on a copy of the problem where ea
 instance's utilisation is its offline estimate: ``peak`` (default) multiplies it by
 ``peak_factor`` (2.0), ``average`` keeps it. When no variant of that workflow meets the
 SLOs it deploys the cheapest one that meets accuracy, capacity and placement, ignoring the
-latency SLO (Murakkab must serve the task); if none, the task is not placed.
+latency SLO (Murakkab must serve the task); if none, the task is not placed. Under
+``sharing: compute`` the offline copy keeps the mode, so its placement is compute-aware with the
+offline (peak) utilisations; its spec face is its variant evaluated on the real cluster.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from dataclasses import replace
 from selector.plan import Plan
 from selector.problem import Problem, parse_problem
 from solvers.base import Selector
-from solvers.baselines.common import compile_problem, developer_workflow, only_workflow, spec_face
+from selector.evaluate import variant_of
+from solvers.baselines.common import compile_problem, developer_workflow, evaluate, only_workflow, spec_face
 
 
 class MurakkabSelector(Selector):
@@ -41,9 +44,10 @@ class MurakkabSelector(Selector):
         exact = get_solver("exhaustive")
         plan = exact.select(offline, time_limit_s=time_limit_s)
         if plan.solved:
-            return replace(plan, solver=self.name, status="feasible", variant_space=cp.variant_space,
-                           elapsed_s=time.perf_counter() - t0, extra={"rule": rule},
-                           deployment=replace(plan.deployment, rule=rule))
+            # the face: its variant judged on the real cluster (under compute sharing the offline
+            # utilisations steer LeastLoaded, so its GPUs there may differ from the deployment's)
+            ev = evaluate(cp, *variant_of(cp, plan))
+            return spec_face(cp, ev, solver=self.name, t0=t0, rule=rule, deploy=replace(plan.deployment, rule=rule))
         d["task"]["latency_slo_s"] = 1e12
         relaxed = exact.select(parse_problem(d), time_limit_s=time_limit_s)
         deploy = replace(relaxed.deployment, rule=rule) if relaxed.deployment is not None else None

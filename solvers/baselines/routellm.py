@@ -14,7 +14,10 @@ instance is placed LeastLoaded (strong stages first, then weak) - one instance p
 not the spec's replica count. The loads are not checked (an instance may be overloaded).
 The plan's stages name the strong model; ``plan.deployment`` routes each stage's requests in
 two routes: the weak instances with share ``threshold`` (the easiest requests), then the
-strong ones with ``1 - threshold``.
+strong ones with ``1 - threshold``. Under ``sharing: compute`` the rules are the same (its
+LeastLoaded places by memory, its reuse checks the instance's utilisation only); the spec face
+judges the strong variant under that mode and is infeasible when the deployment leaves a GPU
+busier than 1 (``common.spec_face``).
 """
 from __future__ import annotations
 
