@@ -28,7 +28,7 @@ import yaml
 
 from profiler.engine import DEFAULT, EngineConfig
 from selector.errors import ProblemError
-from selector.problem import Cluster, Gpu, Instance, Problem, parse_problem
+from selector.problem import SHARING_MODES, Cluster, Gpu, Instance, Problem, parse_problem
 from selector.taskspec import CONFIGS, TaskSpec, load_task, stage_tokens
 
 
@@ -106,18 +106,44 @@ def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gp
     return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
 
 
-def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml") -> tuple[Cluster, str]:
-    """A cluster from ``configs/clusters/`` as the problem's ``Cluster`` plus its (single) GPU type."""
-    from profiler.catalog import load_cluster
-    spec = load_cluster(path)
+def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml", *,
+                      sharing: str | None = None) -> tuple[Cluster, str]:
+    """A cluster from ``configs/clusters/`` as the problem's ``Cluster`` plus its (single) GPU type.
+
+    The file may carry ``sharing: memory | compute`` (spec section 9; default ``memory``); a
+    ``sharing`` argument overrides it. A bad value is a ProblemError naming ``cluster.sharing``
+    (or ``--sharing``)."""
+    from pydantic import ValidationError
+
+    from profiler.catalog import CatalogError, ClusterSpec
+    from selector.yamlio import load_mapping
+    path = Path(path)
+    raw = dict(load_mapping(path))
+    mode = raw.pop("sharing", "memory")
+    _check_sharing(mode, "cluster.sharing")
+    if sharing is not None:
+        _check_sharing(sharing, "--sharing")
+        mode = sharing
+    try:
+        spec = ClusterSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise CatalogError(f"{path}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
+                           f"{err['msg']}") from None
     gpus = [g for node in spec.nodes for g in node.gpus]
     types = {g.gpu for g in gpus}
     if len(types) != 1:
         raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
     cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
                       instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
-                                      for i in getattr(spec, "instances", ()) or ()))
+                                      for i in getattr(spec, "instances", ()) or ()),
+                      sharing=mode)
     return cluster, types.pop()
+
+
+def _check_sharing(mode, field: str) -> None:
+    if not isinstance(mode, str) or mode not in SHARING_MODES:
+        raise ProblemError(field, f"must be one of {', '.join(SHARING_MODES)} (got {mode!r})")
 
 
 def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
@@ -183,6 +209,8 @@ def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: Resolv
 def add_resolve_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("task", help="task name in configs/tasks/ or a task YAML path")
     ap.add_argument("--cluster", type=Path, default=CONFIGS / "clusters" / "a6000x8.yaml")
+    ap.add_argument("--sharing", default=None, metavar="{memory,compute}",
+                    help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
     ap.add_argument("--profile", type=Path, default=None, help="profile table (parquet); default: analytic model")
     ap.add_argument("--models", type=Path, default=None, help="model catalog YAML (default configs/models.yaml)")
     ap.add_argument("--accuracy", type=Path, default=None, help="accuracy table (default: leaderboard v2)")
@@ -194,7 +222,7 @@ def resolve_cli(args: argparse.Namespace) -> int:
     from profiler.catalog import CatalogError
     try:
         catalog = load_catalog(models=args.models, accuracy=args.accuracy)
-        cluster, gpu = load_cluster_file(args.cluster)
+        cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
         perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
     except (CatalogError, FileNotFoundError) as exc:
         raise ProblemError("", str(exc).splitlines()[0]) from None
