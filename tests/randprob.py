@@ -49,6 +49,15 @@ def random_problem(seed: int, *, max_models: int = 3, max_stages: int = 3, max_w
         "perf": perf, "cluster": {"gpus": gpus, "instances": instances}})
 
 
+def with_sharing(problem: Problem, sharing: str) -> Problem:
+    """``problem`` under ``cluster.sharing: sharing`` (spec section 9)."""
+    if problem.cluster.sharing == sharing:
+        return problem
+    d = problem.to_dict()
+    d["cluster"]["sharing"] = sharing
+    return parse_problem(d)
+
+
 def _instances(rng, models, n_gpus: int, gpu_mem: float):
     used = [0.0] * n_gpus
     instances = []

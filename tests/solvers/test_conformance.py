@@ -1,4 +1,5 @@
-"""Every registered selector, tested without new test code (STYLE.md rule 11)."""
+"""Every registered selector, tested without new test code (STYLE.md rule 11), in both sharing
+modes of spec section 9 (section 9's worked examples: test_compute_examples.py)."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,12 @@ from selector.problem import load_problem, parse_problem
 from selector.verify import verify_plan
 from solvers.registry import get_solver, names
 from tests.brute import brute_force
-from tests.randprob import random_problem
+from tests.randprob import random_problem, with_sharing
 from tests.shared import spec_example
 
 SELECTORS = names()
 SEEDS = range(30)
+SHARING = ["memory", "compute"]
 
 
 def _strip(d: dict) -> dict:
@@ -49,11 +51,12 @@ def test_spec_examples(name: str, example: str) -> None:
         assert plan.cost_gb_s >= expected["cost_gb_s"] * (1 - 1e-6)
 
 
+@pytest.mark.parametrize("sharing", SHARING)
 @pytest.mark.parametrize("name", SELECTORS)
-def test_random_problems_against_brute_force(name: str) -> None:
+def test_random_problems_against_brute_force(name: str, sharing: str) -> None:
     solver = get_solver(name)
     for seed in SEEDS:
-        problem = random_problem(seed)
+        problem = with_sharing(random_problem(seed), sharing)
         plan = solver.select(problem, time_limit_s=30)
         ref = brute_force(problem)
         assert not verify_plan(problem, plan), (seed, verify_plan(problem, plan))
@@ -68,18 +71,20 @@ def test_random_problems_against_brute_force(name: str) -> None:
             assert plan.cost_gb_s >= ref[2] * (1 - 1e-6) - 1e-9, seed
 
 
+@pytest.mark.parametrize("sharing", SHARING)
 @pytest.mark.parametrize("name", SELECTORS)
-def test_deterministic(name: str) -> None:
+def test_deterministic(name: str, sharing: str) -> None:
     for seed in (1, 7, 11):
-        problem = random_problem(seed)
+        problem = with_sharing(random_problem(seed), sharing)
         a = get_solver(name).select(problem, time_limit_s=30).to_dict()
         b = get_solver(name).select(problem, time_limit_s=30).to_dict()
         assert _strip(a) == _strip(b)
 
 
+@pytest.mark.parametrize("sharing", SHARING)
 @pytest.mark.parametrize("name", SELECTORS)
-def test_impossible_slo_is_an_answer(name: str) -> None:
-    data = random_problem(3).to_dict()
+def test_impossible_slo_is_an_answer(name: str, sharing: str) -> None:
+    data = with_sharing(random_problem(3), sharing).to_dict()
     data["task"]["accuracy_slo"] = 99.0
     plan = get_solver(name).select(parse_problem(data), time_limit_s=30)
     assert plan.status == "infeasible"

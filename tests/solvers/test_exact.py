@@ -1,4 +1,5 @@
-"""The exact selectors (milp on CP-SAT, milp-pulp on HiGHS) return exhaustive's unique optimum."""
+"""The exact selectors (milp on CP-SAT, milp-pulp on HiGHS) return exhaustive's unique optimum,
+in both sharing modes of spec section 9."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import pytest
 from selector.generate import Shape, random_problem
 from selector.problem import load_problem, parse_problem
 from solvers.registry import get_solver
+from tests.randprob import with_sharing
 from tests.shared import spec_example
 
 EXACT = ["milp", "milp-pulp"]
@@ -33,16 +35,19 @@ def test_spec_examples(solver, example):
 
 
 @pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
 @pytest.mark.parametrize("seed", range(0, 300, 7))
-def test_matches_exhaustive_on_random_problems(solver, seed):
-    p = random_problem(seed)
+def test_matches_exhaustive_on_random_problems(solver, sharing, seed):
+    p = with_sharing(random_problem(seed), sharing)
     assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}
 
 
 @pytest.mark.parametrize("solver", EXACT)
-@pytest.mark.parametrize("seed", [9, 38, 215])   # the optimum of the relaxation cannot be placed
-def test_lazy_placement_cuts(solver, seed):
-    p = random_problem(seed)
+@pytest.mark.parametrize("sharing, seed", [("memory", 9), ("memory", 38), ("memory", 215),
+                                           ("compute", 9), ("compute", 95), ("compute", 215)])
+def test_lazy_placement_cuts(solver, sharing, seed):
+    """The optimum of the relaxation cannot be placed (under compute sharing: section 9's cuts)."""
+    p = with_sharing(random_problem(seed), sharing)
     plan = get_solver(solver).select(p)
     assert plan.extra["cuts"] > 0
     assert same(get_solver("exhaustive").select(p), plan) == {}
@@ -86,10 +91,51 @@ def test_paper_sized_and_quickstart_problems(solver):
         assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}, f
 
 
-def test_milp_without_warm_start_agrees():
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_milp_without_warm_start_agrees(sharing):
     for seed in range(0, 60, 6):
-        p = random_problem(seed)
+        p = with_sharing(random_problem(seed), sharing)
         assert same(get_solver("milp", warm_start=False).select(p), get_solver("milp").select(p)) == {}
+
+
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_deep_multi_workflow_space_is_proved_with_workflows_pruned(sharing):
+    """Three workflows of 7, 5 and 3 stages (11 models, 10 configs, ~9e13 variants): the driver's
+    lower bounds leave one workflow to search; both models prove the same optimum as
+    exhaustive restricted to that workflow (the other two are proved out by their bounds)."""
+    from selector.synthetic import synthetic_problem
+    from solvers.baselines.common import only_workflow
+    p = with_sharing(synthetic_problem(depths=(7, 5, 3), seed=0), sharing)
+    milp, pulp = get_solver("milp").select(p, time_limit_s=60), get_solver("milp-pulp").select(p, time_limit_s=60)
+    assert milp.status == "optimal" and milp.extra["workflows_pruned"] >= 1
+    assert same(milp, pulp) == {}
+    ref = get_solver("exhaustive").select(only_workflow(p, milp.workflow))
+    assert (ref.stages, ref.cost_gb_s) == (milp.stages, milp.cost_gb_s)
+
+
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_workflow_lower_bound_is_a_bound(sharing):
+    """lower_bound never exceeds the cost of a feasible variant of its workflow, and with that
+    cost as the cap it does not prune the workflow."""
+    import itertools
+
+    from selector.evaluate import evaluate
+    from selector.index import compile_problem
+    from solvers._exact import lower_bound, prepare
+    from tests.randprob import random_problem as small_problem
+    checked = 0
+    for seed in range(40):
+        cp = compile_problem(with_sharing(small_problem(seed), sharing))
+        data = prepare(cp)
+        for w, wf in enumerate(cp.workflows):
+            for choice in itertools.product(*(range(len(st.options)) for st in wf.stages)):
+                ev = evaluate(cp, w, choice)
+                if ev.feasible:
+                    checked += 1
+                    c = ev.cost_gb_s
+                    assert lower_bound(data, w, None) <= c * (1 + 1e-9) + 1e-12
+                    assert lower_bound(data, w, c + 1e-9 * max(1.0, c)) <= c * (1 + 1e-9) + 1e-12
+    assert checked > 50
 
 
 @pytest.mark.parametrize("solver", EXACT)
@@ -105,9 +151,10 @@ def test_time_limit_is_honoured(solver):
 
 
 @pytest.mark.parametrize("heuristic", ["flowmaker", "flowmaker-plus"])
-def test_heuristics_never_beat_the_optimum(heuristic):
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_heuristics_never_beat_the_optimum(heuristic, sharing):
     for seed in range(0, 120, 4):
-        p = random_problem(seed, shape=Shape(stages=(1, 4), max_space=20_000))
+        p = with_sharing(random_problem(seed, shape=Shape(stages=(1, 4), max_space=20_000)), sharing)
         opt, h = get_solver("milp").select(p), get_solver(heuristic).select(p)
         if h.solved:
             assert opt.status == "optimal"

@@ -1,5 +1,6 @@
-"""Property tests: exhaustive equals an independent brute force; flowmaker is never cheaper
-than the optimum and always feasible when it answers."""
+"""Property tests, in both sharing modes of spec section 9: exhaustive equals an independent
+brute force; flowmaker and flowmaker-plus are never cheaper than the optimum and always feasible
+when they answer."""
 from __future__ import annotations
 
 import pytest
@@ -9,13 +10,15 @@ from hypothesis import strategies as st
 from selector.verify import verify_plan
 from solvers.registry import get_solver
 from tests.brute import brute_force
-from tests.randprob import random_problem
+from tests.randprob import random_problem, with_sharing
+
+SHARING = st.sampled_from(["memory", "compute"])
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(min_value=0, max_value=10**6))
-def test_exhaustive_equals_brute_force(seed: int) -> None:
-    problem = random_problem(seed)
+@given(seed=st.integers(min_value=0, max_value=10**6), sharing=SHARING)
+def test_exhaustive_equals_brute_force(seed: int, sharing: str) -> None:
+    problem = with_sharing(random_problem(seed), sharing)
     plan = get_solver("exhaustive").select(problem)
     ref = brute_force(problem)
     if ref is None:
@@ -30,10 +33,11 @@ def test_exhaustive_equals_brute_force(seed: int) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(min_value=0, max_value=10**6))
-def test_flowmaker_never_beats_optimum(seed: int) -> None:
-    problem = random_problem(seed)
-    plan = get_solver("flowmaker").select(problem)
+@given(seed=st.integers(min_value=0, max_value=10**6), sharing=SHARING,
+       heuristic=st.sampled_from(["flowmaker", "flowmaker-plus"]))
+def test_heuristics_never_beat_optimum(seed: int, sharing: str, heuristic: str) -> None:
+    problem = with_sharing(random_problem(seed), sharing)
+    plan = get_solver(heuristic).select(problem)
     ref = brute_force(problem)
     if plan.solved:
         assert not verify_plan(problem, plan)
@@ -42,9 +46,10 @@ def test_flowmaker_never_beats_optimum(seed: int) -> None:
         assert plan.status == "infeasible"
 
 
-def test_chunked_enumeration_matches_single_chunk() -> None:
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_chunked_enumeration_matches_single_chunk(sharing: str) -> None:
     for seed in range(20):
-        problem = random_problem(seed, max_models=3, max_stages=3)
+        problem = with_sharing(random_problem(seed, max_models=3, max_stages=3), sharing)
         whole = get_solver("exhaustive").select(problem).to_dict()
         from solvers.exhaustive import ExhaustiveSelector
         small = ExhaustiveSelector(chunk=3).select(problem).to_dict()
