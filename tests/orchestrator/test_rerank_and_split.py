@@ -124,3 +124,15 @@ def test_prefix_cache_scheme_is_teola_with_the_baselines_prefix_caching():
 @pytest.mark.parametrize("name", ["teola", "teola+prefix-cache"])
 def test_teola_passes_include_rerank_pipelining(name):
     assert "rerank_pipeline" in get_scheme(name).passes
+
+
+def test_non_llm_profiles_are_published_or_measured_figures():
+    from orchestrator.engines.factory import build_instances
+    for name in ["bge-large-en-v1.5", "bge-reranker-large", "pgvector"]:
+        spec = load_engine_spec(name)
+        assert "PUBLISHED MEASUREMENTS" in spec.provenance and "NetX-lab/Ayo" in spec.provenance
+    emb = build_instances(load_engine_spec("bge-large-en-v1.5"))[0]
+    assert emb.max_batch_size() == 128                       # Ayo's own stage size (Embedding-sub-i of 128)
+    for name in ["all-minilm-l6-v2_cpu", "embedding-reranker-minilm_cpu", "pgvector_cpu"]:
+        spec = load_engine_spec(name)
+        assert "MEASURED" in spec.provenance and "bench_nonllm" in spec.provenance
