@@ -4,7 +4,10 @@ server per deployed instance (or use the user's ``endpoints``), replay each (tra
 wall-clock time with ``harness.live.replay_live`` and report the simulator's metrics.
 
 Servers: ``model_paths`` maps catalog model names to local checkpoints (nothing is downloaded);
-each server gets its instance's TP/PP and ``CUDA_VISIBLE_DEVICES``. ``stand_in_model`` serves
+each server gets its instance's TP/PP, ``CUDA_VISIBLE_DEVICES``, the experiment's ``engine``
+configuration (``profiler.engine.EngineConfig``; prefix caching off) and, on GPUs, its planned
+share of each GPU's memory (``harness.servers.deploy.memory_share``), plus ``extra_args`` (all
+servers) and ``instance_args`` (per instance id). ``stand_in_model`` serves
 every catalog model with one local checkpoint on CPU instead (``tiny-random-llama`` builds the
 tests' random Llama in the run folder): the latencies are then the stand-in's, not the catalog
 models', and the output says so. Outputs: ``results.parquet`` (one row per cell, the simulator's
@@ -23,6 +26,7 @@ from tqdm import tqdm
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.kinds.paper_goodput_cost import deploy_all, load_traces, resolve_all
+from profiler.engine import EngineConfig
 
 TINY = "tiny-random-llama"
 BANNER = ("STAND-IN MODEL: every catalog model is served by {model} on CPU; latencies, goodput and "
@@ -52,24 +56,35 @@ class Params(BaseModel):
     dtype: str = "auto"
     startup_timeout_s: float = Field(300.0, gt=0)
     extra_args: list[str] = Field(default_factory=list, description="appended to every server's command line")
+    instance_args: dict[str, list[str]] = Field(default_factory=dict, description="{instance id: extra arguments}")
+    engine: EngineConfig | None = Field(None, description="every server's engine settings (None: the backend's "
+                                                          "default; prefix caching off either way)")
+    memory_shares: bool = Field(True, description="give each GPU instance its planned share of GPU memory")
+    chat: bool = Field(False, description="send /v1/chat/completions instead of /v1/completions")
+    api_key_env: str | None = Field(None, description="environment variable holding the servers' API key")
     # replay
     time_scale: float = Field(1.0, gt=0, description="multiplies arrival times (> 1: lighter load)")
     timeout_s: float = Field(60.0, gt=0, description="per call, per attempt")
     retries: int = Field(1, ge=0)
     max_concurrency: int = Field(64, ge=1)
+    stream: bool = Field(True, description="stream calls (TTFT/TPOT per call)")
     max_prompt_tokens: int | None = Field(None, ge=1)
     max_output_tokens: int | None = Field(None, ge=1)
 
 
-def _servers(params: Params, ctx: RunContext, label: str, instances):
+def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
     """``(fleet or None, {instance id: Endpoint})`` for one selector's instances."""
+    import os
+
     from harness.servers import Fleet
     from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
+    client = {"chat": params.chat, "max_connections": params.max_concurrency}
     if params.endpoints:
         try:
             backend = params.backend if params.exact_output else None
+            key = os.environ.get(params.api_key_env) if params.api_key_env else None
             return None, endpoints_from_urls(params.endpoints, timeout_s=params.timeout_s, retries=params.retries,
-                                             backend=backend)
+                                             backend=backend, api_key=key, **client)
         except Exception as exc:
             raise UserError(f"field 'params.endpoints': {type(exc).__name__}: {exc}") from None
     stand_in = params.stand_in_model
@@ -77,9 +92,13 @@ def _servers(params: Params, ctx: RunContext, label: str, instances):
         from orchestrator.engines.real.tinyllm import build_tiny_llama
         stand_in = str(build_tiny_llama(ctx.run_dir / "stand_in_model"))
     try:
+        gpus = [i for i in instances if i.gpus]
         specs = specs_for_instances(instances, model_paths=params.model_paths, stand_in=stand_in,
                                     backend=params.backend, base_port=params.base_port, dtype=params.dtype,
-                                    startup_timeout_s=params.startup_timeout_s, extra_args=tuple(params.extra_args))
+                                    startup_timeout_s=params.startup_timeout_s, extra_args=tuple(params.extra_args),
+                                    engine=params.engine, require_local=True, instance_args=params.instance_args,
+                                    gpu=gpu if params.memory_shares and stand_in is None and gpus else None,
+                                    api_key_env=params.api_key_env)
     except (KeyError, ValueError) as exc:
         field = "model_paths" if isinstance(exc, KeyError) else "backend"
         raise UserError(f"field 'params.{field}': {exc.args[0]}") from None
@@ -90,7 +109,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances):
         raise UserError(f"{label}: servers did not start: {str(exc).splitlines()[0]} "
                         f"(logs: {ctx.run_dir / 'servers' / label})") from None
     return fleet, endpoints_from_fleet(fleet, specs, timeout_s=params.timeout_s, retries=params.retries,
-                                       exact_output=params.exact_output)
+                                       exact_output=params.exact_output, **client)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -104,14 +123,15 @@ def run(params: Params, ctx: RunContext) -> None:
         raise UserError("field 'params.model_paths': no local checkpoints given (or set stand_in_model / endpoints)")
     if params.stand_in_model is not None:
         print(BANNER.format(model=params.stand_in_model))
-    problems, _, tokens = resolve_all(params)
+    problems, gpu, tokens = resolve_all(params)
     deps = deploy_all(params, problems, ctx)
     traces = load_traces(params, ctx.seed)
     for kind in params.traces:
         if kind not in params.requests:
             raise UserError(f"field 'params.requests': no request count for trace '{kind}'")
     settings = LiveSettings(time_scale=params.time_scale, max_concurrency=params.max_concurrency,
-                            max_prompt_tokens=params.max_prompt_tokens, max_output_tokens=params.max_output_tokens)
+                            max_prompt_tokens=params.max_prompt_tokens, max_output_tokens=params.max_output_tokens,
+                            seed=ctx.seed, stream=params.stream)
     rates = [p.task.arrival_rate_rps for p in problems]
     cells = [(s, k, ld) for s in deps for k in params.traces for ld in params.loads_pct]
     bar = tqdm(total=len(cells), disable=not ctx.progress, desc="cells", unit="cell")
@@ -121,7 +141,7 @@ def run(params: Params, ctx: RunContext) -> None:
         if not todo:
             continue
         seen, dl = [p for p, _ in deps[label]], [plan.deployment for _, plan in deps[label]]
-        fleet, eps = _servers(params, ctx, label, [i for d in dl if d is not None for i in d.instances])
+        fleet, eps = _servers(params, ctx, label, [i for d in dl if d is not None for i in d.instances], gpu)
         try:
             for kind, load in todo:
                 trace, source = traces[kind]
@@ -177,14 +197,17 @@ def summary_md(df: pd.DataFrame, params: Params) -> str:
     lines += [f"Server: {params.backend}{' (user endpoints)' if params.endpoints else ''}; time scale "
               f"{params.time_scale:g}; trace source: {', '.join(sorted(set(df.trace_source)))}.", "",
               "| selector | trace | load | requests | completed | failed | goodput | latency mean / p50 / p99 s | "
-              "instances | GB reserved | unplaced | residency s | cost USD | calls | dead instances |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "TTFT / TPOT mean s | instances | GB reserved | unplaced | residency s | cost USD | calls | call faults | "
+              "dead instances |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         lat = " / ".join("-" if v is None or pd.isna(v) else f"{v:.3f}"
                          for v in (r.latency_mean_s, r.latency_p50_s, r.latency_p99_s))
+        tt = " / ".join("-" if v is None or pd.isna(v) else f"{v:.4f}" for v in (r.ttft_mean_s, r.tpot_mean_s))
         lines.append(f"| {r.selector} | {r.trace} | {r.load_pct:g}% | {r.requests} | {r.completed} | {r.failed} | "
-                     f"{r.goodput:.3f} | {lat} | {r.instances} | {r.gb_reserved:.1f} | {r.tasks_unplaced} | "
-                     f"{r.residency_s:.2f} | {r.cost_usd:.4g} | {r.calls} | {r.dead_instances or '-'} |")
+                     f"{r.goodput:.3f} | {lat} | {tt} | {r.instances} | {r.gb_reserved:.1f} | {r.tasks_unplaced} | "
+                     f"{r.residency_s:.2f} | {r.cost_usd:.4g} | {r.calls} | {r.call_faults or '-'} | "
+                     f"{r.dead_instances or '-'} |")
     lines += ["", "Metrics as the simulator's (docs/metrics.md), in wall seconds; goodput compares the measured "
               "latency with each task's SLO."]
     return "\n".join(lines) + "\n"

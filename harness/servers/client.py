@@ -1,20 +1,52 @@
-"""An OpenAI-compatible HTTP client (``/v1/completions``, streaming or not; ``/health``) with
-timeouts and retries, and :class:`OpenAIEngine`, which makes one server an orchestrator engine.
+"""An OpenAI-compatible HTTP client (``/v1/completions`` or ``/v1/chat/completions``, streamed or
+not; ``/health``) with an overall deadline per call and careful retries, and
+:class:`OpenAIEngine`, which makes one server an orchestrator engine.
 
-Works with any server speaking the OpenAI completions API: ``transformers serve``,
-``vllm serve``, ``trtllm-serve``. Retries cover connection errors, timeouts and 5xx answers with
-exponential backoff; when they are exhausted on a connection failure the server is declared
-dead (:class:`EngineDeadError`) and the client refuses further calls at once, so a caller can
-count the remaining requests as failed and keep every result obtained so far.
+Works with any server speaking the OpenAI API: ``transformers serve``, ``vllm serve``,
+``trtllm-serve``. One implementation, asynchronous (:meth:`OpenAIClient.agenerate`, httpx's
+``AsyncClient`` with a connection pool sized to the caller's concurrency); the blocking methods
+run it on one shared event-loop thread (:func:`run_sync`).
+
+Streamed calls are measured as ``vllm bench serve`` measures them
+(``vllm/benchmarks/lib/endpoint_request_func.py``): ``stream_options.include_usage`` asks for
+the token counts; TTFT is the time from sending to the first chunk carrying a token, the
+inter-token gaps are the times between token chunks, ``latency`` ends at the last token chunk
+and ``tpot = (latency - ttft) / (completion_tokens - 1)``.
+
+Every call either returns a complete :class:`Generation` or raises a :class:`ServerError` whose
+``kind`` says why (counted in ``OpenAIClient.faults``):
+
+- ``deadline``: the whole call (attempts, waits, keep-alive pings included) ran past its
+  deadline (``timeout_s``);
+- ``timeout``: no byte for ``read_timeout_s`` once the request was sent. Never re-sent: the
+  server may still be generating, and a second copy adds load exactly when it is overloaded;
+- ``overloaded``: 429 beyond the retries or the deadline (``Retry-After`` is honoured, seconds
+  or an HTTP date); ``server``: 5xx after the retries; ``http``: any other 4xx (no retry);
+- ``stream_error``: an ``{"error": ...}`` event in the stream; ``truncated``: a stream that ends
+  cleanly without ``[DONE]`` (servers that never send it, ``transformers serve``, must end with
+  a ``finish_reason`` instead: ``done_marker=False``); ``malformed``: a 200 whose body (or an
+  event) is not JSON or has no ``choices``; ``diverged``: a retried stream that does not repeat
+  what the first attempt already delivered;
+- ``dead`` (:class:`EngineDeadError`): the server could not be reached after the retries
+  (connection refused or reset before a response); later calls fail at once.
+
+Retries happen only where nothing was generated for the caller or nothing is lost: connection
+failures before a response, 429 and 5xx answers, and a connection cut mid-stream. A stream
+retried after a cut is deduplicated: the text already handed to ``on_text`` is checked against
+the new stream and not delivered again, so ``on_text`` sees every piece exactly once (greedy
+decoding makes the repeat identical; anything else is ``diverged``).
 """
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import json
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Coroutine, Sequence
 
 from orchestrator import ops
 from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput
@@ -22,23 +54,55 @@ from orchestrator.engines.real.worker import FuturePendingBatch, PieceCallback, 
 from orchestrator.jsonstream import IncrementalJsonList, JsonStreamError
 from orchestrator.primitives import Kind, PREFILL_KINDS
 
+FAULT_KINDS = ("deadline", "timeout", "overloaded", "server", "http", "stream_error", "truncated", "malformed",
+               "diverged", "dead")
+
 
 class ServerError(EngineError):
-    """The server answered with an error (4xx, or 5xx after the retries)."""
+    """A call failed; ``kind`` is one of :data:`FAULT_KINDS` (module docstring)."""
+
+    def __init__(self, message: str, kind: str = "http") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class EngineDeadError(ServerError):
     """The server cannot be reached any more (connection refused/reset after the retries)."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "dead")
+
+
+class _Cut(Exception):
+    """The connection broke mid-stream (retried with deduplication)."""
+
 
 @dataclass(frozen=True)
-class Completion:
-    """One non-streamed completion and what the server says it cost (``usage``; None when the
-    server does not report it)."""
+class Generation:
+    """One completed call. Times in seconds from when the call was made (its first attempt):
+    ``ttft_s`` (None unstreamed), ``latency_s`` (last token chunk, or the whole answer),
+    ``itl_s`` the gaps between token chunks; token counts from the server's ``usage`` (None
+    when it reports none; ``usage_reported`` False then)."""
     text: str
     prompt_tokens: int | None
     completion_tokens: int | None
     finish_reason: str | None
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    itl_s: tuple[float, ...] = ()
+    attempts: int = 1
+    usage_reported: bool = True
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(latency - TTFT) / (completion tokens - 1); None unstreamed or for one token."""
+        n = self.completion_tokens
+        if self.ttft_s is None or n is None or n < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (n - 1)
+
+
+Completion = Generation   # the name of the earlier, unstreamed result
 
 
 def exact_output_body(backend: str | None, max_tokens: int) -> dict:
@@ -56,114 +120,314 @@ def exact_output_body(backend: str | None, max_tokens: int) -> dict:
     raise KeyError(f"unknown backend {backend!r}; known: transformers, vllm, trtllm (or none)")
 
 
-def served_model(base_url: str, *, timeout_s: float = 5.0) -> str:
+def served_model(base_url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> str:
     """The first model id ``GET /v1/models`` lists (the name to put in requests)."""
     import httpx
-    r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s, headers=headers)
     r.raise_for_status()
     data = r.json().get("data") or []
     if not data:
-        raise ServerError(f"{base_url}: /v1/models lists no model")
+        raise ServerError(f"{base_url}: /v1/models lists no model", "malformed")
     return str(data[0]["id"])
 
 
+# ---- one event loop for every client's blocking calls ---------------------------------------
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_THREAD: threading.Thread | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def client_loop() -> asyncio.AbstractEventLoop:
+    """The shared event loop (a daemon thread, started on first use) that blocking calls run on."""
+    global _LOOP, _LOOP_THREAD
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            _LOOP = asyncio.new_event_loop()
+            _LOOP_THREAD = threading.Thread(target=_LOOP.run_forever, daemon=True, name="openai-client-loop")
+            _LOOP_THREAD.start()
+        return _LOOP
+
+
+def run_sync(coro: Coroutine) -> Any:
+    """Run ``coro`` on :func:`client_loop` and wait for it (not from inside that loop)."""
+    loop = client_loop()
+    if threading.current_thread() is _LOOP_THREAD:
+        coro.close()
+        raise RuntimeError("run_sync called from the client loop itself (use the async methods there)")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass
+class _Attempt:
+    """State of one call across its attempts (what was delivered survives a retry)."""
+    t0: float
+    delivered: str = ""
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    last_s: float | None = None
+    attempts: int = 0
+
+
 class OpenAIClient:
-    """One server. ``timeout_s``: per request (connect and read); ``retries``: extra attempts on
-    connection errors, timeouts and 5xx, waiting ``backoff_s * 2**attempt`` between them."""
+    """One server. ``timeout_s``: the overall deadline of one call, every attempt and wait
+    included; ``read_timeout_s``: silence tolerated once a request is sent (default
+    ``timeout_s``); ``retries``: extra attempts (module docstring: which failures), waiting
+    ``backoff_s * 2**attempt`` (or ``Retry-After``); ``chat``: use ``/v1/chat/completions``;
+    ``api_key``: sent as a bearer token; ``backend``: ``transformers`` implies
+    ``done_marker=False`` (its streams end with a ``finish_reason``, no ``[DONE]``);
+    ``max_connections``: the connection pool (size it to the concurrency you drive)."""
 
     def __init__(self, *, base_url: str, model: str, timeout_s: float = 60.0, retries: int = 2,
-                 backoff_s: float = 0.2, name: str | None = None) -> None:
+                 backoff_s: float = 0.2, name: str | None = None, read_timeout_s: float | None = None,
+                 chat: bool = False, api_key: str | None = None, backend: str | None = None,
+                 done_marker: bool | None = None, max_connections: int = 64) -> None:
         import httpx
         self._httpx = httpx
         self.base_url, self.model = base_url.rstrip("/"), model
         self.name = name or self.base_url
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self.read_timeout_s = read_timeout_s if read_timeout_s is not None else timeout_s
+        self.chat, self.api_key, self.backend = chat, api_key, backend
+        self.done_marker = (backend != "transformers") if done_marker is None else done_marker
+        self.max_connections = max_connections
+        self._aclient: Any = None
+        self._aclient_loop: Any = None
         self.dead = False
         self.requests = 0
         self.failures = 0
+        self.faults: Counter = Counter()
+
+    # ---- plumbing ----
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _http(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            httpx = self._httpx
+            limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
+            self._aclient = httpx.AsyncClient(base_url=self.base_url, limits=limits, headers=self._headers(),
+                                              timeout=httpx.Timeout(self.read_timeout_s))
+            self._aclient_loop = loop
+        return self._aclient
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
 
     def close(self) -> None:
-        self._http.close()
+        if self._aclient is not None and self._aclient_loop is _LOOP and _LOOP is not None:
+            run_sync(self.aclose())
+        self._aclient = None
 
     def health(self, timeout_s: float = 2.0) -> bool:
         """True when ``GET /health`` (or ``/v1/models``) answers 200."""
         for path in ("/health", "/v1/models"):
             try:
-                if self._http.get(path, timeout=timeout_s).status_code == 200:
+                if self._httpx.get(self.base_url + path, timeout=timeout_s, headers=self._headers()).status_code == 200:
                     return True
             except self._httpx.HTTPError:
                 return False
         return False
 
-    def _with_retries(self, fn: Callable[[], Any]) -> Any:
+    def _fail(self, exc: ServerError) -> ServerError:
+        self.failures += 1
+        self.faults[exc.kind] += 1
+        if exc.kind == "dead":
+            self.dead = True
+        return exc
+
+    def _body(self, prompt: str, max_tokens: int, extra: dict | None, stream: bool) -> tuple[str, dict]:
+        if self.chat:
+            path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}
+        else:
+            path, body = "/v1/completions", {"prompt": prompt}
+        body = {"model": self.model, **body, "max_tokens": int(max_tokens), "temperature": 0.0, **(extra or {})}
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
+        return path, body
+
+    # ---- the call ----
+    async def agenerate(self, prompt: str, *, max_tokens: int, extra: dict | None = None, stream: bool = True,
+                        on_text: Callable[[str], None] | None = None, deadline_s: float | None = None) -> Generation:
+        """Greedy completion of ``prompt`` (module docstring: timing, retries, faults). Must run
+        on one event loop per client (the loop of its first call). ``on_text`` gets each text
+        piece once, in order, as it arrives (streamed calls)."""
         if self.dead:
-            raise EngineDeadError(f"server {self.name} is dead")
-        httpx = self._httpx
+            raise self._fail(EngineDeadError(f"server {self.name} is dead"))
         self.requests += 1
+        budget = self.timeout_s if deadline_s is None else deadline_s
+        st = _Attempt(time.perf_counter())
+        try:
+            async with asyncio.timeout(budget):
+                return await self._attempts(st, prompt, max_tokens, extra, stream, on_text)
+        except TimeoutError:
+            raise self._fail(ServerError(f"server {self.name}: no complete answer within the {budget:g} s deadline "
+                                         f"({st.attempts} attempt(s))", "deadline")) from None
+        except ServerError as exc:
+            raise self._fail(exc) from None
+
+    async def _attempts(self, st: _Attempt, prompt: str, max_tokens: int, extra: dict | None, stream: bool,
+                        on_text: Callable[[str], None] | None) -> Generation:
+        httpx = self._httpx
+        path, body = self._body(prompt, max_tokens, extra, stream)
         for attempt in range(self.retries + 1):
+            st.attempts = attempt + 1
+            last = attempt == self.retries
+            wait = self.backoff_s * 2 ** attempt
             try:
-                return fn()
+                if stream:
+                    return await self._stream(st, path, body, on_text)
+                return await self._plain(st, path, body)
             except httpx.HTTPStatusError as exc:
-                code = exc.response.status_code
-                if code < 500 or attempt == self.retries:
-                    self.failures += 1
-                    raise ServerError(f"server {self.name}: HTTP {code}: {exc.response.text[:200]}") from None
-            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-                if attempt == self.retries:
-                    self.failures += 1
-                    self.dead = True
-                    raise EngineDeadError(f"server {self.name} unreachable: {exc}") from None
-            except httpx.TimeoutException:
-                if attempt == self.retries:
-                    self.failures += 1
-                    raise ServerError(f"server {self.name}: timed out after {self.timeout_s} s") from None
-            time.sleep(self.backoff_s * 2 ** attempt)
+                code, text = exc.response.status_code, exc.response.text[:200]
+                if code == 429:
+                    if last:
+                        raise ServerError(f"server {self.name}: HTTP 429 (overloaded) after {st.attempts} attempts",
+                                          "overloaded") from None
+                    wait = _retry_after_s(exc.response.headers.get("retry-after")) or wait
+                elif code >= 500:
+                    if last:
+                        raise ServerError(f"server {self.name}: HTTP {code}: {text}", "server") from None
+                else:
+                    raise ServerError(f"server {self.name}: HTTP {code}: {text}", "http") from None
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                if last:
+                    raise EngineDeadError(f"server {self.name} unreachable: {type(exc).__name__}: {exc}") from None
+            except httpx.ReadTimeout:
+                raise ServerError(f"server {self.name}: nothing received for {self.read_timeout_s:g} s "
+                                  f"(not re-sent)", "timeout") from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, _Cut) as exc:
+                if last:
+                    raise EngineDeadError(f"server {self.name}: connection lost ({type(exc).__name__}: {exc})") \
+                        from None
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
-    def completion(self, prompt: str, *, max_tokens: int, extra: dict | None = None) -> Completion:
-        """Greedy, non-streamed completion of ``prompt`` with the server's token ``usage``."""
-        body = {"model": self.model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0,
-                **(extra or {})}
+    async def _plain(self, st: _Attempt, path: str, body: dict) -> Generation:
+        r = await self._http().post(path, json=body)
+        r.raise_for_status()
+        return self._parse_plain(st, r)
 
-        def call() -> Completion:
-            r = self._http.post("/v1/completions", json=body)
-            r.raise_for_status()
+    def _parse_plain(self, st: _Attempt, r: Any) -> Generation:
+        try:
             js = r.json()
             choice, usage = js["choices"][0], js.get("usage") or {}
-            return Completion(choice.get("text") or "", usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                              choice.get("finish_reason"))
-        return self._with_retries(call)
+            text = (choice.get("message") or {}).get("content") if self.chat else choice.get("text")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ServerError(f"server {self.name}: malformed answer ({type(exc).__name__}): {r.text[:200]!r}",
+                              "malformed") from None
+        return Generation(text or "", usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                          choice.get("finish_reason"), None, time.perf_counter() - st.t0, (), st.attempts, bool(usage))
+
+    async def _stream(self, st: _Attempt, path: str, body: dict, on_text: Callable[[str], None] | None) -> Generation:
+        acc, usage, finish, done, token_chunks = "", {}, None, False, 0
+        async with self._http().stream("POST", path, json=body) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                r.raise_for_status()
+            if "event-stream" not in r.headers.get("content-type", "event-stream"):
+                await r.aread()          # the server answered in one piece: read it as such
+                return self._parse_plain(st, r)
+            try:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue              # blank separators, ": keep-alive" comments, event: lines
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    ev = self._event(data)
+                    if ev.get("usage"):
+                        usage = ev["usage"]
+                    choices = ev.get("choices") or []
+                    if not choices:
+                        continue
+                    ch = choices[0]
+                    delta = ((ch.get("delta") or {}).get("content") if self.chat else ch.get("text")) or ""
+                    finish = ch.get("finish_reason") or finish
+                    if delta or not ch.get("finish_reason"):
+                        token_chunks += 1
+                        now = time.perf_counter() - st.t0
+                        if st.ttft_s is None:
+                            st.ttft_s = now
+                        elif st.last_s is not None and now > st.last_s:
+                            st.itl_s.append(now - st.last_s)
+                        st.last_s = now
+                    if delta:
+                        acc += delta
+                        self._deliver(st, acc, on_text)
+            except (self._httpx.RemoteProtocolError, self._httpx.ReadError) as exc:
+                raise _Cut(str(exc)) from None
+        if not (done or (not self.done_marker and finish is not None)):
+            raise ServerError(f"server {self.name}: stream ended without "
+                              f"{'[DONE]' if self.done_marker else 'a finish_reason'} after {len(acc)} characters",
+                              "truncated")
+        if len(acc) < len(st.delivered):
+            raise ServerError(f"server {self.name}: a retried stream returned less than was delivered", "diverged")
+        n = usage.get("completion_tokens")
+        return Generation(acc, usage.get("prompt_tokens"), n if n is not None else token_chunks, finish, st.ttft_s,
+                          st.last_s if st.last_s is not None else time.perf_counter() - st.t0, tuple(st.itl_s),
+                          st.attempts, bool(usage))
+
+    def _event(self, data: str) -> dict:
+        try:
+            ev = json.loads(data)
+        except ValueError:
+            raise ServerError(f"server {self.name}: malformed stream event {data[:120]!r}", "malformed") from None
+        if not isinstance(ev, dict):
+            raise ServerError(f"server {self.name}: malformed stream event {data[:120]!r}", "malformed")
+        if "error" in ev or ev.get("object") == "error":
+            err = ev.get("error", ev)
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise ServerError(f"server {self.name}: error in stream: {str(msg)[:200]}", "stream_error")
+        return ev
+
+    def _deliver(self, st: _Attempt, acc: str, on_text: Callable[[str], None] | None) -> None:
+        """Hand ``on_text`` what ``acc`` holds beyond what was already delivered (a retried
+        stream first re-reads the delivered text; it must match)."""
+        k = min(len(acc), len(st.delivered))
+        if acc[:k] != st.delivered[:k]:
+            raise ServerError(f"server {self.name}: a retried stream diverged from the text already delivered",
+                              "diverged")
+        if len(acc) > len(st.delivered):
+            new, st.delivered = acc[len(st.delivered):], acc
+            if on_text is not None:
+                on_text(new)
+
+    # ---- blocking faces ----
+    def generate(self, prompt: str, *, max_tokens: int, extra: dict | None = None, stream: bool = True,
+                 on_text: Callable[[str], None] | None = None, deadline_s: float | None = None) -> Generation:
+        """:meth:`agenerate`, blocking (runs on :func:`client_loop`)."""
+        return run_sync(self.agenerate(prompt, max_tokens=max_tokens, extra=extra, stream=stream, on_text=on_text,
+                                       deadline_s=deadline_s))
+
+    def completion(self, prompt: str, *, max_tokens: int, extra: dict | None = None) -> Generation:
+        """Greedy, unstreamed completion of ``prompt`` with the server's token ``usage``."""
+        return self.generate(prompt, max_tokens=max_tokens, extra=extra, stream=False)
 
     def complete(self, prompt: str, *, max_tokens: int, on_text: Callable[[str], None] | None = None,
                  extra: dict | None = None) -> str:
-        """Greedy completion of ``prompt``; with ``on_text`` the answer is streamed (SSE) and each
-        text delta handed to it as it arrives. Returns the whole completion."""
-        body = {"model": self.model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0,
-                **(extra or {})}
-        if on_text is None:
-            def call() -> str:
-                r = self._http.post("/v1/completions", json=body)
-                r.raise_for_status()
-                return r.json()["choices"][0]["text"]
-            return self._with_retries(call)
-
-        def stream() -> str:
-            parts: list[str] = []
-            with self._http.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
-                r.raise_for_status()
-                for line in r.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    choices = json.loads(data).get("choices") or [{}]
-                    delta = choices[0].get("text") or ""
-                    if delta:
-                        parts.append(delta)
-                        on_text(delta)
-            return "".join(parts)
-        return self._with_retries(stream)
+        """Greedy completion of ``prompt``; with ``on_text`` the answer is streamed and each text
+        piece handed to it once, as it arrives. Returns the whole completion."""
+        return self.generate(prompt, max_tokens=max_tokens, extra=extra, stream=on_text is not None,
+                             on_text=on_text).text
 
 
 class OpenAIEngine(Engine):

@@ -52,7 +52,7 @@ def test_one_server_per_instance_with_its_tp_pp_and_gpus():
     assert [(s.name, s.port, s.tp, s.gpus, s.model) for s in specs.values()] == [
         ("chat.draft.0", 8300, 1, (0,), "/ckpt/8b"), ("chat.polish.0", 8301, 2, (1, 2), "/ckpt/8b")]
     with pytest.raises(KeyError, match="llama-3.1-8b.*chat/draft/0"):
-        specs_for_instances(insts, model_paths={"qwen2.5-3b": "/q"})
+        specs_for_instances(insts, model_paths={"qwen2.5-3b": "/q"}, require_local=True)
     cpu = specs_for_instances(insts, stand_in="/tiny", backend="transformers")
     assert all((s.tp, s.pp, s.gpus, s.model) == (1, 1, (), "/tiny") for s in cpu.values())
     assert exact_output_body("vllm", 5) == {"ignore_eos": True} and exact_output_body(None, 5) == {}

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from harness.servers import EngineDeadError, Fleet, OpenAIClient, OpenAIEngine, ServerSpec, build_command
-from harness.servers.launcher import ServerStartError, server_env
+from harness.servers import EngineDeadError, Fleet, OpenAIClient, OpenAIEngine, ServerSpec
+from harness.servers.launcher import ServerStartError
 from orchestrator.engines.base import Invocation
 from orchestrator.primitives import Kind
 
@@ -17,23 +17,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def test_commands_carry_tp_pp_and_gpu_mapping():
-    v = ServerSpec(name="a", backend="vllm", model="/m", port=9000, tp=2, pp=2, gpus=(4, 5, 6, 7))
-    cmd = build_command(v)
-    assert cmd[1:3] == ["serve", "/m"] and "--enable-prefix-caching" in cmd
-    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and cmd[cmd.index("--pipeline-parallel-size") + 1] == "2"
-    assert server_env(v)["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
-    t = build_command(ServerSpec(name="b", backend="trtllm", model="/m", port=9001, tp=2, gpus=(0, 1)))
-    assert t[t.index("--tp_size") + 1] == "2" and t[t.index("--pp_size") + 1] == "1"
-    assert server_env(ServerSpec(name="c", model="/m", port=9002))["CUDA_VISIBLE_DEVICES"] == ""
-    with pytest.raises(ValueError, match="tensor/pipeline"):
-        build_command(ServerSpec(name="d", model="/m", port=9003, tp=2))
-    with pytest.raises(ValueError, match="GPUs given"):
-        build_command(ServerSpec(name="e", backend="vllm", model="/m", port=9004, tp=2, gpus=(0,)))
-    with pytest.raises(ValueError, match="duplicate"):
-        Fleet([ServerSpec(name="x", model="/m", port=9005), ServerSpec(name="x", model="/m", port=9006)])
 
 
 def test_unreachable_server_is_declared_dead_after_retries():
