@@ -9,9 +9,13 @@ import time
 
 import numpy as np
 
-from selector.index import Compiled
+from selector.index import REUSE, Compiled
+from selector.pareto import front
 from selector.problem import TOL
 from selector.space import chunks
+
+COUNT_MAX = 2_000_000    # larger spaces of new deployments only are diagnosed by a Pareto sweep, not counted
+FRONT_MAX = 500_000
 
 
 def empty_space_reason(cp: Compiled) -> str | None:
@@ -53,6 +57,10 @@ def infeasibility_reason(cp: Compiled, *, deadline: float | None = None) -> str:
 
 def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
     task = cp.problem.task
+    if cp.variant_space > COUNT_MAX and _new_only(cp):
+        min_mem = _least_new_memory(cp)
+        if min_mem is not None:
+            return _placement_reason(cp, f"variants (not counted: {cp.variant_space:.4g} in the space)", min_mem)
     best_util, cap_pass, min_mem = np.inf, 0, np.inf
     for wf in cp.workflows:
         if wf.size == 0:
@@ -70,11 +78,43 @@ def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
     if cap_pass == 0:
         return (f"capacity: every variant meeting accuracy and latency overloads a reused instance "
                 f"(best utilization {best_util})")
+    return _placement_reason(cp, f"{cap_pass} variants", min_mem)
+
+
+def _placement_reason(cp: Compiled, what: str, min_mem: float) -> str:
     free = sum(g.mem_gb - g.used_gb for g in cp.problem.cluster.gpus)
     if cp.compute:
-        return (f"placement: none of the {cap_pass} variants meeting accuracy, latency and capacity can be "
+        return (f"placement: none of the {what} meeting accuracy, latency and capacity can be "
                 f"placed by compute-aware LeastLoaded (sharing: compute; least new memory needed {min_mem} GB; "
                 f"cluster free {free} GB; compute room {cp.compute_room:.6g} GPU-utilisation)")
-    return (f"placement: none of the {cap_pass} variants meeting accuracy, latency and capacity can be "
+    return (f"placement: none of the {what} meeting accuracy, latency and capacity can be "
             f"placed by LeastLoaded (least new memory needed {min_mem} GB; cluster free {free} GB)")
+
+
+def _new_only(cp: Compiled) -> bool:
+    """No option meeting the accuracy SLO reuses an instance, so every variant passes capacity."""
+    slo = cp.problem.task.accuracy_slo - TOL
+    return not any(o.kind == REUSE and o.accuracy >= slo for wf in cp.workflows for st in wf.stages
+                   for o in st.options)
+
+
+def _least_new_memory(cp: Compiled) -> float | None:
+    """The least new memory of a variant meeting accuracy and latency (``selector.pareto``), or
+    None when a front grows too large to finish."""
+    task = cp.problem.task
+    best = np.inf
+    for wf in cp.workflows:
+        lat, mem = [], []
+        for st in wf.stages:
+            ok = st.arrays["acc"] >= task.accuracy_slo - TOL
+            lat.append(st.arrays["lat"][ok])
+            mem.append(st.arrays["mem"][ok])
+        if wf.size == 0 or not all(x.size for x in lat):
+            continue
+        fl, fm, done = front(lat, mem, task.latency_slo_s + TOL, limit=FRONT_MAX)
+        if done < len(lat):
+            return None
+        if fm.size:
+            best = min(best, float(fm.min()))
+    return best
 

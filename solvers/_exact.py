@@ -53,6 +53,7 @@ import numpy as np
 from selector.diagnose import empty_space_reason, infeasibility_reason
 from selector.evaluate import PLACEMENT, Evaluation, choose, demands, evaluate, infeasible_plan, routed, to_plan
 from selector.index import NEW, Compiled, Option
+from selector.pareto import front, suffix_minima
 from selector.placement import free_memory, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan
 from selector.problem import Problem
@@ -107,6 +108,39 @@ def prepare(cp: Compiled) -> Prepared:
     free = free_memory(cp.problem.cluster)
     out = [tuple(tuple(keep) for keep in usable_options(cp, wf)) for wf in cp.workflows]
     return Prepared(cp, tuple(out), sum(free.values()), max((len(w.stages) for w in cp.workflows), default=0))
+
+
+PACKING_KS = (1, 2, 3, 4)
+PACKING_SHIFT = 1e-8     # > the spec's 1e-9, so shifted utilisations on one GPU sum to below 1
+
+
+def packing_rows(data: Prepared) -> list[tuple[dict[tuple[int, int, int], int], int]]:
+    """Section 9's bin-packing conditions, necessary for any placement (so for LeastLoaded):
+    ``[(weight per (workflow, stage, option), capacity)]`` for ``k`` in ``PACKING_KS``, meaning
+    ``sum weight * y <= capacity``.
+
+    A GPU takes shards only while its ``busy`` plus their ``u`` stays within ``1 + 1e-9``; with
+    ``v = max(0, x - PACKING_SHIFT)`` the values on one GPU then sum to below 1, so (the floor being
+    superadditive) ``sum floor((k+1) v) <= k`` per GPU. Summed over GPUs, with the GPU's busy
+    as one more value (reuse only raises it): ``sum over new shards floor((k+1) v(u_s)) <=
+    sum_g max(0, k - floor((k+1) v(busy_g)))`` (GPUs above ``1 + 1e-9`` take nothing). For
+    ``k = 1``: shards above one half cannot share a GPU. Weights and capacities are integers."""
+    cp = data.cp
+    rows = []
+    for k in PACKING_KS:
+        def level(x: float) -> int:
+            return math.floor((k + 1) * max(0.0, x - PACKING_SHIFT))
+        cap = sum(0 if b > 1.0 + TOL else max(0, k - level(float(b))) for b in cp.base_busy)
+        weights = {}
+        for w, stages in enumerate(data.options):
+            for s, opts in enumerate(stages):
+                for o in opts:
+                    op = data.opt(w, s, o)
+                    if op.kind == NEW and level(op.replica_util) > 0:
+                        weights[w, s, o] = op.replicas * op.shards * level(op.replica_util)
+        if weights:
+            rows.append((weights, cap))
+    return rows
 
 
 def _demand_class(o: Option) -> tuple:
@@ -187,11 +221,10 @@ def _compute_cuts(data: Prepared, ev: Evaluation, fail: int) -> list[Cut]:
 
 def lower_bound(data: Prepared, w: int, cap: float | None) -> float:
     """A lower bound on the cost ``M*L`` of workflow ``w``'s feasible variants (``inf``: none can
-    cost at most ``cap``). Exact over constraints 1-2: a sweep over the stages keeps the Pareto
-    front of partial (latency, memory) sums (a dominated partial sum never ends cheaper, all
-    terms being nonnegative), dropping partial sums that, completed with every later stage's
-    smallest latency and memory, break the latency SLO or exceed ``cap``. Without a cap, or if
-    the front outgrows ``FRONT_LIMIT``, the bound uses those per-stage minima instead."""
+    cost at most ``cap``). Exact over constraints 1-2: ``selector.pareto.front`` keeps the Pareto
+    front of partial (latency, memory) sums, dropping those that, completed with every later
+    stage's smallest latency and memory, break the latency SLO or exceed ``cap``. Without a cap,
+    or if the front outgrows ``FRONT_LIMIT``, the bound uses those per-stage minima instead."""
     cp = data.cp
     wf = cp.workflows[w]
     opts = data.options[w]
@@ -199,32 +232,17 @@ def lower_bound(data: Prepared, w: int, cap: float | None) -> float:
         return math.inf
     lat = [np.array([wf.stages[s].calls * data.opt(w, s, o).latency_s for o in keep]) for s, keep in enumerate(opts)]
     mem = [np.array([data.opt(w, s, o).replicas * data.opt(w, s, o).mem_gb for o in keep]) for s, keep in enumerate(opts)]
-    n = len(opts)
-    sl, sm = np.zeros(n + 1), np.zeros(n + 1)
-    for s in range(n - 1, -1, -1):
-        sl[s], sm[s] = sl[s + 1] + lat[s].min(), sm[s + 1] + mem[s].min()
     slo = cp.problem.task.latency_slo_s + TOL
-    if sl[0] > slo * (1 + 1e-12):
+    low_l, low_m = suffix_minima(lat, mem, 0)
+    if low_l > slo * (1 + 1e-12):
         return math.inf
     if cap is None:
-        return float(sl[0] * sm[0])
-    limit = cap * (1 + 1e-12) + 1e-12
-    fl, fm = np.zeros(1), np.zeros(1)
-    for s in range(n):
-        cl = (fl[:, None] + lat[s][None, :]).ravel()
-        cm = (fm[:, None] + mem[s][None, :]).ravel()
-        keep = (cl + sl[s + 1] <= slo * (1 + 1e-12)) & ((cl + sl[s + 1]) * (cm + sm[s + 1]) <= limit)
-        cl, cm = cl[keep], cm[keep]
-        if cl.size == 0:
-            return math.inf
-        order = np.lexsort((cm, cl))
-        cl, cm = cl[order], cm[order]
-        prev = np.minimum.accumulate(np.concatenate([[np.inf], cm[:-1]]))
-        front = cm < prev
-        fl, fm = cl[front], cm[front]
-        if fl.size > FRONT_LIMIT:
-            return float(((fl + sl[s + 1]) * (fm + sm[s + 1])).min())
-    return float((fl * fm).min())
+        return low_l * low_m
+    fl, fm, done = front(lat, mem, slo, cap=cap, limit=FRONT_LIMIT)
+    if fl.size == 0:
+        return math.inf
+    rest_l, rest_m = suffix_minima(lat, mem, done)
+    return float(((fl + rest_l) * (fm + rest_m)).min())
 
 
 def no_good(variant: Variant) -> Cut:

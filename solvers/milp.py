@@ -25,7 +25,9 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
   - ``sharing: compute`` (section 9), in ``UTIL_SCALE`` units: per GPU ``g`` of reusable
     instances, ``sum_{o reuses an instance on g} util[o] y <= (1 + 1e-9 - busy_g) UTIL_SCALE + S/2``
     (exact: the reuse check), and the necessary ``sum cload[o] y <= room UTIL_SCALE + S/2`` with
-    ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``
+    ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``,
+    and the integer bin-packing rows of ``_exact.packing_rows`` (e.g. shards above one half
+    cannot share a GPU), also necessary for any placement
   - the driver's lower bound on the workflow's cost: ``P >= bound`` (widened as below)
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
   Every bound is widened by the rounding error, so the model *relaxes* the spec: no truly
@@ -56,7 +58,7 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, packing_rows, solve_exact
 from solvers.base import Selector
 
 SCALE = 1_000_000
@@ -112,6 +114,7 @@ class CpSatBackend:
         self.slack = s / 2 + 1e-6          # rounding error of a sum over s stages, in units
         self.e_lat = self.slack / self.ls  # seconds
         self.e_mem = self.slack / self.ms  # GB
+        self._packing = packing_rows(data) if data.cp.compute else []
 
     # -- model -----------------------------------------------------------------------------
     def _build(self, *, reuse_only: bool, cuts: list[Cut], workflows: tuple[int, ...]):
@@ -177,6 +180,10 @@ class CpSatBackend:
                 m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
         m.add(sum(round(d.opt(*k).compute_load * self.us) * v for k, v in y.items())
               <= math.floor((cp.compute_room + TOL) * self.us + self.slack))
+        for weights, cap in self._packing:
+            terms = [c * y[k] for k, c in weights.items() if k in y]
+            if terms:
+                m.add(sum(terms) <= cap)
 
     def _widening(self) -> float:
         """Bound (GB*s) on ``|P / (MEM_SCALE LAT_SCALE) - M L|`` (module docstring)."""

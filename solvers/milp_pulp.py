@@ -14,7 +14,8 @@ data and *linearises* the product ``M * L``:
   - ``sharing: compute`` (section 9): per GPU ``g`` of reusable instances
     ``busy_g + sum_{o reuses an instance on g} util[o] y <= 1 + 1e-9`` (exact: the reuse check),
     and the necessary ``sum cload[o] y <= sum_g max(0, 1 + 1e-9 - busy_g)`` (``cload``: the
-    utilisation an option adds over all its GPUs)
+    utilisation an option adds over all its GPUs), and the integer bin-packing rows of
+    ``_exact.packing_rows``
   - the driver's lower bound on the workflow's cost (``solvers/_exact.py``):
     ``cost >= bound (1 - WINDOW_REL)``
   - product linearisation (big-M with ``U = latency_slo_s``):
@@ -39,7 +40,7 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, packing_rows, solve_exact
 from solvers.base import Selector
 
 WINDOW_REL = 1e-6
@@ -90,6 +91,7 @@ class PulpBackend:
         self.data = data
         self.threads = threads
         self.u = data.cp.problem.task.latency_slo_s + TOL
+        self._packing = packing_rows(data) if data.cp.compute else []
 
     def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
                workflows: tuple[int, ...], bound: float = 0.0):
@@ -170,6 +172,10 @@ class PulpBackend:
             if len(terms) > 1:
                 lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_busy[g])
         lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
+        for weights, cap in self._packing:
+            terms = [c * y[k] for k, c in weights.items() if k in y]
+            if terms:
+                lp += pulp.lpSum(terms) <= cap
 
     def _solve(self, lp, deadline: float):
         import highspy

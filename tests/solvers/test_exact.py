@@ -113,6 +113,30 @@ def test_deep_multi_workflow_space_is_proved_with_workflows_pruned(sharing):
     assert (ref.stages, ref.cost_gb_s) == (milp.stages, milp.cost_gb_s)
 
 
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("seed", range(0, 120, 8))
+def test_busy_problems_under_compute_sharing(solver, seed):
+    """Three times the load: section 9's packing rows and cuts decide; still exhaustive's optimum."""
+    d = random_problem(seed).to_dict()
+    d["cluster"]["sharing"] = "compute"
+    d["task"]["arrival_rate_rps"] *= 3.0
+    p = parse_problem(d)
+    assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_deep_infeasible_space_gets_its_reason(solver, sharing):
+    """~9e13 variants, none placeable: the reason comes from a Pareto sweep, not from counting
+    variants until the time limit (which once left 'unknown: time limit reached while diagnosing')."""
+    from selector.synthetic import synthetic_problem
+    d = synthetic_problem(depths=(7, 5, 3), seed=0, arrival_rate_rps=12.0).to_dict()
+    d["cluster"]["sharing"] = sharing
+    plan = get_solver(solver).select(parse_problem(d), time_limit_s=30)
+    assert plan.status == "infeasible"
+    assert plan.reason.startswith("placement: none of the variants (not counted"), plan.reason
+
+
 @pytest.mark.parametrize("sharing", ["memory", "compute"])
 def test_workflow_lower_bound_is_a_bound(sharing):
     """lower_bound never exceeds the cost of a feasible variant of its workflow, and with that
