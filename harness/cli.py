@@ -1,4 +1,8 @@
-"""``python -m harness``: what-if simulation from the shell.
+"""``python -m harness``: what-if simulation, and real servers, from the shell.
+
+    python -m harness simulate ...        what-if: one deployment on one trace, simulated
+    python -m harness launch PLAN.json    one server per planned instance; prints the endpoints
+    python -m harness replay ...          the what-if's trace replayed on live endpoints (same JSON)
 
 User errors (a bad option, an unknown model, a malformed trace line) print one line on
 standard error and exit with status 2; never a traceback.
@@ -128,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
+    from harness.servecli import add_launch, add_replay
+    add_launch(sub)
+    add_replay(sub)
     return ap
 
 

@@ -109,6 +109,16 @@ def replay_live(problems: Sequence[Problem], deps: Sequence[Deployment | None],
     ``harness.servers.deploy``); metrics as ``harness.replay.replay`` (docs/metrics.md), times in
     wall seconds, plus TTFT/TPOT per call. ``on_request`` sees each request's row when it ends."""
     instances, tasks = sim_tasks(problems, deps, tokens)
+    return replay_tasks(tasks, instances, workload, endpoints=endpoints, price_per_gb_s=price_per_gb_s,
+                        settings=settings, on_request=on_request)
+
+
+def replay_tasks(tasks: Sequence[SimTask], instances: Sequence, workload: Workload, *,
+                 endpoints: Mapping[str, Endpoint], price_per_gb_s: float = 0.0,
+                 settings: LiveSettings = LiveSettings(),
+                 on_request: Callable[[dict], None] | None = None) -> LiveReplayResult:
+    """:func:`replay_live` on routed tasks as ``harness.replay.sim_tasks`` builds them (or by
+    hand: a trace replay, the closed loop); ``instances``: the ``InstanceSpec`` s (memory, cost)."""
     routed = {i for t in tasks for s in t.stages for ids in s.groups for i in ids}
     missing = sorted(routed - set(endpoints))
     if missing:
@@ -135,6 +145,34 @@ def replay_live(problems: Sequence[Problem], deps: Sequence[Deployment | None],
         **call_stats(calls), "dispatch_lag_max_s": run.lag_max_s, "time_scale": settings.time_scale,
         "wall_s": run.wall_s})
     return LiveReplayResult(summary, per_task, sorted(run.requests, key=lambda r: r["request"]), calls)
+
+
+def replay_trace(trace, endpoints: Mapping[str, Endpoint], *, settings: LiveSettings = LiveSettings(),
+                 latency_slo_s: float = float("inf")) -> LiveReplayResult:
+    """The what-if replay (``python -m harness simulate``) on live servers: each trace row is one
+    call of its own prompt and output tokens, sent to one of ``endpoints`` (replicas of one
+    deployment) by least outstanding calls. ``summary`` gains ``harness.metrics.latency_summary``'s
+    ``e2e_s``, ``ttft_s``, ``tpot_s`` (mean/p50/p90/p99; ``queue_s`` is not observable: None)."""
+    from harness.cluster import SimStage
+    from harness.metrics import QUANTILES
+    from selector.deployment import Route
+    ids = tuple(endpoints)
+    stage = SimStage("call", 1, 1, 1, (Route(ids),))          # sizes = the trace's tokens (scales below)
+    task = SimTask(trace.name, latency_slo_s, (stage,))
+    n = len(trace)
+    wl = Workload(np.asarray(trace.arrived_at_s, dtype=float), np.zeros(n, dtype=np.int64),
+                  np.asarray(trace.prompt_tokens, dtype=float), np.asarray(trace.output_tokens, dtype=float),
+                  np.full(n, 0.5))
+    res = replay_tasks([task], [], wl, endpoints=endpoints, settings=settings)
+    due = {r["request"]: r["arrival_s"] for r in res.requests}
+    ok = [c for c in res.calls if c["error"] is None]          # one call per request: times from its due time
+    none = {"mean": None, **{k: None for k, _ in QUANTILES}}
+    summary = {**res.summary, "e2e_s": stats(np.array([c["end_s"] - due[c["request"]] for c in ok], dtype=float)),
+               "ttft_s": stats(np.array([c["start_s"] - due[c["request"]] + c["ttft_s"] for c in ok
+                                         if c["ttft_s"] is not None], dtype=float)),
+               "tpot_s": stats(np.array([c["tpot_s"] for c in ok if c["tpot_s"] is not None], dtype=float)),
+               "queue_s": none}
+    return LiveReplayResult(summary, res.per_task, res.requests, res.calls)
 
 
 def call_stats(calls: Sequence[dict]) -> dict[str, float | None]:

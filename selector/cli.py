@@ -54,6 +54,33 @@ def _resolve(args: argparse.Namespace) -> int:
     return resolve_cli(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    """The plan's servers as a launch script, a docker-compose file or Kubernetes manifests. The
+    rendering lives with the launchers (``harness.servers.export``): this command-line face
+    reaches it as it reaches the solver registry; selector's core never imports it."""
+    from harness.servers.export import export_plan
+    from profiler.steps import UnknownName
+    paths = {}
+    for v in args.model_path or ():
+        name, sep, path = v.partition("=")
+        if not sep:
+            raise ProblemError("--model-path", f"expected MODEL=DIR, got {v!r}")
+        paths[name] = path
+    try:
+        text = export_plan(args.plan, args.format, backend=args.backend, gpu=args.gpu, model_paths=paths,
+                           base_port=args.base_port, image=args.image, namespace=args.namespace,
+                           dtype=args.dtype)
+    except UnknownName as exc:
+        raise ProblemError("--gpu", str(exc)) from None
+    except (KeyError, ValueError) as exc:
+        raise ProblemError(str(args.plan), str(exc.args[0]) if exc.args else str(exc)) from None
+    if args.out is None:
+        print(text, end="")
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
 def format_plan(d: dict) -> str:
     """A readable rendering of a plan dict."""
     head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']})"
@@ -87,6 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--time-limit", type=float, default=60.0)
     dp.add_argument("--json", action="store_true")
     dp.set_defaults(func=_deploy)
+    ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
+    ep.add_argument("plan", type=Path, help="plan JSON (solve --json / deploy --json)")
+    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True)
+    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm")
+    ep.add_argument("--gpu", required=True, help="catalog GPU the plan is for (memory shares), e.g. a6000")
+    ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
+                    help="checkpoint of a catalog model (default: its hf_id)")
+    ep.add_argument("--base-port", type=int, default=8100)
+    ep.add_argument("--dtype", default="auto")
+    ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
+    ep.add_argument("--namespace", default="default", help="Kubernetes namespace")
+    ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
+    ep.set_defaults(func=_export)
     rp = sub.add_parser("resolve", help="turn catalog + task + cluster + profile into a resolved problem")
     from selector.resolve import add_resolve_args
     add_resolve_args(rp)
