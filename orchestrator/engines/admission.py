@@ -24,6 +24,12 @@ newest partially prefilled sequence first, then the newest decoding one.
 
 A prefill of ``n`` new tokens on top of ``c`` tokens already in the KV cache (a continued
 prompt, a prefix-cache hit, an earlier chunk) pays attention work ``(c + n)^2 - c^2``.
+
+Background sequences (``Seq.background``, queued in ``LLMCore.background``: Teola's partial
+prefills) never go ahead of a queued regular one: every policy admits them only after the
+regular queue is empty, into what is left of a prefill pass (or, for ``sarathi``, of an
+iteration's token budget) that runs anyway, or on an instance with nothing else to do. Without
+background sequences every policy behaves exactly as described above.
 """
 from __future__ import annotations
 
@@ -48,6 +54,10 @@ class VllmV0:
                 if dur:
                     return dur
                 inst.blocked = (inst.waiting[0], inst.free)
+            elif inst.background and not inst.running and not inst.waiting:   # idle: background may run
+                dur = self._prefill(inst, now)
+                if dur:
+                    return dur
             if not inst.running:
                 return 0.0
             need = inst.need_blocks()
@@ -66,18 +76,28 @@ class VllmV0:
         return tokens + n > limit
 
     def _prefill(self, inst: LLMCore, now: float) -> float:
-        chunks, waiting = inst.chunks, inst.waiting
-        tokens, attn, longest = 0, 0.0, 0
+        acc = self._admit(inst, inst.waiting, (0, 0.0, 0), now)
+        if inst.background and not inst.waiting and (inst.chunks or not inst.running):
+            acc = self._admit(inst, inst.background, acc, now)
+        if not inst.chunks:
+            return 0.0
+        return inst.step.step_s(acc[0], acc[1], 0, 0.0, prefill_seqs=len(inst.chunks))
+
+    def _admit(self, inst: LLMCore, queue: Any, acc: tuple[int, float, int], now: float) -> tuple[int, float, int]:
+        """Admit from the head of ``queue`` into this pass; ``acc`` = (tokens, attention work,
+        longest prompt) of the pass so far."""
+        chunks = inst.chunks
+        tokens, attn, longest = acc
         seats = inst.max_batch - len(inst.running)
         limit = inst.max_batch_tokens
-        while waiting and len(chunks) < seats:
-            c = waiting[0]
+        while queue and len(chunks) < seats:
+            c = queue[0]
             n = c.eff
             if chunks and self.over_budget(tokens, longest, len(chunks), n, limit):
                 break
             if inst.free - inst.new_blocks(c) < inst.watermark:
                 break
-            waiting.popleft()
+            queue.popleft()
             have = c.have
             inst.admit(c, now)
             inst.prefilling.append(c)
@@ -85,9 +105,7 @@ class VllmV0:
             tokens += n
             longest = max(longest, n)
             attn += float(have + n) ** 2 - float(have) ** 2
-        if not chunks:
-            return 0.0
-        return inst.step.step_s(tokens, attn, 0, 0.0, prefill_seqs=len(chunks))
+        return tokens, attn, longest
 
 
 class PaddedPrefill(VllmV0):
@@ -134,12 +152,28 @@ class Sarathi:
             done = c.have + c.filled
             attn += float(done + m) ** 2 - float(done) ** 2
             finishing += c.filled + m == c.eff
-        waiting = inst.waiting
-        while waiting and tokens < budget and n + len(inst.prefilling) < inst.max_batch:
-            c = waiting[0]
+        tokens, attn, finishing = self._admit(inst, inst.waiting, budget, (tokens, attn, finishing), now)
+        if inst.background and not inst.waiting and (chunks or not n):
+            tokens, attn, finishing = self._admit(inst, inst.background, budget, (tokens, attn, finishing), now)
+        if tokens == 0:
+            return 0.0
+        if tokens == n:
+            return inst.decode_s(n, inst.ctx_sum)
+        return inst.step.step_s(tokens - n, attn, n, float(inst.ctx_sum), prefill_seqs=finishing)
+
+    @staticmethod
+    def _admit(inst: LLMCore, queue: Any, budget: int, acc: tuple[int, float, int],
+               now: float) -> tuple[int, float, int]:
+        """Admit from the head of ``queue`` while budget, seats and blocks allow; ``acc`` =
+        (tokens, attention work, prompts finishing) of the iteration so far."""
+        chunks = inst.chunks
+        tokens, attn, finishing = acc
+        n = len(inst.running)
+        while queue and tokens < budget and n + len(inst.prefilling) < inst.max_batch:
+            c = queue[0]
             if inst.free - inst.new_blocks(c) < inst.watermark:
                 break
-            waiting.popleft()
+            queue.popleft()
             inst.admit(c, now)
             inst.prefilling.append(c)
             m = min(c.eff, budget - tokens)
@@ -147,11 +181,7 @@ class Sarathi:
             tokens += m
             attn += float(c.have + m) ** 2 - float(c.have) ** 2
             finishing += m == c.eff
-        if tokens == 0:
-            return 0.0
-        if tokens == n:
-            return inst.decode_s(n, inst.ctx_sum)
-        return inst.step.step_s(tokens - n, attn, n, float(inst.ctx_sum), prefill_seqs=finishing)
+        return tokens, attn, finishing
 
 
 def make_admission(config: Any) -> VllmV0 | PaddedPrefill | Sarathi:

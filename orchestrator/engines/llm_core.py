@@ -54,19 +54,23 @@ class Seq:
 
     ``cached``: prefix tokens whose KV is already computed (a prefix-cache hit; not prefilled,
     blocks allocated). ``kv_from``/``park``/``final``: see the module docstring. ``marks``:
-    ascending counts of generated tokens at which the core reports a piece. Times are simulated
+    ascending counts of generated tokens at which the core reports a piece. ``background``: a
+    low-priority prefill (Teola's partial prefilling): admitted only into a prefill pass that runs
+    anyway, with what its budget leaves, or on an idle instance; never ahead of a queued
+    sequence (:meth:`LLMCore.promote` makes it a regular one). Times are simulated
     seconds (NaN until they happen): ``arrival_s`` (reached the instance), ``sched_s`` (first
     admitted), ``first_s`` (first output token), ``done_s`` (finished, parked or rejected).
     ``owner`` is free for the caller."""
 
     __slots__ = ("id", "prompt", "output", "cached", "kv_from", "park", "final", "marks", "mark_i",
                  "arrival_s", "sched_s", "first_s", "done_s", "state", "gen", "have", "held", "eff",
-                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "instance")
+                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "instance", "background")
 
     def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: Any = None, *,
                  cached: int = 0, kv_from: Any = None, park: Any = None, final: bool = True,
-                 marks: Sequence[int] = ()) -> None:
+                 marks: Sequence[int] = (), background: bool = False) -> None:
         self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
+        self.background = background
         self.cached, self.kv_from, self.park, self.final = cached, kv_from, park, final
         self.marks, self.mark_i = tuple(marks), 0
         self.arrival_s = arrival_s
@@ -167,6 +171,7 @@ class LLMCore:
         self.prefilling: deque[Seq] = deque()    # admitted, prompt not fully prefilled
         self.running: dict[int, Seq] = {}        # decoding, in admission order
         self.ready: deque[Seq] = deque()         # continue a parked KV with nothing to prefill
+        self.background: deque[Seq] = deque()    # low-priority prefills (Seq.background)
         self.parked: dict[Any, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
         self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
         self.mark_buckets: dict[int, list[Seq]] = {}
@@ -245,10 +250,25 @@ class LLMCore:
             if s.output - s.gen <= 0:      # nothing left to do
                 return self._finish_now(s, now)
             self.ready.append(s)
+        elif s.background:
+            self.background.append(s)
         elif front:
             self.waiting.appendleft(s)
         else:
             self.waiting.append(s)
+        if self.busy or self.kicked:
+            return None
+        self.kicked = True
+        return (Kick(now, self),)
+
+    def promote(self, s: Seq, now: float) -> Iterable[Event] | None:
+        """Background sequence ``s`` became critical: it joins the end of the regular queue
+        (nothing if it was admitted already); returns the events this causes (a kick)."""
+        s.background = False
+        if s.state != WAITING or s not in self.background:
+            return None
+        self.background.remove(s)
+        self.waiting.append(s)
         if self.busy or self.kicked:
             return None
         self.kicked = True
@@ -376,7 +396,7 @@ class LLMCore:
             if new:
                 events.extend(new)
         self.busy = False
-        if (self.waiting or self.running or self.ready or self.prefilling) and not self.kicked:
+        if (self.waiting or self.running or self.ready or self.prefilling or self.background) and not self.kicked:
             self.kicked = True
             events.append(Kick(now, self))
         return events
@@ -456,7 +476,7 @@ class LLMCore:
         """Recount the O(1) bookkeeping from scratch (tests; slow)."""
         used = sum(self.blocks(s.ctx0 + self.dit - s.join) for s in self.running.values())
         used += sum(self.blocks(s.have + s.eff) for s in self.prefilling)
-        used += sum(s.held for s in self.ready) + sum(s.held for s in self.waiting)
+        used += sum(s.held for q in (self.ready, self.waiting, self.background) for s in q)
         used += sum(self.blocks(t) for t, _ in self.parked.values())
         assert used + self.free == self.total_blocks, (used, self.free, self.total_blocks)
         assert self.ctx_sum == sum(s.ctx0 + self.dit - s.join for s in self.running.values())

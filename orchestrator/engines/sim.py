@@ -42,7 +42,7 @@ def _run(inv: Invocation) -> object:
             return ops.vector_search(x["queries"], x["index"], p["top_k"])
         return ops.web_search([ops.as_text(q) for q in x["queries"]], p["top_k"], p["result_tokens"])
     if inv.kind == Kind.RERANKING:
-        return ops.rerank(x["query"], x["candidates"], p["top_n"])
+        return ops.rerank(x["query"], x["candidates"], p["top_n"], scored=bool(p.get("scored")))
     raise EngineError(f"no semantics for {inv.kind}")
 
 
@@ -101,8 +101,14 @@ class SimLLMEngine(Engine):
     logits give the first output token), a PartialPrefilling parks a prefix (no token), a
     FullPrefilling continues a parked prefix (queued first, as Ayo's vLLM re-queues a continued
     prompt) and a Decoding continues a parked KV with nothing to prefill, streaming JSON-list items
-    as their tokens are generated. With ``prefix_caching`` a prompt's first segment, once seen,
-    is not prefilled again.
+    as their tokens are generated (the list closes after ``params['close_tokens']`` tokens when
+    given). With ``prefix_caching`` a prompt's first segment, once seen, is not prefilled again.
+
+    A PartialPrefilling is a background sequence (``Seq.background``: it only fills a prefill
+    pass that runs anyway or an idle instance) until :meth:`promote` says its full prefill waits
+    for it. :meth:`load_tokens` (KV held + prompt tokens queued or announced) is what the engine
+    scheduler balances; :meth:`takes_background` says whether a background prefill would run
+    soon here.
 
     Under the discrete-event runtime the core runs on the runtime's loop (``iterative``:
     :meth:`attach`, then :meth:`enqueue`). ``submit`` (the batch-at-once protocol of the other
@@ -123,6 +129,9 @@ class SimLLMEngine(Engine):
         self._kv: dict[str, tuple[str, ...]] = {}        # kv_key -> prompt segments (content)
         self._prefixes: set[str] = set()
         self._seqs: dict[int, tuple[Invocation, Any, list]] = {}   # seq id -> (invocation, value, pieces)
+        self._live: dict[str, Seq] = {}              # invocation key -> its sequence in the core
+        self._critical: set[str] = set()             # partial prefills promoted before they arrived
+        self._announced: dict[str, int] = {}         # invocation key -> prompt tokens on their way
         self._next = 0
         self._target: LLMTarget | None = None
 
@@ -141,6 +150,32 @@ class SimLLMEngine(Engine):
 
     def occupied_kv_tokens(self) -> int:
         return self.core.used_kv_tokens
+
+    def load_tokens(self) -> int:
+        """KV tokens held plus prompt tokens still to prefill (queued here or announced)."""
+        c = self.core
+        queued = sum(s.eff - s.filled for q in (c.waiting, c.background, c.prefilling) for s in q)
+        return c.used_kv_tokens + queued + sum(self._announced.values())
+
+    def takes_background(self) -> bool:
+        """Whether a background prefill handed over now would run soon: the instance is idle, or
+        a regular prompt is queued or announced (a prefill pass is due)."""
+        c = self.core
+        return bool(c.waiting or self._announced) or not (c.busy or c.running or c.prefilling or c.ready)
+
+    def announce(self, batch: Sequence[Invocation]) -> None:
+        """``batch`` is on its way here (:meth:`enqueue` follows after the dispatch overhead)."""
+        for inv in batch:
+            if inv.kind in PREFILL_KINDS:
+                self._announced[inv.key] = ops.n_tokens(inv.inputs.get("segments", ()))
+
+    def promote(self, key: str, now_s: float) -> list[Event]:
+        """The partial prefill ``key`` became critical (its full prefill waits only for it)."""
+        s = self._live.get(key)
+        if s is None:
+            self._critical.add(key)
+            return []
+        return list(self.core.promote(s, now_s) or ())
 
     def holds_kv(self, kv_key: str) -> bool:
         return kv_key in self.core.parked
@@ -163,7 +198,9 @@ class SimLLMEngine(Engine):
         check_kinds(self, batch)
         events: list[Event] = []
         for inv in batch:
+            self._announced.pop(inv.key, None)
             seq, front = self._seq(inv)
+            self._live[inv.key] = seq
             events.extend(self.core.submit(seq, now_s, front=front) or ())
         return events
 
@@ -175,9 +212,10 @@ class SimLLMEngine(Engine):
                 raise EngineError(f"{self.name}: Decoding {inv.key} has no KV cache {inv.kv_key!r} here")
             n = int(inv.params["output_tokens"])
             fmt = inv.params["fmt"]
+            close = inv.params.get("close_tokens")
             text = ops.generate(self._kv.pop(inv.kv_key), fmt=fmt, n_tokens_out=n,
-                                n_items=int(inv.params.get("n_items", 1)))
-            pieces = stream_pieces(text, n) if fmt == "json_list" else []
+                                n_items=int(inv.params.get("n_items", 1)), close_tokens=close)
+            pieces = stream_pieces(text, n, close) if fmt == "json_list" else []
             self._seqs[self._next] = (inv, text, pieces)
             return Seq(self._next, 0, n, kv_from=inv.kv_key, marks=[st for st, _ in pieces]), False
         segs = ops.prompt_segments(inv.inputs["segments"])
@@ -193,11 +231,14 @@ class SimLLMEngine(Engine):
                 cached = ops.n_tokens(segs[0])
             self._prefixes.add(segs[0])
         self._seqs[self._next] = (inv, segs, pieces)
+        partial = inv.kind == Kind.PARTIAL_PREFILLING
         return Seq(self._next, ops.n_tokens(segs) - cached, 0, cached=cached, park=inv.kv_key,
-                   final=inv.kind != Kind.PARTIAL_PREFILLING), False
+                   final=not partial, background=partial and inv.key not in self._critical), False
 
     def _seq_done(self, seq: Seq, now: float) -> Iterable[Event] | None:
         inv, value, _ = self._seqs.pop(seq.id)
+        self._live.pop(inv.key, None)
+        self._critical.discard(inv.key)
         if seq.failed:
             return self._target.failed(inv.key, f"{self.name}: {inv.kind} needs {seq.tokens0 + seq.output} "
                                        f"KV tokens, more than the cache holds", now)

@@ -107,7 +107,7 @@ class SimState:
             return self.complete(q, nid, q.payload[n.params["field"]])
         inputs = {k: ops.resolve(v, q.store) for k, v in n.inputs.items()}
         if n.kind == Kind.AGGREGATE:
-            return self.complete(q, nid, ops.aggregate(inputs["parts"], n.params["mode"]))
+            return self.complete(q, nid, ops.aggregate(inputs["parts"], n.params["mode"], top_n=n.params.get("top_n")))
         if n.kind == Kind.CONDITION:
             return self.complete(q, nid, ops.condition(inputs["x"]))
         if n.engine not in self.schedulers:
@@ -141,11 +141,24 @@ class SimState:
             q.indeg[c] -= 1
             if q.indeg[c] == 0:
                 out += self.ready(q, c)
+            elif q.indeg[c] == 1:
+                out += self.promote_partial(q, c)
         if q.finish_s is None and all(o in q.store for o in q.graph.outputs):
             q.finish_s = self.now
             self.results.append(RequestResult(q.qid, q.arrival_s, self.now,
                                               {o: q.store[o] for o in q.graph.outputs}, len(q.graph.nodes)))
         return out
+
+    def promote_partial(self, q: QueryRun, nid: str) -> list:
+        """A FullPrefilling that now waits only for its PartialPrefilling makes that partial
+        critical: the engine scheduler and the instance stop treating it as background."""
+        n = q.graph.nodes[nid]
+        if n.kind != Kind.FULL_PREFILLING:
+            return []
+        part = n.inputs["kv"].node
+        if part in q.store:
+            return []
+        return self.schedulers[n.engine].promote(f"{q.qid}/{part}", self.now) + self.request_dispatch()
 
     def fail(self, q: QueryRun, reason: str) -> bool:
         """End query ``q`` unfinished at ``now`` for ``reason``; False when it had already ended."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrator.engines.base import Invocation, InvocationOutput, PieceCallback
-from orchestrator.ops import flatten_candidates
+from orchestrator.ops import flatten_candidates, ranked
 from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.primitives import Kind
 
@@ -82,8 +82,10 @@ class SentenceEmbeddingEngine(WorkerEngine):
 
 class EmbeddingReranker(WorkerEngine):
     """RERANKING: ``inputs['query']``, ``inputs['candidates']`` -> the ``params['top_n']`` texts
-    most similar to the query (cosine of bi-encoder embeddings; ties by text). With
-    ``cross_encoder_dir`` a sentence-transformers ``CrossEncoder`` scores the pairs instead."""
+    most similar to the query (cosine of bi-encoder embeddings; ties by text), as ``[score, text]``
+    pairs with ``params['scored']`` (a part of a pipelined reranking, merged by a top-k
+    Aggregate). With ``cross_encoder_dir`` a sentence-transformers ``CrossEncoder`` scores the
+    pairs instead."""
 
     def __init__(self, *, name: str, model_dir: str | None = None, cross_encoder_dir: str | Path | None = None,
                  max_batch: int = 256) -> None:
@@ -111,7 +113,6 @@ class EmbeddingReranker(WorkerEngine):
         for inv in batch:
             flat = flatten_candidates(inv.inputs["candidates"])
             scores = self._scores(str(inv.inputs["query"]), flat)
-            ranked = sorted(zip(scores, flat), key=lambda st: (-st[0], st[1]))
-            outs.append([t for _, t in ranked[:int(inv.params["top_n"])]])
+            outs.append(ranked(scores, flat, int(inv.params["top_n"]), scored=bool(inv.params.get("scored"))))
         done = time.perf_counter() - t0
         return [InvocationOutput(v, done) for v in outs]

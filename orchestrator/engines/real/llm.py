@@ -143,7 +143,8 @@ class TorchLLMEngine(WorkerEngine):
         fmt, n_out = inv.params.get("fmt", "text"), max(1, int(inv.params.get("output_tokens", 16)))
         if fmt == "json_list":
             k = max(1, int(inv.params.get("n_items", 1)))
-            per = max(1, n_out // k - 1)
+            close = min(n_out, int(inv.params.get("close_tokens") or n_out))   # the list may close early
+            per = max(1, close // k - 1)
             for j in range(k):
                 for t in self._enc('["' if j == 0 else '", "'):
                     yield ("force", t)
@@ -151,6 +152,8 @@ class TorchLLMEngine(WorkerEngine):
                     yield ("free", self._word)
             for t in self._enc('"]'):
                 yield ("force", t)
+            for _ in range(n_out - close):           # free text after it, ignored by the parsers
+                yield ("free", None)
             return
         left = n_out
         if fmt == "yesno":
@@ -222,7 +225,7 @@ class TorchLLMEngine(WorkerEngine):
 
     def _stream(self, inv: Invocation, parser: IncrementalJsonList | None, tok_id: int, pieces: list,
                 t0: float, on_piece: PieceCallback | None) -> None:
-        if parser is None:
+        if parser is None or parser.done:
             return
         for el in parser.feed(self._tok.decode([tok_id])):
             i = len(pieces)
