@@ -13,13 +13,31 @@ CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "teola_a
 def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "t", "--no-progress"]) == 0
     run = tmp_path / "teola_apps_small" / "t"
-    for f in ["summary.parquet", "speedups.parquet", "ablation.parquet", "summary.md",
+    for f in ["summary.parquet", "speedups.parquet", "ablation.parquet", "batch_cap.parquet", "summary.md",
               "latency_vs_rate.png", "ablation.png", "meta.json"]:
         assert (run / f).exists(), f
     sp = pd.read_parquet(run / "speedups.parquet")
     assert set(sp.app) == {"naive_rag", "advanced_rag"} and (sp.speedup_mean > 0).all()
+    assert (sp.n_seeds == 2).all() and (sp.speedup_min <= sp.speedup_max).all()
+    assert set(sp.regime) <= {"low", "low (saturated)"} and (sp.prefix_cache_speedup > 0).all()
+    cap = pd.read_parquet(run / "batch_cap.parquet")
+    assert set(cap.capped) == {False, True} and set(cap.scheme) == {"teola", "teola-blind", "teola-topo-lowest"}
     assert "| app |" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "t", "--no-progress"]) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp      # finished cells are skipped
+
+
+def test_app_overrides_change_a_workload_and_unknown_components_fail():
+    import pytest
+
+    from experiments.context import UserError
+    from experiments.kinds.teola_apps import Params, _app
+    p = Params.model_validate({"app_overrides": {"advanced_rag": {
+        "query": {"answer_tokens": 64}, "params": {"expansion": {"output_tokens": 72, "json_close_tokens": None}}}}})
+    app = _app(p, "advanced_rag")
+    assert app.query.answer_tokens == 64 and app.template().component("expansion").params["output_tokens"] == 72
+    assert _app(p, "naive_rag").query.answer_tokens == 10                 # others untouched
+    with pytest.raises(UserError, match="known"):
+        _app(Params.model_validate({"app_overrides": {"naive_rag": {"params": {"nope": {}}}}}), "naive_rag")
