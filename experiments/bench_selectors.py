@@ -1,8 +1,23 @@
-"""``python -m experiments.bench_selectors``: selection time on the paper-sized space.
+"""``python -m experiments.bench_selectors``: selection time on the paper-sized space and on deep
+three-workflow spaces, in both sharing modes of spec section 9.
 
-Prints, per registered solver, the median wall time over ``--repeats`` runs, the variants
-evaluated per second and the plan's cost; targets (issue 2) on a 2-core machine:
-exhaustive <= 0.5 s and flowmaker <= 20 ms (the paper: ~1 s heuristic, 6.5-40 s exhaustive).
+Spaces (``--spaces``):
+
+* ``paper``: ``selector.synthetic.paper_problem`` (24,310 new-deployment variants) on 8x A6000
+  after three quickstart tasks were deployed with flowmaker in the same sharing mode, so reuse
+  options exist too;
+* ``paper-empty``: the same space on the empty cluster (the gap suite's ``paper-sized.json``);
+* ``deep``: ``selector.synthetic.synthetic_problem(depths=(7, 5, 3))``: three workflows of 7, 5 and
+  3 stages over the 11 real models and 10 configs (about 9e13 variants) on the empty 8x A6000
+  cluster, one per ``--deep-rates`` arrival rate (default 0.6 rps, the base task's, and 2 and 3
+  rps, where compute sharing binds).
+
+Prints, per space, sharing mode and solver, the median and minimum wall time over ``--repeats``
+runs, the variants evaluated per second, the plan's cost and whether it equals the proved
+optimum (``opt``: the cost of an exact solver's ``optimal`` answer on that space). ``exhaustive``
+is skipped on spaces above ``--max-exhaustive`` variants. Targets (issues 2 and 12) on a 2-core
+machine: exhaustive <= 0.5 s and flowmaker <= 20 ms on ``paper``; milp <= 1 s on ``paper`` and
+<= 2 s on ``deep``, in both modes (the paper: ~1 s heuristic, 6.5-40 s exhaustive).
 """
 from __future__ import annotations
 
@@ -14,22 +29,57 @@ import time
 
 from selector.deploy import deploy_task, with_cluster
 from selector.index import NEW, compile_problem
-from selector.problem import Problem
+from selector.problem import Problem, parse_problem
 from selector.resolve import load_catalog, load_cluster_file, resolve_task
-from selector.synthetic import paper_problem
+from selector.synthetic import paper_problem, synthetic_problem
+
+EXACT = ("milp", "milp-pulp", "exhaustive")
 
 
-def paper_sized_problem() -> Problem:
+def paper_sized_problem(sharing: str = "memory") -> Problem:
     """``selector.synthetic.paper_problem`` (24,310 new-deployment variants) on 8x A6000 after
-    three quickstart tasks were deployed with flowmaker, so reuse options exist too."""
+    three quickstart tasks were deployed with flowmaker under ``sharing``, so reuse options exist too."""
     from solvers.registry import get_solver
 
     catalog = load_catalog()
-    cluster, gpu = load_cluster_file()
+    cluster, gpu = load_cluster_file(sharing=sharing)
     for warm in ("code-completion", "chat", "rag-qa"):
         p = resolve_task(warm, catalog=catalog, cluster=cluster, gpu=gpu)
         _, cluster = deploy_task(with_cluster(p, cluster), get_solver("flowmaker"))
     return with_cluster(paper_problem(), cluster)
+
+
+def deep_problem(arrival_rate_rps: float | None = None, sharing: str = "memory",
+                 depths: tuple[int, ...] = (7, 5, 3), seed: int = 0) -> Problem:
+    """Workflows of ``depths`` stages (``selector.synthetic.synthetic_problem``) under ``sharing``."""
+    d = synthetic_problem(depths=depths, seed=seed, arrival_rate_rps=arrival_rate_rps).to_dict()
+    d["cluster"]["sharing"] = sharing
+    return parse_problem(d)
+
+
+def _with_sharing(problem: Problem, sharing: str) -> Problem:
+    d = problem.to_dict()
+    d["cluster"]["sharing"] = sharing
+    return parse_problem(d)
+
+
+def spaces(which: list[str], sharing: list[str], deep_rates: list[float]) -> list[tuple[str, str, Problem]]:
+    out = []
+    for mode in sharing:
+        if "paper" in which:
+            out.append(("paper", mode, paper_sized_problem(mode)))
+        if "paper-empty" in which:
+            out.append(("paper-empty", mode, _with_sharing(paper_problem(), mode)))
+        if "deep" in which:
+            out += [(f"7-5-3@{r:g}rps", mode, deep_problem(r, mode)) for r in deep_rates]
+    return out
+
+
+def describe(problem: Problem) -> str:
+    cp = compile_problem(problem)
+    new_only = sum(math.prod(sum(1 for o in st.options if o.kind == NEW) for st in wf.stages) for wf in cp.workflows)
+    return (f"{cp.variant_space:.4g} variants ({new_only:.4g} new-deployment only), workflows "
+            f"{[len(w.stages) for w in cp.workflows]} stages, {len(problem.cluster.instances)} reusable instances")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,30 +87,44 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m experiments.bench_selectors", description=__doc__.splitlines()[0])
     ap.add_argument("--solvers", nargs="*", default=None, help=f"default: all ({', '.join(names())})")
+    ap.add_argument("--spaces", nargs="*", default=["paper", "paper-empty", "deep"],
+                    choices=["paper", "paper-empty", "deep"])
+    ap.add_argument("--sharing", nargs="*", default=["memory", "compute"], choices=["memory", "compute"])
+    ap.add_argument("--deep-rates", nargs="*", type=float, default=[0.6, 2.0, 3.0],
+                    help="arrival rates (rps) of the 7/5/3-stage spaces")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--max-exhaustive", type=float, default=1e8, help="skip exhaustive above this many variants")
     args = ap.parse_args(argv)
-    problem = paper_sized_problem()
-    cp = compile_problem(problem)
-    new_only = sum(math.prod(sum(1 for o in st.options if o.kind == NEW) for st in wf.stages) for wf in cp.workflows)
-    print(f"paper-sized space: {cp.variant_space} variants ({new_only} new-deployment only), "
-          f"workflows {[w.radices for w in cp.workflows]}, {len(problem.cluster.instances)} reusable instances")
-    print(f"{'solver':<20}{'status':<11}{'median_s':>10}{'min_s':>10}{'variants/s':>14}{'cost_gb_s':>12}")
-    for name in args.solvers or names():
-        try:
-            solver = get_solver(name)
-        except KeyError as exc:
-            print(f"error: --solvers: {exc.args[0]}", file=sys.stderr)
+    chosen = args.solvers or names()
+    for name in chosen:
+        if name not in names():
+            print(f"error: --solvers: unknown solver '{name}'; known: {', '.join(names())}", file=sys.stderr)
             return 2
-        times, plan = [], None
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            plan = solver.select(problem, time_limit_s=args.time_limit)
-            times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
-        rate = plan.variants_evaluated / med if med > 0 else float("inf")
-        cost = f"{plan.cost_gb_s:.6g}" if plan.solved else "-"
-        print(f"{name:<20}{plan.status:<11}{med:>10.4f}{min(times):>10.4f}{rate:>14.0f}{cost:>12}")
+    print(f"{'space':<16}{'sharing':<9}{'solver':<19}{'status':<11}{'median_s':>10}{'min_s':>10}"
+          f"{'variants/s':>13}{'cost_gb_s':>12}  opt")
+    for label, mode, problem in spaces(args.spaces, args.sharing, args.deep_rates):
+        print(f"# {label} ({mode}): {describe(problem)}")
+        rows = []
+        for name in chosen:
+            if name == "exhaustive" and compile_problem(problem).variant_space > args.max_exhaustive:
+                rows.append((name, "skipped", math.nan, math.nan, math.nan, None))
+                continue
+            solver, times, plan = get_solver(name), [], None
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                plan = solver.select(problem, time_limit_s=args.time_limit)
+                times.append(time.perf_counter() - t0)
+            med = statistics.median(times)
+            rows.append((name, plan.status, med, min(times), plan.variants_evaluated / med if med > 0 else math.inf,
+                         plan.cost_gb_s if plan.solved else None))
+        proved = [r[5] for r in rows if r[0] in EXACT and r[1] == "optimal"]
+        opt = proved[0] if proved else None
+        for name, status, med, lo, rate, cost in rows:
+            match = "" if opt is None or status in ("skipped",) else (
+                "yes" if cost is not None and abs(cost - opt) <= 1e-6 * max(abs(opt), 1e-12) else "no")
+            cost_s = "-" if cost is None else f"{cost:.6g}"
+            print(f"{label:<16}{mode:<9}{name:<19}{status:<11}{med:>10.4f}{lo:>10.4f}{rate:>13.0f}{cost_s:>12}  {match}")
     return 0
 
 

@@ -1,11 +1,13 @@
 """Optimality gap of every selector against the proved optimum, over a benchmark suite.
 
 A suite (``configs/benchmarks/*.yaml``) lists frozen problem files (the paper-sized space, the
-seven quickstart tasks deployed in sequence) and a range of seeds for
-``selector.generate.random_problem``. Per problem, the reference (``exhaustive``) proves the
-optimum; every solver then answers and gets a row::
+seven quickstart tasks deployed in sequence; each file carries its own ``cluster.sharing``), and
+ranges of seeds for ``selector.synthetic.paper_problem`` and ``selector.generate.random_problem``,
+generated in every mode of the suite's ``sharing`` list (spec section 9; ids of compute-mode
+copies end in ``-compute``). Per problem, the reference (``exhaustive``) proves the optimum;
+every solver then answers and gets a row::
 
-    problem, family, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
+    problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
     gap_pct, match, same_variant, elapsed_s
 
 ``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
@@ -13,9 +15,10 @@ or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is 
 relative of the optimum (an infeasible problem matches when the solver says infeasible);
 ``same_variant``: the plan's variant, placement and numbers equal the reference's.
 Cells are per problem, so an interrupted run resumes. Outputs: ``gap.parquet``,
-``summary.parquet`` and ``summary.md``.
+``summary.parquet`` and ``summary.md`` (also by family and by sharing mode).
 
-``python -m experiments.kinds.selector_gap --freeze SUITE.yaml`` rewrites the frozen problems.
+``python -m experiments.kinds.selector_gap --freeze SUITE.yaml [MODE ...]`` rewrites the frozen
+problems of the given sharing modes (default: every mode of the suite's ``quickstart.sharing``).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
@@ -60,7 +65,19 @@ class Suite(BaseModel):
     problems: list[str] = Field(default_factory=list)     # frozen problem files, relative to the suite
     random: RandomSpec | None = None
     paper_variants: RandomSpec | None = None              # seeds of selector.synthetic.paper_problem
+    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])   # generated members
     quickstart: dict | None = None                        # how the frozen quickstart files were made
+
+
+def in_mode(problem: Problem, sharing: str, suffix: bool = True) -> tuple[str, Problem]:
+    """``(id, problem)`` of ``problem`` under ``cluster.sharing: sharing``; compute-mode ids end in ``-compute``."""
+    from selector.problem import parse_problem
+    pid = problem.task.name + (f"-{sharing}" if suffix and sharing != "memory" else "")
+    if problem.cluster.sharing == sharing:
+        return pid, problem
+    d = problem.to_dict()
+    d["cluster"]["sharing"] = sharing
+    return pid, parse_problem(d)
 
 
 def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple[str, str, Problem]]:
@@ -78,13 +95,18 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
     for rel in suite.problems:
         p = load_problem(path.parent / rel)
         out.append((p.task.name, "paper" if "paper" in p.task.name else "quickstart", p))
-    if suite.paper_variants is not None:
-        from selector.synthetic import paper_problem
-        v = suite.paper_variants
-        out.extend((f"paper-sized-{s}", "paper", paper_problem(s)) for s in range(v.start, v.stop))
-    if suite.random is not None:
-        stop = suite.random.stop if max_random is None else min(suite.random.stop, suite.random.start + max_random)
-        out.extend((f"rand-{s}", "random", random_problem(s)) for s in range(suite.random.start, stop))
+    for mode in suite.sharing:
+        if suite.paper_variants is not None:
+            from selector.synthetic import paper_problem
+            v = suite.paper_variants
+            for s in range(v.start, v.stop):
+                pid, p = in_mode(paper_problem(s), mode)
+                out.append((pid, "paper", p))
+        if suite.random is not None:
+            stop = suite.random.stop if max_random is None else min(suite.random.stop, suite.random.start + max_random)
+            for s in range(suite.random.start, stop):
+                pid, p = in_mode(random_problem(s), mode)
+                out.append((pid, "random", p))
     return out
 
 
@@ -99,7 +121,7 @@ def _comparable(plan: Plan) -> dict:
                                                  "new_mem_gb", "new_gpus", "accuracy")}
 
 
-def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str) -> dict:
+def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: str = "memory") -> dict:
     """One result row (see the module docstring)."""
     feasible = ref.status == "optimal"
     opt = ref.cost_gb_s if feasible else math.nan
@@ -111,7 +133,8 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str) -> dict:
     else:
         match = abs(cost - opt) <= REL * max(abs(opt), 1e-12) or cost == opt
         gap = 100.0 * (cost - opt) / opt if opt > 0 else (0.0 if cost == 0 else math.nan)
-    return {"problem": pid, "family": family, "variant_space": ref.variant_space, "feasible": feasible,
+    return {"problem": pid, "family": family, "sharing": sharing, "variant_space": ref.variant_space,
+            "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
             "elapsed_s": plan.elapsed_s}
@@ -121,10 +144,11 @@ def solve_problem(pid: str, family: str, problem: Problem, params: Params) -> pd
     ref = _solver(params.reference, params).select(problem, time_limit_s=params.time_limit_s)
     if ref.status == "feasible":
         raise RuntimeError(f"{pid}: reference {params.reference} did not finish within {params.time_limit_s} s")
-    rows = [compare(pid, family, ref, ref, params.reference)]
+    mode = problem.cluster.sharing
+    rows = [compare(pid, family, ref, ref, params.reference, mode)]
     for name in params.solvers:
         plan = _solver(name, params).select(problem, time_limit_s=params.time_limit_s)
-        rows.append(compare(pid, family, ref, plan, name))
+        rows.append(compare(pid, family, ref, plan, name, mode))
     return pd.DataFrame(rows)
 
 
@@ -155,6 +179,14 @@ def baseline_figures(summary: pd.DataFrame) -> dict:
     return out
 
 
+def _figures(df: pd.DataFrame, **where) -> dict:
+    """Baseline figures of a gap table: over all problems, and per sharing mode."""
+    df = df if "sharing" in df else df.assign(sharing="memory")
+    return {**where, "problems": int(df["problem"].nunique()), "solvers": baseline_figures(summarise(df)),
+            "by_sharing": {m: {"problems": int(g["problem"].nunique()), "solvers": baseline_figures(summarise(g))}
+                           for m, g in df.groupby("sharing", sort=False)}}
+
+
 def markdown(summary: pd.DataFrame, title: str) -> str:
     try:
         table = summary.to_markdown(index=False, floatfmt=".4g")
@@ -183,14 +215,19 @@ def run(params: Params, ctx: RunContext) -> None:
     by_family = pd.concat([summarise(g).assign(family=fam) for fam, g in df.groupby("family", sort=False)])
     text = markdown(summary, f"Selector optimality gap: {len(members)} problems ({params.suite})")
     text += "\n## By family\n\n" + markdown(by_family, "").lstrip("# \n")
+    by_mode = pd.concat([summarise(g).assign(sharing=m) for m, g in df.groupby("sharing", sort=False)])
+    text += "\n## By sharing mode (spec section 9)\n\n" + markdown(by_mode, "").lstrip("# \n")
     atomic_write_text(ctx.run_dir / "summary.md", text)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 # -- freezing the suite's problem files ----------------------------------------------------------
-def freeze(suite_path: Path) -> list[Path]:
-    """Rewrite the frozen problems: the paper-sized space, and the quickstart tasks resolved and
-    deployed in sequence with the suite's ``quickstart.solver`` (default exhaustive)."""
+def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
+    """Rewrite the frozen problems of each sharing mode in ``modes`` (default: the suite's
+    ``quickstart.sharing``, else memory): the paper-sized space, and the quickstart tasks resolved
+    and deployed in sequence with the suite's ``quickstart.solver`` (default exhaustive) in that
+    mode. Memory-mode files are ``paper-sized.json`` and ``quickstart-<k>-<task>.json``; a compute
+    mode's carry ``-compute`` after ``paper-sized`` / ``quickstart``."""
     from selector.deploy import deploy_task
     from selector.resolve import load_catalog, load_cluster_file, resolve_task
     from selector.synthetic import paper_problem
@@ -201,14 +238,21 @@ def freeze(suite_path: Path) -> list[Path]:
     q = suite.quickstart or {}
     out_dir = suite_path.parent / "problems"
     out_dir.mkdir(exist_ok=True)
-    written = [_write(out_dir / "paper-sized.json", paper_problem())]
-    cluster, gpu = load_cluster_file(CONFIGS / "clusters" / f"{q.get('cluster', 'a6000x8')}.yaml")
     catalog, solver = load_catalog(), get_solver(q.get("solver", "exhaustive"))
-    for k, task in enumerate(q.get("tasks", [])):
-        p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
-        p = p.model_copy(update={"task": p.task.model_copy(update={"name": f"quickstart-{k + 1}-{task}"})})
-        written.append(_write(out_dir / f"quickstart-{k + 1}-{task}.json", p))
-        _, cluster = deploy_task(p, solver, time_limit_s=600)
+    written = []
+    for mode in modes or q.get("sharing", ["memory"]):
+        tag = "" if mode == "memory" else f"-{mode}"
+        paper = paper_problem()
+        paper = in_mode(paper.model_copy(update={"task": paper.task.model_copy(update={"name": f"paper-sized{tag}"})}),
+                        mode, suffix=False)[1]
+        written.append(_write(out_dir / f"paper-sized{tag}.json", paper))
+        cluster, gpu = load_cluster_file(CONFIGS / "clusters" / f"{q.get('cluster', 'a6000x8')}.yaml", sharing=mode)
+        for k, task in enumerate(q.get("tasks", [])):
+            p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
+            name = f"quickstart{tag}-{k + 1}-{task}"
+            p = p.model_copy(update={"task": p.task.model_copy(update={"name": name})})
+            written.append(_write(out_dir / f"{name}.json", p))
+            _, cluster = deploy_task(p, solver, time_limit_s=600)
     return written
 
 
@@ -224,22 +268,20 @@ def write_baseline(ci_suite: Path, out: Path, full_run: Path | None = None) -> d
     members = load_suite(params.suite)
     df = pd.concat([solve_problem(pid, fam, p, params) for pid, fam, p in tqdm(members, desc="baseline")],
                    ignore_index=True)
-    data = {"ci": {"suite": str(ci_suite), "problems": len(members), "solvers": baseline_figures(summarise(df))}}
+    data = {"ci": _figures(df, suite=str(ci_suite))}
     if full_run is not None:
-        full = pd.read_parquet(full_run / "gap.parquet")
-        data["full"] = {"run": str(full_run), "problems": int(full["problem"].nunique()),
-                        "solvers": baseline_figures(summarise(full))}
+        data["full"] = _figures(pd.read_parquet(full_run / "gap.parquet"), run=str(full_run))
     atomic_write_text(out, json.dumps(data, indent=1) + "\n")
     return data
 
 
-USAGE = ("usage: python -m experiments.kinds.selector_gap --freeze configs/benchmarks/SUITE.yaml\n"
+USAGE = ("usage: python -m experiments.kinds.selector_gap --freeze configs/benchmarks/SUITE.yaml [memory|compute ...]\n"
          "       python -m experiments.kinds.selector_gap --baseline configs/benchmarks/selector_gap_ci.yaml "
          "[results/selector_gap/RUN]")
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--freeze":
-        for p in freeze(Path(sys.argv[2])):
+    if len(sys.argv) >= 3 and sys.argv[1] == "--freeze":
+        for p in freeze(Path(sys.argv[2]), sys.argv[3:] or None):
             print(f"wrote {p}")
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "--baseline":
         full = Path(sys.argv[3]) if len(sys.argv) == 4 else None

@@ -1,21 +1,27 @@
 """Selection time and gap as the problem grows: workflow depth and catalog size.
 
 Problems come from ``selector.synthetic.synthetic_problem``: one workflow of ``depth`` stages
-over the 11 real models (depth axis), and a ``catalog_depth``-stage workflow over catalogs of
-``n_models`` real + interpolated models (catalog axis). Every solver runs with the same cap
-(``time_limit_s``, default 60 s); a solver that hits it reports status ``feasible`` and its
-best answer. The gap is measured against the proved optimum (an exact solver with status
-``optimal``) or, when none proved it, the best cost any solver found (``reference`` column).
+over the 11 real models (``depth`` axis); three workflows of ``depth``, ``depth - 2`` and
+``depth - 4`` stages (at least 1; 7/5/3 at depth 7) over the same models (``multi`` axis, depth
+= the deepest); and a ``catalog_depth``-stage workflow over catalogs of ``n_models`` real +
+interpolated models (``catalog`` axis). Each cell runs in every ``sharing`` mode of spec section
+9. Every solver runs with the same cap (``time_limit_s``, default 60 s); a solver that hits it
+reports status ``feasible`` (or ``unknown``) and its best answer; ``exhaustive`` is skipped on
+spaces above ``max_exhaustive_space`` (status ``skipped``). The gap is measured against the
+proved optimum (an exact solver with status ``optimal``) or, when none proved it, the best cost
+any solver found (``reference`` column).
 
-Rows: ``axis, depth, n_models, seed, variant_space, solver, status, cost_gb_s, elapsed_s,
-capped, ref_cost_gb_s, reference, gap_pct``. Cells are per (axis, size, seed), so a run
-resumes. Outputs: ``scaling.parquet``, ``summary.md`` and four PNGs (time and gap vs depth and
-vs catalog size), also copied to ``results/selector_scaling/`` when ``publish`` is set.
+Rows: ``axis, depth, n_models, seed, sharing, variant_space, solver, status, cost_gb_s,
+elapsed_s, capped, ref_cost_gb_s, reference, gap_pct``. Cells are per (axis, size, seed,
+sharing), so a run resumes. Outputs: ``scaling.parquet``, ``summary.md`` and PNGs (time and gap
+vs depth, vs the deepest of three workflows and vs catalog size; per sharing mode), also copied
+to ``results/selector_scaling/`` when ``publish`` is set.
 """
 from __future__ import annotations
 
 import math
 import shutil
+from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +35,9 @@ EXACT = ("milp", "milp-pulp", "exhaustive")
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     depths: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])
+    multi_depths: list[int] = Field(default_factory=list)      # deepest of three workflows (d, d-2, d-4)
+    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])
+    max_exhaustive_space: float | None = Field(default=None, gt=0)   # skip exhaustive above this
     catalog_sizes: list[int] = Field(default_factory=lambda: [11, 25, 50, 125])
     catalog_depth: int = Field(default=3, ge=1)
     seeds: list[int] = Field(default_factory=lambda: [0])
@@ -39,25 +48,47 @@ class Params(BaseModel):
     publish: bool = True      # copy the PNGs and summary.md to results/<experiment>/
 
 
-def _cells(params: Params) -> list[tuple[str, int, int, int]]:
-    out = [("depth", d, 11, s) for d in params.depths for s in params.seeds]
-    out += [("catalog", params.catalog_depth, m, s) for m in params.catalog_sizes for s in params.seeds]
+def _cells(params: Params) -> list[tuple[str, int, int, int, str]]:
+    out = []
+    for mode in params.sharing:
+        out += [("depth", d, 11, s, mode) for d in params.depths for s in params.seeds]
+        out += [("multi", d, 11, s, mode) for d in params.multi_depths for s in params.seeds]
+        out += [("catalog", params.catalog_depth, m, s, mode) for m in params.catalog_sizes for s in params.seeds]
     return out
 
 
-def solve_cell(axis: str, depth: int, n_models: int, seed: int, params: Params) -> pd.DataFrame:
-    from selector.index import compile_problem
+def multi_depths(depth: int) -> tuple[int, int, int]:
+    """The ``multi`` axis's three workflows: ``depth``, ``depth - 2``, ``depth - 4`` stages (at least 1)."""
+    return depth, max(1, depth - 2), max(1, depth - 4)
+
+
+def cell_problem(axis: str, depth: int, n_models: int, seed: int, sharing: str = "memory"):
+    from selector.problem import parse_problem
     from selector.synthetic import synthetic_problem
+
+    depths = multi_depths(depth) if axis == "multi" else None
+    d = synthetic_problem(n_stages=depth, n_models=n_models, seed=seed, depths=depths).to_dict()
+    d["cluster"]["sharing"] = sharing
+    return parse_problem(d)
+
+
+def solve_cell(axis: str, depth: int, n_models: int, seed: int, params: Params,
+               sharing: str = "memory") -> pd.DataFrame:
+    from selector.index import compile_problem
     from solvers.registry import get_solver
 
-    problem = synthetic_problem(n_stages=depth, n_models=n_models, seed=seed)
+    problem = cell_problem(axis, depth, n_models, seed, sharing)
     space = compile_problem(problem).variant_space
     rows = []
     for name in params.solvers:
+        base = {"axis": axis, "depth": depth, "n_models": n_models, "seed": seed, "sharing": sharing,
+                "variant_space": float(space), "solver": name}
+        if name == "exhaustive" and params.max_exhaustive_space is not None and space > params.max_exhaustive_space:
+            rows.append({**base, "status": "skipped", "cost_gb_s": math.nan, "elapsed_s": math.nan, "capped": False})
+            continue
         solver = get_solver(name, n_trials=params.bayesian_trials) if name == "bayesian" else get_solver(name)
         plan = solver.select(problem, time_limit_s=params.time_limit_s)
-        rows.append({"axis": axis, "depth": depth, "n_models": n_models, "seed": seed, "variant_space": float(space),
-                     "solver": name, "status": plan.status,
+        rows.append({**base, "status": plan.status,
                      "cost_gb_s": plan.cost_gb_s if plan.solved else math.nan, "elapsed_s": plan.elapsed_s,
                      "capped": plan.elapsed_s >= 0.98 * params.time_limit_s})
     df = pd.DataFrame(rows)
@@ -68,7 +99,10 @@ def solve_cell(axis: str, depth: int, n_models: int, seed: int, params: Params) 
         ref, how = float(df["cost_gb_s"].min()), "best-known"
     df["ref_cost_gb_s"] = ref
     df["reference"] = how
-    df["gap_pct"] = 100.0 * (df["cost_gb_s"] - ref) / ref if ref > 0 else 0.0
+    if ref > 0:
+        df["gap_pct"] = 100.0 * (df["cost_gb_s"] - ref) / ref
+    else:       # ref 0: no gap for a 0-cost answer, infinite otherwise; no reference (infeasible): NaN
+        df["gap_pct"] = df["cost_gb_s"].map(lambda c: 0.0 if c == 0 else math.inf) if ref == 0 else math.nan
     return df
 
 
@@ -78,16 +112,20 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
     import matplotlib.pyplot as plt
 
     paths = []
+    df = df if "sharing" in df else df.assign(sharing="memory")
+    modes = list(dict.fromkeys(df["sharing"]))
     for axis, x, label in (("depth", "depth", "workflow depth (stages), 11 models"),
+                           ("multi", "depth", "deepest of three workflows (d, d-2, d-4 stages), 11 models"),
                            ("catalog", "n_models", "catalog size (models)")):
         sub = df[df["axis"] == axis]
         if sub.empty:
             continue
         for metric, ylabel, log in (("elapsed_s", "selection time (s)", True), ("gap_pct", "gap to optimum (%)", False)):
             fig, ax = plt.subplots(figsize=(6, 4))
-            for name, g in sub.groupby("solver", sort=False):
+            for (name, mode), g in sub.groupby(["solver", "sharing"], sort=False):
                 m = g.groupby(x)[metric].mean()
-                ax.plot(m.index, m.values, marker="o", label=name)
+                tag = name if len(modes) == 1 else f"{name} ({mode})"
+                ax.plot(m.index, m.values, marker="o", ls="-" if mode == "memory" else "--", label=tag)
             if metric == "elapsed_s":
                 ax.axhline(time_limit_s, color="grey", ls="--", lw=1, label=f"cap {time_limit_s:g} s")
             ax.set_xlabel(label)
@@ -108,13 +146,13 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    t = df.pivot_table(index=["axis", "depth", "n_models"], columns="solver", values="elapsed_s", aggfunc="mean",
-                       sort=False)
+    df = df if "sharing" in df else df.assign(sharing="memory")
+    keys = ["axis", "depth", "n_models", "sharing"]
+    t = df.pivot_table(index=keys, columns="solver", values="elapsed_s", aggfunc="mean", sort=False)
     t.columns = [f"{c}_s" for c in t.columns]
-    g = df.pivot_table(index=["axis", "depth", "n_models"], columns="solver", values="gap_pct", aggfunc="mean",
-                       sort=False)
+    g = df.pivot_table(index=keys, columns="solver", values="gap_pct", aggfunc="mean", sort=False)
     g.columns = [f"{c}_gap_pct" for c in g.columns]
-    space = df.groupby(["axis", "depth", "n_models"], sort=False)["variant_space"].first()
+    space = df.groupby(keys, sort=False)["variant_space"].first()
     return pd.concat([space, t, g], axis=1).reset_index()
 
 
@@ -126,10 +164,11 @@ def run(params: Params, ctx: RunContext) -> None:
             raise UserError(f"field 'params.solvers': unknown solver '{s}'; known: {', '.join(names())}")
     frames = []
     cells = _cells(params)
-    for axis, depth, n_models, seed in tqdm(cells, disable=not ctx.progress, desc="selector scaling", unit="cell"):
-        cell = ctx.cell_path(f"{axis}-d{depth}-m{n_models}-s{seed}")
+    for axis, depth, n_models, seed, mode in tqdm(cells, disable=not ctx.progress, desc="selector scaling",
+                                                  unit="cell"):
+        cell = ctx.cell_path(f"{axis}-d{depth}-m{n_models}-s{seed}" + ("" if mode == "memory" else f"-{mode}"))
         if not cell.exists():
-            atomic_write_parquet(cell, solve_cell(axis, depth, n_models, seed, params))
+            atomic_write_parquet(cell, solve_cell(axis, depth, n_models, seed, params, mode))
         frames.append(pd.read_parquet(cell))
     df = pd.concat(frames, ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "scaling.parquet", df)
