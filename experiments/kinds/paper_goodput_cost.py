@@ -5,6 +5,10 @@ Each cell (selector, trace, load) is written atomically to ``cells/`` when done;
 with ``--run-id`` skips finished cells. Outputs: ``results.parquet`` (one row per cell),
 ``tasks.parquet`` (per cell and task), ``deployments.parquet``, ``goodput.png``, ``cost.png``
 and ``summary.md`` (ratios against the baselines next to the paper's figures).
+
+``sharing`` (spec section 9) lists the cluster sharing modes to deploy under (default: memory
+only); each mode deploys the seven tasks afresh and replays every cell, rows carry a ``sharing``
+column, and a compute-mode cell, deployment file or plot carries ``compute`` in its name.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import time
 
 import numpy as np
 import pandas as pd
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
@@ -33,6 +39,8 @@ class Params(BaseModel):
     data_dir: str | None = Field(default=None, description="shared data folder; default $FLOWMAKER_SHARED_DATA "
                                                            "or ../shared/data")
     scheduler: str = "vllm"
+    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"], min_length=1,
+                                                        description="cluster sharing modes (spec section 9)")
 
 
 def _solver(spec: str):
@@ -48,10 +56,33 @@ def _label(spec: str) -> str:
     return spec.replace(":", "-")
 
 
+def _tag(sharing: str) -> str:
+    return "" if sharing == "memory" else f"-{sharing}"
+
+
+def in_sharing(problems: list, sharing: str) -> list:
+    """``problems`` with ``cluster.sharing: sharing``."""
+    from selector.problem import parse_problem
+    out = []
+    for p in problems:
+        d = p.to_dict()
+        d["cluster"]["sharing"] = sharing
+        out.append(parse_problem(d))
+    return out
+
+
 def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
-    """Sequential deployment per selector, as quickstart's (``selector.deploy.deploy_task``);
-    returns label -> [(problem seen, Plan)] (``plan.deployment``: what the task deployed)."""
+    """Sequential deployment per selector, as quickstart's (``selector.deploy.deploy_task``), in
+    the problems' sharing mode; returns label -> [(problem seen, Plan)] (``plan.deployment``: what
+    the task deployed) and writes ``deployments.parquet``."""
+    out, rows = _deploy_mode(params, problems, ctx)
+    atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(rows))
+    return out
+
+
+def _deploy_mode(params: Params, problems, ctx: RunContext) -> tuple[dict[str, list], list[dict]]:
     from selector.deploy import deploy_task, with_cluster
+    mode = problems[0].cluster.sharing
     out, rows = {}, []
     for spec in params.selectors:
         solver, cluster, seq = _solver(spec), problems[0].cluster, []
@@ -62,16 +93,15 @@ def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
             seq.append((p, plan))
             dep = plan.deployment
             insts = dep.instances if dep is not None else ()
-            rows.append({"selector": _label(spec), "task": p.task.name, "status": plan.status,
+            rows.append({"sharing": mode, "selector": _label(spec), "task": p.task.name, "status": plan.status,
                          "placed": dep is not None, "workflow": dep.workflow if dep is not None else None,
                          "instances_new": len(insts), "gb_new": sum(i.mem_gb for i in insts),
                          "models": ",".join(sorted({i.model for i in insts})),
                          "spec_violation": plan.extra.get("spec_violation"), "select_s": time.perf_counter() - t0})
         out[_label(spec)] = seq
-        atomic_write_text(ctx.run_dir / "deployments" / f"{_label(spec)}.json",
+        atomic_write_text(ctx.run_dir / "deployments" / f"{_label(spec)}{_tag(mode)}.json",
                           json.dumps({"cluster": cluster.model_dump(mode="json")}, indent=1))
-    atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(rows))
-    return out
+    return out, rows
 
 
 def resolve_all(params) -> tuple[list, str, list[dict]]:
@@ -109,15 +139,23 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.workload import cell_workload
 
     problems, gpu, tokens = resolve_all(params)
-    deps = deploy_all(params, problems, ctx)
+    deps, dep_rows = {}, []
+    for mode in params.sharing:
+        deps[mode], rows = _deploy_mode(params, in_sharing(problems, mode), ctx)
+        dep_rows += rows
+    atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))
     traces = load_traces(params, ctx.seed)
-    cells = [(s, k, ld) for s in deps for k in params.traces for ld in params.loads_pct]
+    cells = [(m, s, k, ld) for m in deps for s in deps[m] for k in params.traces for ld in params.loads_pct]
     engine = EngineConfig(scheduler=params.scheduler)
     rates = [p.task.arrival_rate_rps for p in problems]
     bar = tqdm(total=len(cells), disable=not ctx.progress, desc="cells", unit="cell")
     simulated = 0
-    for label, kind, load in cells:
-        path = ctx.cell_path(f"{label}__{kind}__{load:g}")
+
+    def cell_name(mode: str, label: str, kind: str, load: float) -> str:
+        return f"{label}__{kind}__{load:g}" + ("" if mode == "memory" else f"__{mode}")
+
+    for mode, label, kind, load in cells:
+        path = ctx.cell_path(cell_name(mode, label, kind, load))
         if path.exists():
             bar.update()
             continue
@@ -125,24 +163,51 @@ def run(params: Params, ctx: RunContext) -> None:
         if kind not in params.requests:
             raise UserError(f"field 'params.requests': no request count for trace '{kind}'")
         wl = cell_workload(trace, rates, load=load / 100.0, n_requests=params.requests[kind], seed=ctx.seed)
-        seen = [p for p, _ in deps[label]]
-        res = replay(seen, [plan.deployment for _, plan in deps[label]], tokens, wl, gpu=gpu,
+        seen = [p for p, _ in deps[mode][label]]
+        res = replay(seen, [plan.deployment for _, plan in deps[mode][label]], tokens, wl, gpu=gpu,
                      price_per_gb_s=params.price_per_gb_s, engine=engine)
-        row = {"selector": label, "trace": kind, "load_pct": load, "trace_source": source, **res.summary,
-               "per_task": json.dumps(res.per_task)}
+        row = {"sharing": mode, "selector": label, "trace": kind, "load_pct": load, "trace_source": source,
+               **res.summary, "per_task": json.dumps(res.per_task)}
         atomic_write_parquet(path, pd.DataFrame([row]))
         simulated += res.summary["requests"]
-        bar.set_postfix_str(f"{label} {kind} {load:g}%: {simulated} requests simulated")
+        bar.set_postfix_str(f"{label} ({mode}) {kind} {load:g}%: {simulated} requests simulated")
         bar.update()
     bar.close()
-    df = pd.concat([pd.read_parquet(ctx.cell_path(f"{s}__{k}__{ld:g}")) for s, k, ld in cells], ignore_index=True)
+    df = pd.concat([pd.read_parquet(ctx.cell_path(cell_name(*c))).assign(sharing=c[0]) for c in cells],
+                   ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task"]))
-    tasks = [dict(selector=r.selector, trace=r.trace, load_pct=r.load_pct, **t)
+    tasks = [dict(sharing=r.sharing, selector=r.selector, trace=r.trace, load_pct=r.load_pct, **t)
              for r in df.itertuples() for t in json.loads(r.per_task)]
     atomic_write_parquet(ctx.run_dir / "tasks.parquet", pd.DataFrame(tasks))
-    plots(df, ctx.run_dir)
-    atomic_write_text(ctx.run_dir / "summary.md", summary_md(df, pd.read_parquet(ctx.run_dir / "deployments.parquet")))
+    dep_df = pd.read_parquet(ctx.run_dir / "deployments.parquet")
+    parts = []
+    for mode in deps:
+        plots(df[df.sharing == mode], ctx.run_dir, suffix=_tag(mode))
+        text = summary_md(df[df.sharing == mode], dep_df[dep_df.sharing == mode])
+        parts.append(text if len(deps) == 1 else text.replace("summary\n", f"summary (sharing: {mode})\n", 1))
+    if len(deps) > 1:
+        parts.append(by_sharing_md(df))
+    atomic_write_text(ctx.run_dir / "summary.md", "\n".join(parts))
     print((ctx.run_dir / "summary.md").read_text())
+
+
+def by_sharing_md(df: pd.DataFrame, ref: str = "flowmaker") -> str:
+    """``ref``'s goodput (and cost) per trace and load, one column per sharing mode."""
+    sub = df[df.selector == ref]
+    if sub.empty:
+        return ""
+    good = sub.pivot_table(index=["trace", "load_pct"], columns="sharing", values="goodput", sort=False)
+    cost = sub.pivot_table(index=["trace", "load_pct"], columns="sharing", values="cost_usd", sort=False)
+    modes = list(good.columns)
+    lines = [f"# {ref} by sharing mode (spec section 9)", "",
+             "| trace | load % | " + " | ".join(f"goodput ({m})" for m in modes) + " | "
+             + " | ".join(f"cost USD ({m})" for m in modes) + " |",
+             "|---|---|" + "---|" * (2 * len(modes))]
+    for (trace, load), g in good.iterrows():
+        c = cost.loc[(trace, load)]
+        lines.append(f"| {trace} | {load:g} | " + " | ".join(f"{g[m]:.3f}" for m in modes) + " | "
+                     + " | ".join(f"{c[m]:.4g}" for m in modes) + " |")
+    return "\n".join(lines) + "\n"
 
 
 
@@ -215,7 +280,7 @@ def summary_md(df: pd.DataFrame, deps: pd.DataFrame, ref: str = "flowmaker") -> 
     return "\n".join(lines) + "\n"
 
 
-def plots(df: pd.DataFrame, out) -> None:
+def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -238,5 +303,5 @@ def plots(df: pd.DataFrame, out) -> None:
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
         fig.tight_layout(rect=(0, 0.12, 1, 1))
-        fig.savefig(out / fname, dpi=120)
+        fig.savefig(out / fname.replace(".png", f"{suffix}.png"), dpi=120)
         plt.close(fig)

@@ -1,11 +1,16 @@
 """The main job: resolve the seven tasks on 8x A6000 and deploy them one after another with
-every registered selector; print and store a comparison (cost, latency, instances, GB, time)."""
+every registered selector, in each cluster sharing mode of ``sharing`` (spec section 9: ``memory``,
+the paper's LeastLoaded; ``compute``, GPUs also limited by their summed utilisation); print and
+store a comparison (cost, latency, instances, GB, time) with a ``sharing`` column. Plans go to
+``plans/<selector>.json`` (memory) and ``plans/<selector>-compute.json``."""
 from __future__ import annotations
 
 import json
 import time
 
 import pandas as pd
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
@@ -22,6 +27,7 @@ class Params(BaseModel):
     cluster: str = "a6000x8"
     selectors: list[str] | None = None          # default: every registered selector
     time_limit_s: float = Field(default=30.0, gt=0)
+    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"], min_length=1)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -32,36 +38,44 @@ def run(params: Params, ctx: RunContext) -> None:
         if s not in names():
             raise UserError(f"field 'params.selectors': unknown solver '{s}'; known: {', '.join(names())}")
     try:
-        cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
         catalog = load_catalog()
-        problems = [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu) for t in params.tasks]
+        by_mode = {}
+        for mode in params.sharing:
+            cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml", sharing=mode)
+            by_mode[mode] = (cluster0, [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu)
+                                        for t in params.tasks])
     except ProblemError as exc:
         raise UserError(str(exc)) from None
     (ctx.run_dir / "problems").mkdir(exist_ok=True)
-    for p in problems:
-        atomic_write_text(ctx.run_dir / "problems" / f"{p.task.name}.json", json.dumps(p.to_dict()))
-    rows = []
-    bar = tqdm(total=len(selectors) * len(problems), disable=not ctx.progress, desc="deploying", unit="task")
-    for name in selectors:
-        solver, cluster, plans = get_solver(name), cluster0, []
+    for mode, (_, problems) in by_mode.items():
         for p in problems:
-            bar.set_postfix_str(f"{name}: {p.task.name}")
-            t0 = time.perf_counter()
-            plan, cluster = deploy_task(with_cluster(p, cluster), solver, time_limit_s=params.time_limit_s)
-            rows.append(_row(name, plan, time.perf_counter() - t0))
-            plans.append(plan.to_dict())
-            bar.update()
-        atomic_write_text(ctx.run_dir / "plans" / f"{name}.json",
-                          json.dumps({"plans": plans, "cluster": cluster.model_dump(mode="json")}, indent=1))
+            tag = "" if mode == "memory" else f"-{mode}"
+            atomic_write_text(ctx.run_dir / "problems" / f"{p.task.name}{tag}.json", json.dumps(p.to_dict()))
+    rows = []
+    n_tasks = len(params.tasks)
+    bar = tqdm(total=len(selectors) * n_tasks * len(by_mode), disable=not ctx.progress, desc="deploying", unit="task")
+    for mode, (cluster0, problems) in by_mode.items():
+        for name in selectors:
+            solver, cluster, plans = get_solver(name), cluster0, []
+            for p in problems:
+                bar.set_postfix_str(f"{name} ({mode}): {p.task.name}")
+                t0 = time.perf_counter()
+                plan, cluster = deploy_task(with_cluster(p, cluster), solver, time_limit_s=params.time_limit_s)
+                rows.append({"sharing": mode, **_row(name, plan, time.perf_counter() - t0)})
+                plans.append(plan.to_dict())
+                bar.update()
+            tag = "" if mode == "memory" else f"-{mode}"
+            atomic_write_text(ctx.run_dir / "plans" / f"{name}{tag}.json",
+                              json.dumps({"plans": plans, "cluster": cluster.model_dump(mode="json")}, indent=1))
     bar.close()
     df = pd.DataFrame(rows)
     atomic_write_parquet(ctx.run_dir / "tasks.parquet", df)
     summary = summarise(df)
     atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
     table = summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False)
-    atomic_write_text(ctx.run_dir / "summary.md", f"# Quickstart: {len(problems)} tasks on {params.cluster}\n\n{table}\n")
-    detail = df[["task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s"]]
-    print(detail.sort_values(["task", "selector"], kind="stable").to_string(
+    atomic_write_text(ctx.run_dir / "summary.md", f"# Quickstart: {n_tasks} tasks on {params.cluster}\n\n{table}\n")
+    detail = df[["sharing", "task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s"]]
+    print(detail.sort_values(["sharing", "task", "selector"], kind="stable").to_string(
         index=False, float_format=lambda v: f"{v:.4g}"))
     print()
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -90,21 +104,16 @@ def _choice(stages: list[dict]) -> str:
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per selector: tasks placed (deployed), tasks whose plan meets the spec, total
-    cost and mean latency of those, instances and GB deployed, time."""
-    g = df.groupby("selector", sort=False)
-    return pd.DataFrame({
-        "selector": list(g.groups),
-        "placed": g["placed"].sum().astype(int).values,
-        "spec_ok": g["status"].apply(lambda s: int(s.isin(["optimal", "feasible"]).sum())).values,
-        "tasks": g.size().values,
-        "total_cost_gb_s": g["cost_gb_s"].sum().values,
-        "mean_latency_s": g["latency_s"].mean().values,
-        "instances": g["new_instances"].sum().values,
-        "reused_stages": g["reused_stages"].sum().values,
-        "new_gb": g["new_mem_gb"].sum().values,
-        "select_s_total": g["select_s"].sum().values,
-    })
+    """One row per sharing mode and selector: tasks placed (deployed), tasks whose plan meets the
+    spec, total cost and mean latency of those, instances and GB deployed, time."""
+    df = (df if "sharing" in df else df.assign(sharing="memory")).assign(
+        spec_ok=lambda d: d["status"].isin(["optimal", "feasible"]).astype(int))
+    out = df.groupby(["sharing", "selector"], sort=False).agg(
+        placed=("placed", "sum"), spec_ok=("spec_ok", "sum"), tasks=("task", "size"),
+        total_cost_gb_s=("cost_gb_s", "sum"), mean_latency_s=("latency_s", "mean"),
+        instances=("new_instances", "sum"), reused_stages=("reused_stages", "sum"), new_gb=("new_mem_gb", "sum"),
+        select_s_total=("select_s", "sum")).reset_index()
+    return out.astype({"placed": int, "spec_ok": int})
 
 
 def _has_tabulate() -> bool:
