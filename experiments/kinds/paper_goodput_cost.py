@@ -6,9 +6,10 @@ with ``--run-id`` skips finished cells. Outputs: ``results.parquet`` (one row pe
 ``tasks.parquet`` (per cell and task), ``deployments.parquet``, ``goodput.png``, ``cost.png``
 and ``summary.md`` (ratios against the baselines next to the paper's figures).
 
-``sharing`` (spec section 9) lists the cluster sharing modes to deploy under (default: memory
-only); each mode deploys the seven tasks afresh and replays every cell, rows carry a ``sharing``
-column, and a compute-mode cell, deployment file or plot carries ``compute`` in its name.
+``sharing`` (spec section 9) lists the cluster sharing modes to deploy under (default: the
+cluster file's own, ``sharing:``, else memory); each mode deploys the seven tasks afresh and
+replays every cell, rows carry a ``sharing`` column, and a compute-mode cell, deployment file or
+plot carries ``compute`` in its name.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ class Params(BaseModel):
     data_dir: str | None = Field(default=None, description="shared data folder; default $FLOWMAKER_SHARED_DATA "
                                                            "or ../shared/data")
     scheduler: str = "vllm"
-    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"], min_length=1,
-                                                        description="cluster sharing modes (spec section 9)")
+    sharing: list[Literal["memory", "compute"]] | None = Field(
+        default=None, min_length=1, description="cluster sharing modes (spec section 9); default: the cluster file's")
 
 
 def _solver(spec: str):
@@ -140,7 +141,7 @@ def run(params: Params, ctx: RunContext) -> None:
 
     problems, gpu, tokens = resolve_all(params)
     deps, dep_rows = {}, []
-    for mode in params.sharing:
+    for mode in params.sharing or [problems[0].cluster.sharing]:
         deps[mode], rows = _deploy_mode(params, in_sharing(problems, mode), ctx)
         dep_rows += rows
     atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))

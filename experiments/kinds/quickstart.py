@@ -27,7 +27,8 @@ class Params(BaseModel):
     cluster: str = "a6000x8"
     selectors: list[str] | None = None          # default: every registered selector
     time_limit_s: float = Field(default=30.0, gt=0)
-    sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"], min_length=1)
+    # cluster sharing modes (spec section 9); None: the cluster file's own (`sharing:`, else memory)
+    sharing: list[Literal["memory", "compute"]] | None = Field(default=None, min_length=1)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -40,10 +41,10 @@ def run(params: Params, ctx: RunContext) -> None:
     try:
         catalog = load_catalog()
         by_mode = {}
-        for mode in params.sharing:
+        for mode in params.sharing or [None]:
             cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml", sharing=mode)
-            by_mode[mode] = (cluster0, [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu)
-                                        for t in params.tasks])
+            by_mode[cluster0.sharing] = (cluster0, [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu)
+                                                    for t in params.tasks])
     except ProblemError as exc:
         raise UserError(str(exc)) from None
     (ctx.run_dir / "problems").mkdir(exist_ok=True)

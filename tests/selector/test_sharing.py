@@ -141,3 +141,26 @@ def test_resolve_sharing_option() -> None:
     r = subprocess.run([sys.executable, "-m", "selector", "resolve", "chat", "--sharing", "cpu"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == "" and "--sharing" in r.stderr
+
+
+def test_shipped_compute_cluster_file() -> None:
+    cluster, gpu = load_cluster_file(ROOT / "configs" / "clusters" / "a6000x8-compute.yaml")
+    assert cluster.sharing == "compute" and gpu == "a6000" and len(cluster.gpus) == 8
+
+
+def test_quickstart_reports_both_modes(tmp_path) -> None:
+    import pandas as pd
+
+    from experiments.context import RunContext
+    from experiments.kinds import quickstart
+    ctx = RunContext(run_dir=tmp_path, seed=0, progress=False, config_path=tmp_path / "q.yaml")
+    quickstart.run(quickstart.Params(tasks=["chat", "rag-qa"], selectors=["exhaustive", "langchain"],
+                                     sharing=["memory", "compute"]), ctx)
+    df = pd.read_parquet(tmp_path / "tasks.parquet")
+    assert sorted(set(df["sharing"])) == ["compute", "memory"] and len(df) == 2 * 2 * 2
+    summary = pd.read_parquet(tmp_path / "summary.parquet")
+    assert list(summary[["sharing", "selector"]].itertuples(index=False, name=None)) == [
+        ("memory", "exhaustive"), ("memory", "langchain"), ("compute", "exhaustive"), ("compute", "langchain")]
+    assert (tmp_path / "plans" / "exhaustive.json").exists() and (tmp_path / "plans" / "exhaustive-compute.json").exists()
+    plans = json.loads((tmp_path / "plans" / "langchain-compute.json").read_text())
+    assert plans["cluster"]["sharing"] == "compute"
