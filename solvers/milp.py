@@ -101,6 +101,9 @@ class CpSatBackend:
     """The CP-SAT model of the module docstring; rebuilt per solve (cheap) with the current cuts."""
 
     def __init__(self, data: Prepared, *, workers: int, seed: int) -> None:
+        # import here, not at the first solve: the driver may prove a problem from its bounds
+        # alone, and the first import (~1 s) must not land inside a later, time-limited search
+        from ortools.sat.python import cp_model  # noqa: F401
         self.data = data
         self.workers = workers
         self.seed = seed

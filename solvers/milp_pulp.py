@@ -88,6 +88,7 @@ class PulpBackend:
     """The linearised MILP of the module docstring, rebuilt per solve with the current cuts."""
 
     def __init__(self, data: Prepared, *, threads: int) -> None:
+        import pulp  # noqa: F401 - imported before the search, like milp's CP-SAT (see there)
         self.data = data
         self.threads = threads
         self.u = data.cp.problem.task.latency_slo_s + TOL
