@@ -340,14 +340,14 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
         if not math.isfinite(bound):
             st.pruned += 1
             continue
+        if time.perf_counter() > deadline:        # a workflow left unsearched: no proof
+            st.proved = False
+            break
         hint = (best.workflow, best.choice) if best is not None and best.workflow == w else None
         inc = _incumbent(data, backend, st, objective="cost", reuse_only=False, cap=cap, hint=hint,
                          deadline=deadline, workflows=(w,), bound=bound)
         if inc is not None:
             found.append(inc)
-        if time.perf_counter() > deadline:
-            st.proved = False
-            break
     if not found:
         return None
     best = choose(found)
