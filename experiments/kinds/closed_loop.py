@@ -1,0 +1,27 @@
+"""The closed loop (``harness.closedloop``): a two-stage plan on real servers, the profiler's torch
+backend, calibration, the simulator and a live replay of the same requests, side by side at
+each load. Outputs: ``closed_loop.json`` (everything, probes included), ``results.parquet`` (one
+row per load x source: simulated, measured, profiler only), ``summary.md``, server logs in
+``servers/``. ``seed`` seeds the model weights, arrivals, sizes and prompts."""
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from harness.closedloop import METRICS, LoopConfig, run_loop, summary_md
+
+
+class Params(LoopConfig):
+    """``harness.closedloop.LoopConfig`` (its seed comes from the experiment's ``seed``)."""
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    cfg = LoopConfig(**{**params.model_dump(), "seed": ctx.seed})
+    res = run_loop(cfg, ctx.run_dir, log=lambda m: print(m, flush=True))
+    rows = [{"load": ld["load"], "rate_rps": ld["rate_rps"], "source": src,
+             **{m: ld[src][m] for m in (*METRICS, "e2e_p50_s", "e2e_p99_s", "completed")}}
+            for ld in res["loads"] for src in ("simulated", "measured", "profiler_only")]
+    atomic_write_parquet(ctx.run_dir / "results.parquet", pd.DataFrame(rows))
+    text = (f"# Closed loop: simulator vs {cfg.server} serve on {cfg.device}\n\n" + summary_md(res))
+    atomic_write_text(ctx.run_dir / "summary.md", text)
+    print(text)

@@ -1,0 +1,54 @@
+"""A loose guard on the closed loop (harness.closedloop): a tiny two-stage plan on two real
+``transformers serve`` processes, profiled, calibrated, simulated and replayed live. The
+accuracy targets (mean E2E and TPOT within 20%) belong to the experiment
+(configs/experiments/closed_loop_cpu.yaml, docs/real_execution.md); on a shared 2-core machine
+one run's wall-clock noise alone reaches tens of percent, so this test asks for a factor of 2.5."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.closedloop import LoopConfig, ServedStep, Shape, StageSize, call_service_s, run_loop, workload
+
+
+class _Step:
+    def step_s(self, prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens, *, prefill_seqs=1):
+        return 1e-3 * prefill_tokens + 1e-2 * decode_batch
+
+    weights_gb = 0.5
+
+
+def test_served_step_adds_its_overheads_and_keeps_the_rest():
+    s = ServedStep(_Step(), per_step_s=0.002, per_call_s=0.05)
+    assert s.step_s(100, 1e4, 0, 0.0) == pytest.approx(0.1 + 0.002 + 0.05)
+    assert s.step_s(0, 0.0, 1, 10.0) == pytest.approx(0.01 + 0.002)
+    assert s.weights_gb == 0.5
+    assert call_service_s(s, 100, 4) == pytest.approx(0.152 + 3 * 0.012)
+
+
+def test_workload_rate_and_sizes():
+    cfg = LoopConfig(requests=2000, size_spread=0.5)
+    wl = workload(cfg, 4.0, seed=1)
+    assert wl.arrival_s[0] == 0 and np.all(np.diff(wl.arrival_s) >= 0)
+    assert len(wl) / wl.arrival_s[-1] == pytest.approx(4.0, rel=0.1)
+    assert 0.5 <= wl.prompt_scale.min() and wl.prompt_scale.max() <= 1.5
+
+
+def test_closed_loop_runs_and_roughly_agrees(tmp_path):
+    from tests.real.test_servers import free_port
+    cfg = LoopConfig(shape=Shape(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512),
+                     stages=(StageSize(prompt_tokens=96, output_tokens=12), StageSize(prompt_tokens=48, output_tokens=8)),
+                     requests=8, loads=(0.3,), profile_prompts=(16, 64, 128, 256), profile_output=16,
+                     profile_repeats=3, probes=((40, 10), (120, 10), (80, 16)), base_port=free_port(),
+                     startup_timeout_s=180, timeout_s=120)
+    res = run_loop(cfg, tmp_path, log=lambda m: None)
+    assert json.loads((tmp_path / "closed_loop.json").read_text())["loads"][0]["load"] == 0.3
+    (ld,) = res["loads"]
+    sim, live = ld["simulated"], ld["measured"]
+    assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
+    for m in ("tpot_mean_s", "e2e_mean_s", "ttft_mean_s"):
+        assert 1 / 2.5 < sim[m] / live[m] < 2.5, (m, sim[m], live[m])
+    assert res["calibration"]["tpot_s_mape_pct_after"] < res["calibration"]["tpot_s_mape_pct_before"]
