@@ -11,6 +11,14 @@ cross the wire; primitives' inputs and outputs do.
 ``address``: a running cluster (``ray://...`` or ``host:port``); default: ``RAY_ADDRESS`` or a
 local instance started on first use. ``ray`` is imported only here, when called.
 
+Code reaches the workers through Ray's ``runtime_env``: ``working_dir`` is this checkout (code and
+``configs/``, less the virtual environment, git data, results and logs; a few MB, uploaded once
+per content hash), so workers on other machines need no shared disk, only the same Python
+packages (:func:`runtime_env`). Engines on GPUs get ``num_gpus`` per engine (``run_ray(...,
+num_gpus={engine name: n})``; Ray then sets ``CUDA_VISIBLE_DEVICES`` in their actor). Worker
+output reaches the driver's terminal (``log_to_driver``), and an actor that fails, when its
+engines are built or later, fails with the worker's exception and traceback in the message.
+
 A local instance is private to this machine and this user (issue 14): Ray's GCS, raylet,
 workers and runtime-env agent listen on 127.0.0.1 only (Ray binds its gRPC servers to
 loopback only when the node address is 127.0.0.1, which it uses for a single-node cluster:
@@ -57,9 +65,24 @@ def _private_local_defaults() -> None:
         raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
-def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> Any:
+#: never shipped to workers: environments, git data, outputs
+WORKING_DIR_EXCLUDES = [".venv", "venv", ".git", "results", "logs", "notebooks", "**/__pycache__", "*.egg-info",
+                        ".pytest_cache", ".hypothesis"]
+
+
+def runtime_env() -> dict[str, Any]:
+    """What every Ray worker gets: this checkout as ``working_dir`` (it goes first on the
+    worker's ``sys.path``, and ``configs/`` travels with it) and quiet, offline Hugging Face
+    settings. No ``PYTHONPATH``: nothing depends on the driver's disk."""
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    return {"working_dir": REPO_ROOT, "excludes": list(WORKING_DIR_EXCLUDES), "env_vars": env}
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
+             log_to_driver: bool = True) -> Any:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray listening on loopback
-    only, with token authentication (module docstring); idempotent."""
+    only, with token authentication (module docstring); idempotent. Code ships as
+    :func:`runtime_env`; worker output is printed here unless ``log_to_driver`` is False."""
     address = address or os.environ.get("RAY_ADDRESS")
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     if address is None and not running:
@@ -67,10 +90,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> Any:
     import ray
     if ray.is_initialized():
         return ray
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True, runtime_env={"env_vars": env})
+    ray.init(address=address, num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
+             include_dashboard=False, log_to_driver=log_to_driver, ignore_reinit_error=True,
+             runtime_env=runtime_env())
     if address is None and ray.util.get_node_ip_address() != LOOPBACK:
         ip = ray.util.get_node_ip_address()
         ray.shutdown()
@@ -118,12 +140,16 @@ class RayHost:
 
     def __init__(self, *, name: str, instances: Callable[[], list], policy: Any, max_batch: int | None,
                  sink: Callable[[tuple], None], clock: Callable[[], float], time_scale: float = 1.0,
-                 torch_threads: int | None = None) -> None:
+                 torch_threads: int | None = None, num_gpus: float = 0) -> None:
         import ray
         self._ray = ray
-        cls = ray.remote(num_cpus=0, max_concurrency=4)(_HostActor)
+        self.name = name
+        cls = ray.remote(**actor_options(num_gpus))(_HostActor)
         self.actor = cls.remote(name, instances, policy, torch_threads, time_scale)
-        self._mb = ray.get(self.actor.max_batch.remote())
+        try:
+            self._mb = ray.get(self.actor.max_batch.remote())
+        except Exception as exc:  # noqa: BLE001 - the engines could not be built in the worker
+            raise RuntimeError(f"engine {name}: its Ray actor failed to start: {worker_error(exc)}") from None
         self._buf: list = []
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, args=(sink,), daemon=True, name=f"ray-poll-{name}")
@@ -150,7 +176,7 @@ class RayHost:
                 for ev in self._ray.get(self.actor.poll.remote(0.2)):
                     sink(ev)
             except Exception as exc:  # noqa: BLE001 - the actor died: its engine is dead
-                sink(("dead", f"actor of {self!r}: {type(exc).__name__}"))
+                sink(("dead", f"engine {self.name}: its Ray actor died: {worker_error(exc)}"))
                 return
 
     def close(self) -> list[int]:
@@ -162,6 +188,21 @@ class RayHost:
             self._ray.kill(self.actor)
 
 
+def actor_options(num_gpus: float = 0) -> dict[str, Any]:
+    """Ray options of an engine host's actor: no CPU reserved (its threads mostly wait), the
+    engine's GPUs when it has any."""
+    return {"num_cpus": 0, "num_gpus": num_gpus, "max_concurrency": 4}
+
+
+def worker_error(exc: BaseException, limit: int = 2000) -> str:
+    """A worker-side failure as one readable string: the exception and the worker's traceback
+    (Ray's ``RayTaskError`` / ``RayActorError`` carry it), at most ``limit`` characters."""
+    cause = getattr(exc, "cause", None)
+    text = str(exc) if cause is None else f"{type(cause).__name__}: {cause}\n{exc}"
+    text = text.strip() or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 def _build_real(name: str, kwargs: Mapping[str, Any]) -> list:
     from orchestrator.engines.real.factory import build_real_engines
     app = kwargs["app"]
@@ -171,11 +212,13 @@ def _build_real(name: str, kwargs: Mapping[str, Any]) -> list:
 
 def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[float], *,
             builders: Mapping[str, Callable[[], list]] | None = None, engine_kwargs: Mapping[str, Any] | None = None,
-            address: str | None = None, torch_threads: int | None = None, **kwargs: Any) -> RealtimeReport:
+            address: str | None = None, torch_threads: int | None = None,
+            num_gpus: Mapping[str, float] | None = None, **kwargs: Any) -> RealtimeReport:
     """:func:`~orchestrator.runtime.realtime.run_realtime` with each engine in a Ray actor.
     Engines come from ``builders`` (engine name -> picklable zero-argument callable returning its
     instances) or, for real engines, ``engine_kwargs`` of
-    :func:`orchestrator.engines.real.factory.build_real_engines` (with ``app``)."""
+    :func:`orchestrator.engines.real.factory.build_real_engines` (with ``app``). ``num_gpus``:
+    GPUs per engine name (its actor's Ray resource request; Ray assigns the devices)."""
     ray = init_ray(address)
     if builders is None:
         if engine_kwargs is None:
@@ -184,7 +227,7 @@ def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[fl
     hosts: list[RayHost] = []
 
     def factory(**kw: Any) -> RayHost:
-        h = RayHost(torch_threads=torch_threads, **kw)
+        h = RayHost(torch_threads=torch_threads, num_gpus=(num_gpus or {}).get(kw["name"], 0), **kw)
         hosts.append(h)
         return h
     try:
@@ -201,12 +244,13 @@ def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[fl
 
 
 def map_cells(fn: Callable[..., Any], cells: Sequence[tuple], *, address: str | None = None,
-              max_parallel: int = 1) -> list[Any]:
-    """Run ``fn(*cell)`` for every cell as a Ray task, at most ``max_parallel`` at a time (1 keeps
-    wall-clock measurements from disturbing each other); results in cell order. On any exit
-    other than success (Ctrl-C included) the tasks still running are cancelled."""
+              max_parallel: int = 1, num_gpus: float = 0) -> list[Any]:
+    """Run ``fn(*cell)`` for every cell as a Ray task (``num_gpus`` each), at most
+    ``max_parallel`` at a time (1 keeps wall-clock measurements from disturbing each other);
+    results in cell order. On any exit other than success (Ctrl-C included) the tasks still
+    running are cancelled. A failed cell raises with the worker's exception and traceback."""
     ray = init_ray(address)
-    task = ray.remote(num_cpus=0)(fn)
+    task = ray.remote(num_cpus=0, num_gpus=num_gpus)(fn)
     out: list[Any] = [None] * len(cells)
     running: dict[Any, int] = {}
     try:

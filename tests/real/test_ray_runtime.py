@@ -49,3 +49,36 @@ def test_real_engines_in_actors_same_answers(ray_local, tmp_path):
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
     (run_dir,) = (tmp_path / "res" / "r").iterdir()
     assert pd.read_parquet(run_dir / "summary.parquet")["same_answers_as_teola"].all()
+
+
+def _where() -> str:
+    import orchestrator
+    return orchestrator.__file__
+
+
+def _broken_builder() -> list:
+    raise ValueError("boom from inside the worker")
+
+
+def test_code_ships_with_the_runtime_env_not_a_pythonpath(ray_local):
+    from orchestrator.runtime.ray_runtime import REPO_ROOT, runtime_env
+    env = runtime_env()
+    assert env["working_dir"] == REPO_ROOT and ".venv" in env["excludes"] and "results" in env["excludes"]
+    assert "PYTHONPATH" not in env["env_vars"]
+    where = ray_local.get(ray_local.remote(_where).remote())
+    assert "working_dir_files" in where and not where.startswith(REPO_ROOT)     # the uploaded copy
+
+
+def test_an_actor_that_cannot_build_its_engines_says_why(ray_local):
+    from orchestrator import load_app
+    from orchestrator.runtime.ray_runtime import run_ray
+    app = load_app("naive_rag")
+    builders = {n: _broken_builder for n in app.engines}
+    with pytest.raises(RuntimeError, match="boom from inside the worker"):
+        run_ray(app.template(), app.query_configs(1, np.random.default_rng(0)), [0.0], builders=builders,
+                scheme="teola", timeout_s=60)
+
+
+def test_gpu_engines_request_gpus():
+    from orchestrator.runtime.ray_runtime import actor_options
+    assert actor_options()["num_gpus"] == 0 and actor_options(2)["num_gpus"] == 2
