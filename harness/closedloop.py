@@ -72,7 +72,8 @@ class LoopConfig(_Frozen):
     gpu: str = Field("cpu", description="the device's catalog name for the analytic model (cpu, h200)")
     dtype: Literal["float32", "bfloat16"] = "float32"
     threads: int = Field(1, ge=1, description="CPU threads of each server and of the profile")
-    server: Literal["transformers"] = "transformers"
+    server: Literal["transformers", "torch"] = Field("transformers", description="transformers serve, or the "
+                                                     "project's PyTorch-only server (harness/servers/torchserve.py)")
     stages: tuple[StageSize, StageSize] = (StageSize(prompt_tokens=256, output_tokens=32),
                                            StageSize(prompt_tokens=128, output_tokens=16))
     size_spread: float = Field(0.5, ge=0, lt=1, description="per-request token scale ~ U[1-s, 1+s]")
@@ -126,10 +127,22 @@ def call_service_s(step: Any, prompt: int, output: int) -> float:
 
 # ---- 1-2: model, profile, calibration ------------------------------------------------------
 def build_model(cfg: LoopConfig, where: Path) -> tuple[Path, Any]:
-    """The random checkpoint and its catalog ``ModelSpec`` (name ``loop-llama``)."""
-    from orchestrator.engines.real.tinyllm import TinyLlamaSpec, build_tiny_llama
+    """The random checkpoint (``server: torch``: the decoder's architecture JSON) and its catalog
+    ``ModelSpec`` (name ``loop-llama``)."""
     from profiler.catalog import ModelSpec
     s = cfg.shape
+    if cfg.server == "torch":
+        hd = s.hidden_size // s.num_attention_heads
+        spec = ModelSpec(name="loop-llama", hf_id="none/loop-llama", family="llama-3", layers=s.num_hidden_layers,
+                         hidden=s.hidden_size, heads=s.num_attention_heads, kv_heads=s.num_key_value_heads,
+                         head_dim=hd, ffn=s.intermediate_size, vocab=s.vocab_size, total_params_b=1.0,
+                         active_params_b=1.0, max_context=8192)
+        params = spec.arch_params() / 1e9
+        spec = spec.model_copy(update={"total_params_b": params, "active_params_b": params})
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "arch.json").write_text(json.dumps(spec.model_dump()))
+        return where / "arch.json", spec
+    from orchestrator.engines.real.tinyllm import TinyLlamaSpec, build_tiny_llama
     path = build_tiny_llama(where, TinyLlamaSpec(**s.model_dump(), seed=cfg.seed))
     _clean_head(path)
     c = json.loads((path / "config.json").read_text())
@@ -174,8 +187,47 @@ def profile(cfg: LoopConfig, spec: Any) -> list[dict]:
                              device=dev, settings=settings, points=points))
 
 
+@dataclass(frozen=True)
+class TableStep:
+    """The measured table itself as the step model, for batch-1 instances (prefill-only and
+    decode-only iterations): TTFT interpolated over prompt length, TPOT over context. Used when
+    the fit's libraries (pandas, scipy) are missing, as on a bare GPU machine."""
+    prompts: tuple[float, ...]
+    ttft_s: tuple[float, ...]
+    contexts: tuple[float, ...]
+    tpot_s: tuple[float, ...]
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> TableStep:
+        r = sorted((x for x in rows if x["batch"] == 1), key=lambda x: x["prompt_tokens"])
+        return cls(tuple(float(x["prompt_tokens"]) for x in r), tuple(x["ttft_s"] for x in r),
+                   tuple(x["prompt_tokens"] + x["output_tokens"] / 2 for x in r), tuple(x["tpot_s"] for x in r))
+
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
+        t = float(np.interp(prefill_tokens, self.prompts, self.ttft_s)) if prefill_tokens > 0 else 0.0
+        if decode_batch > 0:
+            t += decode_batch * float(np.interp(decode_context_tokens / decode_batch, self.contexts, self.tpot_s))
+        return t
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.step_s(tokens, float(tokens) ** 2, 0, 0.0)
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return self.step_s(0, 0.0, batch, batch * context_tokens)
+
+
 def calibrate(cfg: LoopConfig, spec: Any, rows: list[dict]) -> tuple[Any, dict]:
-    """The calibrated step model of ``spec`` on ``cfg.gpu`` and a report (MAPE before/after)."""
+    """The calibrated step model of ``spec`` on ``cfg.gpu`` and a report (MAPE before/after);
+    without pandas or scipy, the measured table itself (:class:`TableStep`)."""
+    try:
+        import pandas  # noqa: F401
+        import scipy  # noqa: F401
+    except ImportError as exc:
+        return TableStep.from_rows(rows), {"rows": len(rows), "fitted": None,
+                                           "note": f"{exc.name} missing: the measured table is the step model",
+                                           **{f"{m}_mape_pct_{w}": 0.0 for w in ("before", "after")
+                                              for m in ("ttft_s", "tpot_s")}}
     from profiler.analytic import AnalyticModel
     from profiler.calibration import Calibration, load_default_calibration
     from profiler.measured import all_gpus, rows_to_table
@@ -247,7 +299,8 @@ class _Recording(ClusterSim):
         return super()._done(call, now)
 
 
-ENGINE = EngineConfig(max_num_seqs=1)     # transformers serve: one generate() at a time
+#: transformers serve (and torchserve): one generate() at a time; the KV cache never binds there
+ENGINE = EngineConfig(max_num_seqs=1, kv_capacity_tokens=1 << 20)
 
 
 def simulate(cfg: LoopConfig, step: Any, insts, tasks, wl: Workload, slo_s: float) -> dict:
@@ -291,7 +344,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] = print) 
     path, spec = build_model(cfg, out / "model")
     gpus = (0,) if cfg.device.startswith("cuda") else ()
     env = {"OMP_NUM_THREADS": str(cfg.threads), "MKL_NUM_THREADS": str(cfg.threads), "TRANSFORMERS_VERBOSITY": "error"}
-    specs = {iid: ServerSpec(name=iid.replace("/", "."), backend="transformers", model=str(path), port=cfg.base_port + k,
+    specs = {iid: ServerSpec(name=iid.replace("/", "."), backend=cfg.server, model=str(path), port=cfg.base_port + k,
                              gpus=gpus, dtype=cfg.dtype, engine=ENGINE, env=env, startup_timeout_s=cfg.startup_timeout_s)
              for k, iid in enumerate((A, B))}
     with Fleet(list(specs.values()), log_dir=out / "servers") as fleet:

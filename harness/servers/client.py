@@ -114,10 +114,13 @@ def exact_output_body(backend: str | None, max_tokens: int) -> dict:
         return {}
     if backend in ("vllm", "trtllm"):
         return {"ignore_eos": True}
+    if backend == "torch":
+        return {}                 # harness/servers/torchserve.py always generates max_tokens
+
     if backend == "transformers":
         n = int(max_tokens)
         return {"generation_config": json.dumps({"max_new_tokens": n, "min_new_tokens": n, "do_sample": False})}
-    raise KeyError(f"unknown backend {backend!r}; known: transformers, vllm, trtllm (or none)")
+    raise KeyError(f"unknown backend {backend!r}; known: transformers, vllm, trtllm, torch (or none)")
 
 
 def served_model(base_url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> str:

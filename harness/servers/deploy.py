@@ -160,7 +160,8 @@ def endpoints_from_fleet(fleet: Fleet, specs: Mapping[str, ServerSpec], *, timeo
     for iid, spec in specs.items():
         proc = fleet.servers[spec.name]
         out[iid] = Endpoint(fleet.client(spec.name, timeout_s=timeout_s, retries=retries, **client),
-                            spec.backend if exact_output else None, proc.alive, spec.model)
+                            spec.backend if exact_output else None, proc.alive,
+                            "char" if spec.backend == "torch" else spec.model)
     return out
 
 

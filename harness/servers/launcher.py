@@ -25,6 +25,10 @@ How :class:`EngineConfig` maps to each backend (``-`` = no flag; the backend's o
 | prefix_caching | ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` | ``kv_cache_config.enable_block_reuse`` | - (refused when asked for) |
 | scheduler sarathi / vllm | ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill`` | ``--enable_chunked_prefill`` / - | - |
 
+A fourth backend, ``torch`` (``harness/servers/torchserve.py``: the profiler's decoder behind a
+stdlib HTTP server, PyTorch only), takes ``model`` = an architecture JSON and serves one
+sequence at a time (``max_num_seqs = 1``); it exists for machines where nothing else runs.
+
 Flag sets: vLLM's ``EngineArgs`` (``vllm/engine/arg_utils.py``); TensorRT-LLM's ``trtllm-serve``
 (``tensorrt_llm/commands/serve.py`` at NVIDIA/TensorRT-LLM 00209af: ``--max_batch_size``,
 ``--max_num_tokens``, ``--tp_size``, ``--pp_size``, ``--kv_cache_free_gpu_memory_fraction``,
@@ -64,7 +68,7 @@ class ServerSpec(BaseModel):
     to the launcher's environment."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = Field(pattern=r"^[A-Za-z0-9_.@#-]+$")
-    backend: Literal["transformers", "vllm", "trtllm"] = "transformers"
+    backend: Literal["transformers", "vllm", "trtllm", "torch"] = "transformers"
     model: str
     served_model_name: str | None = None
     host: str = "127.0.0.1"
@@ -92,7 +96,7 @@ class ServerSpec(BaseModel):
         without ``--continuous-batching``)."""
         if self.engine is not None:
             return self.engine
-        return TRANSFORMERS_DEFAULT if self.backend == "transformers" else EngineConfig()
+        return TRANSFORMERS_DEFAULT if self.backend in ("transformers", "torch") else EngineConfig()
 
     @property
     def request_model(self) -> str:
@@ -156,6 +160,14 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
             cmd += ["--num-gpu-blocks-override", str(math.ceil(e.kv_capacity_tokens / e.block_size))]
         if spec.served_model_name:
             cmd += ["--served-model-name", spec.served_model_name]
+    elif b == "torch":
+        if spec.tp * spec.pp > 1 or e.max_num_seqs != 1 or e.prefix_caching:
+            raise ValueError(f"{spec.name}: the torch server runs one sequence at a time on one device "
+                             f"(max_num_seqs 1, no prefix caching, tp = pp = 1)")
+        dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "auto": "fp32"}.get(spec.dtype, spec.dtype)
+        cmd = [sys.executable, str(Path(__file__).with_name("torchserve.py")), "--arch", spec.model,
+               "--host", spec.host, "--port", str(spec.port), "--device", "cuda" if spec.gpus else "cpu",
+               "--dtype", dtype, "--name", spec.request_model]
     elif b == "trtllm":
         cmd = [_bin("trtllm-serve"), spec.model, "--host", spec.host, "--port", str(spec.port),
                "--backend", "pytorch", "--tp_size", str(spec.tp), "--pp_size", str(spec.pp),
@@ -191,7 +203,7 @@ def _transformers(spec: ServerSpec) -> list[str]:
     return cmd
 
 
-BACKENDS = ("transformers", "vllm", "trtllm")
+BACKENDS = ("transformers", "vllm", "trtllm", "torch")
 
 
 def server_env(spec: ServerSpec) -> dict[str, str]:

@@ -94,10 +94,13 @@ class CorpusPrompts:
 
 
 def load_tokenizer(path: str | Path | None) -> Any | None:
-    """A local tokenizer for ``path`` (a checkpoint directory, or a hub id already in the local
-    cache); None when there is none (no network is tried: ``HF_HUB_OFFLINE``)."""
+    """A local tokenizer for ``path`` (a checkpoint directory, a hub id already in the local
+    cache, or ``char``: the torch server's one token per character); None when there is none (no network is tried: ``HF_HUB_OFFLINE``)."""
     if not path:
         return None
+    if str(path) == "char":            # harness/servers/torchserve.py: one token per character
+        from harness.servers.torchserve import CharTokenizer
+        return CharTokenizer()
     import os
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

@@ -9,6 +9,17 @@ Then (unless --no-ops) per-operator timings of Llama-2-7B/70B layers at TP 1-8 f
 tokens in vidur's mlp.csv format (profiler/torch_ops.py), fitted afterwards with
 `python -m profiler calibrate-vidur --ops h200=OUT/ops_mlp.csv`.
 
+With --loop (after the other stages, its --loop-budget-s kept for it) or --loop-only (alone,
+as a second call so the profile keeps its whole budget) the closed loop of harness/closedloop.py
+on this device: two servers of a llama-3.2-1b-shaped random decoder (bf16), by default the
+project's PyTorch-only server (harness/servers/torchserve.py; --loop-server transformers where
+transformers is installed), the profiler's torch backend, calibration (or the measured table
+itself without pandas/scipy), the simulator and a live replay at two loads, simulated vs
+measured TTFT/TPOT/E2E/goodput in summary.md and OUT/loop/closed_loop.json. Its client side
+needs numpy, pydantic, pyyaml and httpx: a site-packages folder at results/device/site (made by
+profiler/scripts/device_carry.sh, carried to the machine) is put on sys.path when present; if
+they are still missing the stage is skipped and says why.
+
 Writes to OUT (argument, else $OUT): rows_torch.jsonl and rows_fingerprint.jsonl (one table
 row per line, profiler/table.py columns plus raw extras), rows_fingerprint_raw.jsonl,
 ops_mlp.csv, summary.json, summary.md, and the parquet tables when pandas + pyarrow + pydantic happen to
@@ -48,11 +59,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-fingerprint", action="store_true")
     p.add_argument("--no-ops", action="store_true", help="skip the per-operator stage")
     p.add_argument("--ops-budget-s", type=float, default=60.0,
-                   help="seconds of --budget-s kept for the per-operator stage (run last)")
+                   help="seconds of --budget-s kept for the per-operator stage")
+    p.add_argument("--loop", action="store_true", help="also run the closed-loop stage (last)")
+    p.add_argument("--loop-only", action="store_true", help="run only the closed-loop stage")
+    p.add_argument("--loop-budget-s", type=float, default=150.0,
+                   help="seconds of --budget-s kept for the closed-loop stage (run last)")
+    p.add_argument("--loop-server", choices=("torch", "transformers"), default="torch")
     a = p.parse_args(argv)
     a.out = a.out or os.environ.get("OUT")
     if not a.out:
         p.error("no output folder: pass OUT or set $OUT")
+    if a.loop_only:
+        a.loop = True
     return a
 
 
@@ -112,6 +130,10 @@ def _summary_md(s: dict) -> str:
         lines += ["", f"Per-operator stage: {o['rows']} rows in {o['file']} ({o['elapsed_s']:.0f} s"
                   f"{'' if o['complete'] else ', partial'}); fit: python -m profiler calibrate-vidur "
                   f"--ops {s['gpu']}=OUT/{o['file']}"]
+    if s.get("loop") and not s["loop"].get("skipped"):
+        lp = s["loop"]
+        lines += ["", f"Closed loop ({lp['server']} server, {lp['elapsed_s']:.0f} s; OUT/loop/closed_loop.json): "
+                  "simulated vs measured", "", lp["table"].rstrip("\n")]
     lines += ["", *s["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -119,6 +141,8 @@ def _summary_md(s: dict) -> str:
 def run(a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     mode = "tiny" if a.tiny else "gpu"
+    if a.loop_only:
+        return _loop_only(a, mode)
     plan = json.loads(PLAN.read_text(encoding="utf-8"))["modes"][mode]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +153,7 @@ def run(a: argparse.Namespace) -> int:
     dev = Device(a.device, settings)
     grid = [(b, p, o) for b in plan["batches"] for p in plan["prompt_tokens"] for o in plan["output_tokens"]]
     full, raw, notes, complete = [], [], [], True
-    e2e_budget_s = a.budget_s - (0.0 if a.no_ops else a.ops_budget_s)
+    e2e_budget_s = a.budget_s - (0.0 if a.no_ops else a.ops_budget_s) - (a.loop_budget_s if a.loop else 0.0)
     depths = [] if a.no_fingerprint else list(FINGERPRINT_LAYERS)
     for name in plan["models"]:
         arch = Arch.from_mapping(plan["archs"][name])
@@ -151,10 +175,13 @@ def run(a: argparse.Namespace) -> int:
         if not complete:
             notes.append(f"time budget {e2e_budget_s:.0f} s ran out during {name}; later points skipped")
             break
-    ops = _ops_stage(a, mode, dev, out, deadline=t0 + a.budget_s)
+    ops = _ops_stage(a, mode, dev, out, deadline=t0 + a.budget_s - (a.loop_budget_s if a.loop else 0.0))
     if ops and not ops["complete"]:
         complete = False
         notes.append(f"per-operator stage stopped at the {a.budget_s:.0f} s budget ({ops['rows']} rows)")
+    loop = _loop_stage(a, mode, out) if a.loop else None
+    if loop and loop.get("skipped"):
+        notes.append(f"closed loop skipped: {loop['skipped']}")
     fp = extrapolate(raw, {n: plan["archs"][n]["layers"] for n in plan["models"]})
     preds = {_pt(p): p for p in plan["predictions"]}
     fp_by = {_pt(r): r for r in fp}
@@ -171,7 +198,7 @@ def run(a: argparse.Namespace) -> int:
     summary = {"mode": mode, "gpu": plan["gpu"], "dtype": plan["dtype"], "device_name": dev.device_name,
                "driver": dev.driver, "library_versions": dev.library_versions,
                "calibration": plan["calibration"], "elapsed_s": time.monotonic() - t0,
-               "complete": complete, "models": models, "ops": ops, "notes": notes,
+               "complete": complete, "models": models, "ops": ops, "loop": loop, "notes": notes,
                "points": [{**{k: r[k] for k in ("model", "batch", "prompt_tokens", "output_tokens",
                                                 *METRICS)}, "pred": preds[_pt(r)]} for r in full]}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
@@ -193,6 +220,55 @@ def _ops_stage(a: argparse.Namespace, mode: str, dev: Device, out: Path, *, dead
                              deadline=deadline, on_row=say)
     write_mlp_csv(out / "ops_mlp.csv", rows)
     return {"file": "ops_mlp.csv", "rows": len(rows), "complete": done, "elapsed_s": time.monotonic() - t}
+
+
+#: the loop's model on a GPU: llama-3.2-1b's shape (configs/models.yaml), random bf16 weights
+LOOP_SHAPE_GPU = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256)
+LOOP_SHAPE_TINY = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=512)
+CARRIED_SITE = ROOT / "results" / "device" / "site"
+
+
+def _loop_stage(a: argparse.Namespace, mode: str, out: Path) -> dict:
+    """The closed loop (module docstring); {'skipped': why} when its libraries are missing."""
+    if CARRIED_SITE.is_dir() and str(CARRIED_SITE) not in sys.path:
+        sys.path.insert(1, str(CARRIED_SITE))
+    t = time.monotonic()
+    try:
+        from harness.closedloop import LoopConfig, Shape, StageSize, run_loop, summary_md  # noqa: PLC0415
+        import httpx  # noqa: F401,PLC0415
+    except ImportError as exc:
+        return {"skipped": f"{exc.name or exc} not importable (carry results/device/site: "
+                           f"profiler/scripts/device_carry.sh)"}
+    gpu = mode == "gpu"
+    cfg = LoopConfig(
+        shape=Shape(**(LOOP_SHAPE_GPU if gpu else LOOP_SHAPE_TINY)), server=a.loop_server, device=a.device,
+        gpu="h200" if gpu else "cpu", dtype="bfloat16" if gpu else "float32",
+        stages=(StageSize(prompt_tokens=512, output_tokens=64), StageSize(prompt_tokens=256, output_tokens=32))
+        if gpu else (StageSize(prompt_tokens=64, output_tokens=8), StageSize(prompt_tokens=32, output_tokens=6)),
+        requests=100 if gpu else 6, loads=(0.3, 0.7) if gpu else (0.3,),
+        profile_prompts=(16, 64, 128, 256, 512, 768, 1024) if gpu else (16, 64, 128),
+        profile_repeats=5 if gpu else 2, probes=((96, 48), (320, 48), (640, 24), (200, 80)) if gpu
+        else ((40, 8), (100, 8)), base_port=18900, startup_timeout_s=120.0, timeout_s=60.0)
+    try:
+        res = run_loop(cfg, out / "loop", log=lambda m: print(f"loop: {m}", flush=True))
+    except Exception as exc:  # noqa: BLE001 - the other stages' results must still be written
+        return {"skipped": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return {"server": cfg.server, "elapsed_s": time.monotonic() - t, "table": summary_md(res),
+            "error_pct": [ld["error_pct"] for ld in res["loads"]]}
+
+
+def _loop_only(a: argparse.Namespace, mode: str) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    loop = _loop_stage(a, mode, out)
+    (out / "loop_summary.json").write_text(json.dumps(loop, indent=1) + "\n", encoding="utf-8")
+    text = (f"# Closed loop skipped: {loop['skipped']}\n" if loop.get("skipped") else
+            f"# Closed loop on {a.device} ({loop['server']} server, {loop['elapsed_s']:.0f} s)\n\n{loop['table']}")
+    (out / "loop_summary.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 1 if loop.get("skipped") else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,3 +128,12 @@ def test_fleet_starts_servers_sharing_a_gpu_one_after_another(monkeypatch, tmp_p
     a, b, c = (s.name for s in specs.values())
     assert events.index(("healthy", a)) < events.index(("start", b))      # b shares GPU 0 with a
     assert events.index(("start", c)) < events.index(("healthy", b))      # c shares nothing: not held back
+
+
+def test_torch_server_runs_the_profilers_decoder_one_sequence_at_a_time():
+    t = ServerSpec(name="t", backend="torch", model="/arch.json", port=9010, gpus=(0,), dtype="bfloat16")
+    cmd = build_command(t)
+    assert cmd[1].endswith("harness/servers/torchserve.py") and flag(cmd, "--arch") == "/arch.json"
+    assert (flag(cmd, "--device"), flag(cmd, "--dtype")) == ("cuda", "bf16") and t.engine_config.max_num_seqs == 1
+    with pytest.raises(ValueError, match="one sequence"):
+        build_command(t.model_copy(update={"engine": EngineConfig(max_num_seqs=4)}))
