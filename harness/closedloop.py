@@ -7,11 +7,14 @@ is deployed on two real servers of a random-weight Llama built here (nothing dow
    at batch 1, the servers' batch; wall clock, the servers' clock);
 2. **calibrate**: the analytic model's constants for the device are fitted to that table
    (``profiler.validate.fit_gpu``, as ``python -m profiler calibrate`` does);
-3. **serving overhead** (``overhead: true``): a few probe requests per server, off the clock
-   and of other sizes than the replay's, measure TTFT and TPOT through the HTTP stream; their
-   medians minus the calibrated prefill and decode times are a per-call and a per-iteration
-   overhead (the server's tokenisation, HTTP, ``generate()`` setup and per-token Python work,
-   which the profiler's bare decoder does not have) added to every simulated iteration;
+3. **serving overhead** (``overhead: true``): probe requests of other sizes than the replay's,
+   off the clock (after an untimed warm-up round), measure TTFT and TPOT through the HTTP stream
+   with each server alone and with both busy at once; their medians minus the calibrated prefill
+   and decode times are a per-call and a per-iteration overhead (the server's tokenisation,
+   HTTP, ``generate()`` set-up and per-token Python work, which the profiler's bare decoder does
+   not have; with both busy, also what the two servers take from each other on a shared
+   device). At a load, the simulator adds the mix of the two weighted by the chance that the
+   other server is busy (its utilisation under the model) to every iteration;
 4. **simulate** the replay's requests with the cluster simulator (``harness.cluster``, one
    ``LLMCore`` per instance) under the server's batching, given as an ``EngineConfig``:
    ``transformers serve`` without continuous batching runs one ``generate()`` at a time, in
@@ -226,7 +229,7 @@ def calibrate(cfg: LoopConfig, spec: Any, rows: list[dict]) -> tuple[Any, dict]:
     except ImportError as exc:
         return TableStep.from_rows(rows), {"rows": len(rows), "fitted": None,
                                            "note": f"{exc.name} missing: the measured table is the step model",
-                                           **{f"{m}_mape_pct_{w}": 0.0 for w in ("before", "after")
+                                           **{f"{m}_mape_pct_{w}": None for w in ("before", "after")
                                               for m in ("ttft_s", "tpot_s")}}
     from profiler.analytic import AnalyticModel
     from profiler.calibration import Calibration, load_default_calibration
@@ -248,23 +251,65 @@ def calibrate(cfg: LoopConfig, spec: Any, rows: list[dict]) -> tuple[Any, dict]:
 
 
 # ---- 3: serving overhead --------------------------------------------------------------------
-def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig) -> tuple[ServedStep, list[dict]]:
-    """Probe each server (sizes ``cfg.probes``, off the clock); fit the two overheads."""
-    from harness.live import prompt_source
-    from harness.servers import exact_output_body
-    rows = []
-    for iid, ep in endpoints.items():
-        src = prompt_source(ep, cfg.seed + 7)
-        for k, (p, o) in enumerate(cfg.probes):
-            g = ep.client.generate(src.text(p, (-2, k)), max_tokens=o, extra=exact_output_body(ep.backend, o))
-            n = g.prompt_tokens or p
-            rows.append({"instance": iid, "prompt_tokens": n, "output_tokens": g.completion_tokens,
-                         "ttft_s": g.ttft_s, "tpot_s": g.tpot_s, "prefill_pred_s": step.prefill_s(n),
-                         "decode_pred_s": step.decode_step_s(1, n + o / 2)})
+@dataclass(frozen=True)
+class Overheads:
+    """Serving overheads (s) per call and per iteration, measured with each server alone and
+    with all of them busy at once (they share the device: on a CPU, its cores)."""
+    alone_call_s: float
+    alone_step_s: float
+    busy_call_s: float
+    busy_step_s: float
+
+    def at(self, step: Any, busy_share: float) -> ServedStep:
+        """The step model when the other servers are busy ``busy_share`` of the time."""
+        w = min(max(busy_share, 0.0), 1.0)
+        return ServedStep(step, per_step_s=(1 - w) * self.alone_step_s + w * self.busy_step_s,
+                          per_call_s=(1 - w) * self.alone_call_s + w * self.busy_call_s)
+
+
+def _fit(rows: list[dict]) -> tuple[float, float]:
     per_call = float(np.median([r["ttft_s"] - r["prefill_pred_s"] for r in rows if r["ttft_s"] is not None]))
     per_step = float(np.median([r["tpot_s"] - r["decode_pred_s"] for r in rows if r["tpot_s"] is not None]))
     # the prefill iteration pays both: the per-call part is what TTFT has beyond a step's overhead
-    return ServedStep(step, per_step_s=per_step, per_call_s=per_call - per_step), rows
+    return per_call - per_step, per_step
+
+
+def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig) -> tuple[Overheads, list[dict]]:
+    """Probe the servers (sizes ``cfg.probes``, off the clock): once untimed (warm-up), then each
+    server alone, then all servers at once; fit the overheads of both situations."""
+    from harness.live import prompt_source
+    from harness.servers import exact_output_body
+    from harness.servers.client import run_sync
+    srcs = {iid: prompt_source(ep, cfg.seed + 7) for iid, ep in endpoints.items()}
+
+    async def one(iid: str, k: int, tag: int, mode: str) -> dict:
+        p, o = cfg.probes[k]
+        ep = endpoints[iid]
+        g = await ep.client.agenerate(srcs[iid].text(p, (-2, tag, k)), max_tokens=o,
+                                      extra=exact_output_body(ep.backend, o))
+        n = g.prompt_tokens or p
+        return {"instance": iid, "mode": mode, "prompt_tokens": n, "output_tokens": g.completion_tokens,
+                "ttft_s": g.ttft_s, "tpot_s": g.tpot_s, "prefill_pred_s": step.prefill_s(n),
+                "decode_pred_s": step.decode_step_s(1, n + o / 2)}
+
+    async def probe() -> list[dict]:
+        import asyncio
+        for k in range(len(cfg.probes)):                              # warm-up, untimed
+            await asyncio.gather(*(one(i, k, 0, "warm-up") for i in endpoints))
+        rows = [await one(i, k, 1, "alone") for i in endpoints for k in range(len(cfg.probes))]
+        for k in range(len(cfg.probes)):
+            rows += await asyncio.gather(*(one(i, k, 2, "busy") for i in endpoints))
+        return rows
+    rows = run_sync(probe())
+    (ac, ast), (bc, bst) = (_fit([r for r in rows if r["mode"] == m]) for m in ("alone", "busy"))
+    return Overheads(ac, ast, bc, bst), rows
+
+
+def busy_share(rate_rps: float, service_s: list[float]) -> float:
+    """The mean utilisation of the other instances (two: each other's): the chance that a call
+    finds the other server busy too, with the two stages' utilisations independent."""
+    rho = [rate_rps * s for s in service_s]
+    return float(np.mean([sum(rho) - r for r in rho])) if len(rho) > 1 else 0.0
 
 
 # ---- 4-5: requests, simulation, replay ------------------------------------------------------
@@ -352,36 +397,36 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] = print) 
         log(f"servers up ({time.monotonic() - t0:.0f} s); profiling {spec.name} on {cfg.device}")
         rows = profile(cfg, spec)
         step, cal = calibrate(cfg, spec, rows)
-        log(f"calibrated: TTFT MAPE {cal['ttft_s_mape_pct_before']:.1f}% -> {cal['ttft_s_mape_pct_after']:.1f}%, "
-            f"TPOT {cal['tpot_s_mape_pct_before']:.1f}% -> {cal['tpot_s_mape_pct_after']:.1f}%")
-        served, probes = probe_overheads(step, eps, cfg) if cfg.overhead else (ServedStep(step), [])
-        log(f"serving overhead: {1e3 * served.per_call_s:.1f} ms per call, {1e3 * served.per_step_s:.2f} ms per "
-            f"iteration")
+        log(f"calibrated: {_cal_text(cal)}")
+        none = Overheads(0.0, 0.0, 0.0, 0.0)
+        over, probes = probe_overheads(step, eps, cfg) if cfg.overhead else (none, [])
+        log(f"serving overhead: alone {1e3 * over.alone_call_s:.1f} ms per call + {1e3 * over.alone_step_s:.2f} ms "
+            f"per iteration; all busy {1e3 * over.busy_call_s:.1f} + {1e3 * over.busy_step_s:.2f} ms")
         insts, tasks = loop_tasks(cfg, spec, gpus)
-        service = [call_service_s(served, s.prompt_tokens, s.output_tokens) for s in cfg.stages]
-        slo = cfg.slo_factor * sum(service)          # rates and SLO fixed by the first probe
+        alone = over.at(step, 0.0)
+        service = [call_service_s(alone, s.prompt_tokens, s.output_tokens) for s in cfg.stages]
+        slo = cfg.slo_factor * sum(service)          # rates and SLO from the servers alone
         loads = []
         for k, load in enumerate(cfg.loads):
-            if k and cfg.overhead:                    # the machine's background drifts: probe again
-                served, more = probe_overheads(step, eps, cfg)
-                probes += more
             rate = load / max(service)
+            share = busy_share(rate, service)
+            served = over.at(step, share)
             wl = workload(cfg, rate, cfg.seed + k)
             sim = simulate(cfg, served, insts, tasks, wl, slo)
             bare = simulate(cfg, step, insts, tasks, wl, slo)
             load0 = os.getloadavg()[0]
             live = replay(cfg, eps, insts, tasks, wl, slo)
             err = {m: (100.0 * (sim[m] - live[m]) / live[m] if live[m] else None) for m in METRICS}
-            loads.append({"load": load, "rate_rps": rate, "simulated": sim, "profiler_only": bare, "measured": live,
-                          "error_pct": err, "overhead_per_call_s": served.per_call_s,
-                          "overhead_per_step_s": served.per_step_s,
+            loads.append({"load": load, "rate_rps": rate, "busy_share": share, "simulated": sim,
+                          "profiler_only": bare, "measured": live, "error_pct": err,
+                          "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s,
                           "machine_loadavg_1m": [load0, os.getloadavg()[0]]})
-            log(f"load {load:g} ({rate:.3f} req/s): " + ", ".join(
+            log(f"load {load:g} ({rate:.3f} req/s, other server busy {share:.2f}): " + ", ".join(
                 f"{m} sim {sim[m]:.4g} / live {live[m]:.4g}" for m in METRICS))
         for ep in eps.values():
             ep.client.close()
     result = {"config": cfg.model_dump(mode="json"), "model": spec.model_dump(), "calibration": cal,
-              "serving_overhead": {"per_call_s": served.per_call_s, "per_step_s": served.per_step_s, "probes": probes},
+              "serving_overhead": {**vars(over), "probes": probes},
               "service_s": service, "latency_slo_s": slo, "loads": loads, "elapsed_s": time.monotonic() - t0}
     (out / "closed_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return result
@@ -400,8 +445,17 @@ def summary_md(result: dict) -> str:
                          f"{f(ld['measured'][m], sc)} | {'-' if e is None else f'{e:+.1f}'} | "
                          f"{f(ld['profiler_only'][m], sc)} |")
     o = result["serving_overhead"]
-    lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead {1e3 * o['per_call_s']:.1f} ms "
-              f"per call + {1e3 * o['per_step_s']:.2f} ms per iteration; calibration TTFT MAPE "
-              f"{result['calibration']['ttft_s_mape_pct_after']:.1f}%, TPOT "
-              f"{result['calibration']['tpot_s_mape_pct_after']:.1f}% ({result['calibration']['rows']} rows)."]
+    lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead per call + per iteration: "
+              f"{1e3 * o['alone_call_s']:.1f} + {1e3 * o['alone_step_s']:.2f} ms alone, "
+              f"{1e3 * o['busy_call_s']:.1f} + {1e3 * o['busy_step_s']:.2f} ms all busy (weighted by the other "
+              f"server's utilisation: " + ", ".join(f"{ld['busy_share']:.2f}" for ld in result["loads"]) + "); "
+              f"{_cal_text(result['calibration'])}; machine load average "
+              + ", ".join(f"{ld['machine_loadavg_1m'][0]:.1f}" for ld in result["loads"]) + " at the loads' start."]
     return "\n".join(lines) + "\n"
+
+
+def _cal_text(cal: dict) -> str:
+    if cal.get("fitted") is None:
+        return f"not fitted ({cal.get('note')})"
+    return (f"calibration TTFT MAPE {cal['ttft_s_mape_pct_before']:.1f}% -> {cal['ttft_s_mape_pct_after']:.1f}%, "
+            f"TPOT {cal['tpot_s_mape_pct_before']:.1f}% -> {cal['tpot_s_mape_pct_after']:.1f}% ({cal['rows']} rows)")
