@@ -8,8 +8,9 @@ the cuts collected so far:
 
 * ``minimise(objective, workflows, bound, ...)``: a variant of R minimising cost ``M*L`` (or
   latency ``L``); ``bound`` is a proved lower bound on the cost there (the backend may use it);
-* ``enumerate(objective, cap, workflows, ...)``: every variant of R whose objective is at most
-  ``cap`` (a superset: the backend widens ``cap`` by its own rounding error).
+* ``enumerate(objective, cap, workflows, bounds, ...)``: every variant of R whose objective is at
+  most ``cap`` (a superset: the backend widens ``cap`` by its own rounding error); ``bounds``:
+  per workflow, a proved lower bound on the cost of its variants.
 
 The driver turns these into the spec's unique optimum:
 
@@ -87,7 +88,8 @@ class Backend(Protocol):
                  bound: float = 0.0) -> Answer: ...
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
-                  deadline: float, workflows: tuple[int, ...]) -> tuple[list[Variant], bool]: ...
+                  deadline: float, workflows: tuple[int, ...],
+                  bounds: dict[int, float] | None = None) -> tuple[list[Variant], bool]: ...
 
 
 @dataclass(frozen=True)
@@ -361,9 +363,11 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
         variants, complete = backend.enumerate(objective="latency", reuse_only=True, cap=_window(lat),
                                                cuts=st.cuts, deadline=deadline, workflows=everything)
     else:
-        live = tuple(w for w in everything if math.isfinite(lower_bound(data, w, _window(c))))
+        bounds = {w: lower_bound(data, w, _window(c)) for w in everything}
+        live = tuple(w for w in everything if math.isfinite(bounds[w]))
         variants, complete = backend.enumerate(objective="cost", reuse_only=False, cap=_window(c), cuts=st.cuts,
-                                               deadline=deadline, workflows=live)
+                                               deadline=deadline, workflows=live,
+                                               bounds={w: bounds[w] for w in live})
     st.proved &= complete
     evs = [evaluate(cp, *v) for v in variants]
     st.evaluated += len(evs)

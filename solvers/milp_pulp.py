@@ -95,7 +95,7 @@ class PulpBackend:
         self._packing = packing_rows(data) if data.cp.compute else []
 
     def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-               workflows: tuple[int, ...], bound: float = 0.0):
+               workflows: tuple[int, ...], bounds: dict[int, float] | None = None):
         import pulp
 
         d, cp = self.data, self.data.cp
@@ -135,7 +135,7 @@ class PulpBackend:
             if len(terms) > 1:
                 lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_util[i])
         if cp.compute:
-            self._compute_sharing(lp, y)
+            self._compute_sharing(lp, y, necessary=bool(cuts))
         for cut in cuts:
             if cut.workflow not in x:
                 continue
@@ -149,8 +149,11 @@ class PulpBackend:
             for (w, s), keys in by_stage.items():
                 lp += pulp.lpSum(z[k] for k in keys) >= big_l - self.u * (1 - x[w])
             target = pulp.lpSum(mem[k] * v for k, v in z.items())
-            if bound > 0:
-                lp += target >= bound * (1 - WINDOW_REL)
+            low = {w: b * (1 - WINDOW_REL) for w, b in (bounds or {}).items() if w in x and b > 0}
+            if len(low) == 1 and len(x) == 1:
+                lp += target >= next(iter(low.values()))
+            elif low:
+                lp += target >= pulp.lpSum(b * x[w] for w, b in low.items())
         else:
             target = big_l
         lp += target
@@ -158,8 +161,8 @@ class PulpBackend:
             lp += target <= cap * (1 + WINDOW_REL) + WINDOW_REL
         return lp, x, y
 
-    def _compute_sharing(self, lp, y) -> None:
-        """Section 9's reuse check per GPU and its necessary aggregate (module docstring)."""
+    def _compute_sharing(self, lp, y, *, necessary: bool) -> None:
+        """Section 9's reuse check per GPU, and (once a cut exists: see milp's) its necessary rows."""
         import pulp
 
         d, cp = self.data, self.data.cp
@@ -172,6 +175,8 @@ class PulpBackend:
         for g, terms in by_gpu.items():
             if len(terms) > 1:
                 lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_busy[g])
+        if not necessary:
+            return
         lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
         for weights, cap in self._packing:
             terms = [c * y[k] for k, c in weights.items() if k in y]
@@ -192,7 +197,20 @@ class PulpBackend:
             return "optimal"
         if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
             return "infeasible"
+        if status == highspy.HighsModelStatus.kSolveError:
+            return "error"
         return "feasible" if lp.sol_status == pulp.LpSolutionIntegerFeasible else "unknown"
+
+    def _solve_built(self, build, bounds: dict[int, float] | None, deadline: float):
+        """Build (``build(bounds)``) and solve; on a HiGHS solve error (seen when the bound row is
+        tight at the optimum) solve once more without the driver's bound rows, which are only a
+        help. Returns ``(status, x, y)``."""
+        lp, x, y = build(bounds)
+        status = self._solve(lp, deadline)
+        if status == "error" and bounds:
+            lp, x, y = build(None)
+            status = self._solve(lp, deadline)
+        return ("unknown" if status == "error" else status), x, y
 
     @staticmethod
     def _variant(x, y) -> Variant:
@@ -202,22 +220,24 @@ class PulpBackend:
 
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
                  hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
-        lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts,
-                               workflows=workflows, bound=bound)
-        status = self._solve(lp, deadline)
+        status, x, y = self._solve_built(
+            lambda b: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts,
+                                  workflows=workflows, bounds=b), {w: bound for w in workflows}, deadline)
         if status in ("infeasible", "unknown"):
             return Answer(status)
         return Answer(status, self._variant(x, y))
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
-                  deadline: float, workflows: tuple[int, ...]) -> tuple[list[Variant], bool]:
+                  deadline: float, workflows: tuple[int, ...],
+                  bounds: dict[int, float] | None = None) -> tuple[list[Variant], bool]:
         found: list[Variant] = []
         if not workflows:
             return found, True
         while True:
-            lp, x, y = self._build(objective=objective, reuse_only=reuse_only, cap=cap,
-                                   cuts=cuts + [no_good(v) for v in found], workflows=workflows)
-            status = self._solve(lp, deadline)
+            more = cuts + [no_good(v) for v in found]
+            status, x, y = self._solve_built(
+                lambda b, more=more: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=more,
+                                                 workflows=workflows, bounds=b), bounds, deadline)
             if status == "infeasible":
                 return found, True
             if status != "optimal":
