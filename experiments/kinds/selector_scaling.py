@@ -122,10 +122,12 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
             continue
         for metric, ylabel, log in (("elapsed_s", "selection time (s)", True), ("gap_pct", "gap to optimum (%)", False)):
             fig, ax = plt.subplots(figsize=(6, 4))
+            colour = {n: f"C{i % 10}" for i, n in enumerate(dict.fromkeys(sub["solver"]))}
             for (name, mode), g in sub.groupby(["solver", "sharing"], sort=False):
                 m = g.groupby(x)[metric].mean()
                 tag = name if len(modes) == 1 else f"{name} ({mode})"
-                ax.plot(m.index, m.values, marker="o", ls="-" if mode == "memory" else "--", label=tag)
+                ax.plot(m.index, m.values, marker="o" if mode == "memory" else "x", color=colour[name],
+                        ls="-" if mode == "memory" else "--", label=tag)
             if metric == "elapsed_s":
                 ax.axhline(time_limit_s, color="grey", ls="--", lw=1, label=f"cap {time_limit_s:g} s")
             ax.set_xlabel(label)
