@@ -27,7 +27,7 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
     (exact: the reuse check), and the necessary ``sum cload[o] y <= room UTIL_SCALE + S/2`` with
     ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``,
     and the integer bin-packing rows of ``_exact.packing_rows`` (e.g. shards above one half
-    cannot share a GPU), also necessary for any placement
+    cannot share a GPU), also necessary for any placement; these two only once a cut exists
   - the driver's lower bound on the workflow's cost: ``P >= bound`` (widened as below)
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
   Every bound is widened by the rounding error, so the model *relaxes* the spec: no truly
