@@ -81,7 +81,10 @@ def kv_capacity_tokens(step: Any, cfg: EngineConfig, *, mem_gb: float) -> int:
     """KV tokens an instance holds: ``(mem_gb - weights - peak activation) / KV per token``
     (vLLM's rule; ``cfg.kv_capacity_tokens`` overrides). ``step`` is the profiler's step model
     (``weights_gb``, ``activation_gb(tokens, seqs)`` incl. the per-GPU runtime overhead,
-    ``kv_gb_per_token``). 0 when nothing is left."""
+    ``kv_gb_per_token``). 0 when nothing is left. Llama-2-70B on 2x A100-80GB at the defaults:
+    40,464 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
+    (no activation at all); vidur's planner, which leaves activations and the embedding out,
+    says 53,248 (docs/harness.md, "What-if against vidur"; tests/harness/test_vllm_rules.py)."""
     if cfg.kv_capacity_tokens is not None:
         return cfg.kv_capacity_tokens
     free = mem_gb - step.weights_gb - step.activation_gb(cfg.max_num_batched_tokens, cfg.max_num_seqs)
