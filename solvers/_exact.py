@@ -57,11 +57,10 @@ from selector.index import NEW, Compiled, Option
 from selector.pareto import front, suffix_minima
 from selector.placement import free_memory, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan
-from selector.problem import Problem
+from selector.problem import TOL, Problem
 from selector.restrict import usable_options
 from solvers.base import unknown_plan
 
-TOL = 1e-9
 DIAGNOSE_GRACE_S = 0.1   # the reason of a proof may overrun the limit by this much, no more
 FRONT_LIMIT = 50_000     # Pareto points kept per stage by lower_bound before it settles for a weaker bound
 Objective = Literal["cost", "latency"]

@@ -29,10 +29,8 @@ import warnings
 from selector.evaluate import CAPACITY, LATENCY, Evaluation, choose, evaluate, infeasible_plan, to_plan
 from selector.index import compile_problem
 from selector.plan import Plan
-from selector.problem import Problem
+from selector.problem import TOL, Problem
 from solvers.base import Selector, unknown_plan
-
-TOL = 1e-9
 
 
 class BayesianSelector(Selector):

@@ -66,6 +66,7 @@ SCALE = 1_000_000
 
 class MilpSelector(Selector):
     name = "milp"
+    exact = True
 
     def __init__(self, *, warm_start: bool = True, workers: int | None = None, seed: int = 0,
                  warm_share: float = 0.25, warm_max_s: float = 0.5, warm_solver: str = "flowmaker-plus") -> None:

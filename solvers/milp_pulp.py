@@ -48,6 +48,7 @@ WINDOW_REL = 1e-6
 
 class MilpPulpSelector(Selector):
     name = "milp-pulp"
+    exact = True
 
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads
