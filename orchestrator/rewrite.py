@@ -33,17 +33,30 @@ class PassContext:
         return tuple(sorted(self.max_batch.items())), tuple(sorted(self.split_min_tokens.items()))
 
 
-def worthwhile_prefix_tokens(step: Any, *, limit: int = 1 << 16) -> int:
+def worthwhile_prefix_tokens(step: Any, *, limit: int = 1 << 16, background: bool = False,
+                             block_tokens: int = 16) -> int:
     """The shortest ready prefix whose partial prefill pays for itself on ``step``, an LLM
     engine's iteration cost model (``StepTime``).
 
     A partial prefill of ``P`` tokens takes its compute, ``saved(P) = step(P) - fixed``, off the
     critical path (the full prefill then prefills only the rest; attention over the cached
-    prefix is paid either way); in the worst case it adds one prefill pass, whose fixed cost
-    ``fixed = 2 step(1) - step(2)`` (the pass's intercept) every running decode waits for. It is
-    worth it when ``saved(P) >= fixed``. For llama-2-7B on an RTX 3090 (38.2 ms + 0.21 ms/token)
-    that is 182 tokens: the paper's smallest split prefix (200 tokens) qualifies, an 88-token
-    instruction + question does not."""
+    prefix is paid either way).
+
+    * An engine that runs partial prefills as ordinary work (``background=False``: the
+      wall-clock and Ray runtimes' engines) may start an extra prefill pass for one, whose
+      fixed cost ``fixed = 2 step(1) - step(2)`` (the pass's intercept) every running decode
+      waits for; the split is worth it when ``saved(P) >= fixed``. For llama-2-7B on an RTX 3090
+      (38.2 ms + 0.21 ms/token) that is 182 tokens.
+    * An engine that admits them as background sequences (``background=True``: the simulated
+      engine core, ``Seq.background``) runs one only inside a prefill pass that runs anyway (it
+      adds its tokens, no fixed cost) or on an idle instance (no decode waits); the partial is
+      promoted to regular work once its full prefill waits for it. No pass is added on anyone's
+      critical path, so every prefix saves ``saved(P) > 0``; the rule keeps a floor of one KV
+      block (``block_tokens``), below which a split saves less than a block's compute and still
+      costs a sequence."""
+    if background:
+        return block_tokens
+
     def pf(n: int) -> float:
         return step.step_s(n, float(n) ** 2, 0, 0.0)
     fixed = max(0.0, 2 * pf(1) - pf(2))

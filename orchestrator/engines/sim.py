@@ -116,6 +116,9 @@ class SimLLMEngine(Engine):
     not timed together (a documented approximation)."""
     continuous = True
     iterative = True
+    #: partial prefills run as background sequences (``Seq.background``); see
+    #: ``orchestrator.rewrite.worthwhile_prefix_tokens``
+    background_partials = True
 
     def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = 16_000,
                  config: EngineConfig = AYO_ENGINE, ref_context_tokens: int = 1024) -> None:

@@ -33,8 +33,9 @@ def pass_context(engines: Mapping[str, Sequence[Engine]], *,
     partial prefill."""
     caps = {name: inst[0].max_batch_size() for name, inst in engines.items()}
     caps.update(max_batch or {})
-    split = {name: worthwhile_prefix_tokens(inst[0].step) for name, inst in engines.items()
-             if inst[0].kind == "llm" and hasattr(inst[0], "step")}
+    split = {name: worthwhile_prefix_tokens(inst[0].step, background=getattr(inst[0], "background_partials", False),
+                                            block_tokens=getattr(getattr(inst[0], "config", None), "block_size", 16))
+             for name, inst in engines.items() if inst[0].kind == "llm" and hasattr(inst[0], "step")}
     return PassContext(caps, split)
 
 

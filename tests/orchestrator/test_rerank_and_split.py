@@ -73,13 +73,21 @@ def test_worthwhile_prefix_is_where_the_saved_compute_reaches_a_pass_fixed_cost(
     assert worthwhile_prefix_tokens(prof) == 200                    # 0.2 ms x 200 = 40 ms
     llama = load_engine_spec("llama-2-7b_rtx3090").profile.build()
     assert 175 <= worthwhile_prefix_tokens(llama) <= 185             # the paper's 200-token prefix pays
+    # background partials never add a pass anyone waits for: one KV block is enough
+    assert worthwhile_prefix_tokens(llama, background=True, block_tokens=16) == 16
 
 
-def test_ayo_prefix_is_split_and_paper_app_prefixes_are_not():
-    for name, partials in [("advanced_rag", 0), ("naive_rag", 0), ("naive_rag_ayo", 1), ("advanced_rag_ayo", 1)]:
+def test_which_prefixes_are_split_depends_on_how_the_engine_runs_partials():
+    for name, foreground, background in [("advanced_rag", 0, 3), ("naive_rag", 0, 4), ("naive_rag_ayo", 1, 1),
+                                         ("advanced_rag_ayo", 1, 1)]:
         app = load_app(name)
-        g = optimize(build_pgraph(app.template(), app.query), ALL_PASSES, pass_context(app.build_engines())).graph
-        assert g.count(Kind.PARTIAL_PREFILLING) == partials, name
+        engines = app.build_engines()
+        g = optimize(build_pgraph(app.template(), app.query), ALL_PASSES, pass_context(engines)).graph
+        assert g.count(Kind.PARTIAL_PREFILLING) == background, name       # the simulated core: background
+        for e in engines["llm"]:
+            e.background_partials = False                                    # a runtime that runs them as work
+        g = optimize(build_pgraph(app.template(), app.query), ALL_PASSES, pass_context(engines)).graph
+        assert g.count(Kind.PARTIAL_PREFILLING) == foreground, name
 
 
 def test_json_list_closes_early_and_the_rest_is_ignored():
