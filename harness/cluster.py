@@ -76,6 +76,37 @@ class Workload:
         return len(self.arrival_s)
 
 
+class _NoSlowdown(Colocation):
+    """Colocation off: instances sharing a GPU do not slow each other (GPU busy time is still kept)."""
+
+    def factor(self, gpus) -> float:
+        return 1.0
+
+
+class _TrackedGpu(GpuSlot):
+    """A ``GpuSlot`` that also adds up the time during which ``busy > 0`` (up to ``until_s``)."""
+
+    __slots__ = ("_n", "clock", "until_s", "since", "busy_s")
+
+    def __init__(self, id: int, clock: Simulator, until_s: float) -> None:
+        self._n, self.clock, self.until_s, self.since, self.busy_s = 0, clock, until_s, 0.0, 0.0
+        super().__init__(id)
+
+    @property
+    def busy(self) -> int:
+        return self._n
+
+    @busy.setter
+    def busy(self, n: int) -> None:
+        if (self._n > 0) != (n > 0):
+            now = min(self.clock.now, self.until_s)
+            if n > 0:
+                self.since = now
+            else:
+                self.busy_s += now - self.since
+        self._n = n
+
+
 class _Req:
     __slots__ = ("i", "task", "stage", "left", "acc_ok", "diff", "ps", "os")
 
@@ -90,21 +121,21 @@ class ClusterSim:
     """Build once per (deployments, workload); ``run()`` returns per-request results."""
 
     def __init__(self, *, gpu: str, instances: list[Any], tasks: list[SimTask],
-                 engine: EngineConfig = DEFAULT, step_override: Any = None) -> None:
+                 engine: EngineConfig = DEFAULT, step_override: Any = None, colocation: bool = True,
+                 busy_until_s: float = float("inf")) -> None:
+        """``colocation``: charge the slowdown of instances sharing a GPU (off: every instance runs
+        as if alone, the sensitivity row of the paper experiment); ``busy_until_s``: GPU busy time
+        (``gpu_busy_s``) is counted up to this time."""
         self.tasks = tasks
         self.engine = engine
-        slots: dict[int, GpuSlot] = {}
-        count: dict[int, int] = {}
-        for spec in instances:
-            for g in spec.gpus:
-                count[g] = count.get(g, 0) + 1
-        shared = any(c > 1 for c in count.values())
-        colo = Colocation() if shared else None
+        self.sim = Simulator()
+        slots: dict[int, _TrackedGpu] = {}
+        colo = Colocation() if colocation else _NoSlowdown()
         self.instances: dict[str, LLMCore] = {}
         for spec in instances:
             sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
             kv = kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)   # the plan's allocation
-            gs = [slots.setdefault(g, GpuSlot(g)) for g in spec.gpus] if shared else []
+            gs = [slots.setdefault(g, _TrackedGpu(g, self.sim, busy_until_s)) for g in spec.gpus]
             self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done, config=engine,
                                               gpus=gs, colocation=colo, meta=spec)
         self._groups: dict[tuple[str, ...], list[LLMCore]] = {}
@@ -114,7 +145,7 @@ class ClusterSim:
                     if t.placed:
                         self._groups[ids] = [self.instances[i] for i in ids]
         self.router = LeastOutstanding()
-        self.sim = Simulator()
+        self.gpus = slots
         self._next_call = 0
 
     # ---- request flow -----------------------------------------------------------------
@@ -180,3 +211,9 @@ class ClusterSim:
     @property
     def makespan_s(self) -> float:
         return self.sim.now
+
+    @property
+    def gpu_busy_s(self) -> dict[int, float]:
+        """Per GPU id: simulated time (up to ``busy_until_s``) during which at least one instance
+        with a shard on it was mid-iteration."""
+        return {g: s.busy_s for g, s in sorted(self.gpus.items())}

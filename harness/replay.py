@@ -44,25 +44,38 @@ def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
 
 def replay(problems: Sequence[Problem], deps: Sequence[Deployment | None],
            tokens: Sequence[dict[str, list[tuple[int, int]]]], workload: Workload, *, gpu: str,
-           price_per_gb_s: float, engine: EngineConfig = DEFAULT) -> ReplayResult:
-    """Simulate ``workload`` on the deployments; see docs/metrics.md for every reported number."""
+           price_per_gb_s: float, engine: EngineConfig = DEFAULT, colocation: bool = True,
+           window_s: float | None = None, drain_cap_s: float | None = None) -> ReplayResult:
+    """Simulate ``workload`` on the deployments; see docs/metrics.md for every reported number.
+    ``colocation``: charge instances sharing a GPU (``ClusterSim``); ``window_s`` (arrival window)
+    and ``drain_cap_s`` add the fixed-window cost and ``gpu_busy_s`` (per GPU id, busy time within
+    the residency window) to the summary."""
     instances, tasks = sim_tasks(problems, deps, tokens)
-    sim = ClusterSim(gpu=gpu, instances=instances, tasks=tasks, engine=engine)
+    until = float("inf") if window_s is None else window_s + (drain_cap_s if drain_cap_s is not None else 0.0)
+    sim = ClusterSim(gpu=gpu, instances=instances, tasks=tasks, engine=engine, colocation=colocation,
+                     busy_until_s=until)
     res = sim.run(workload)
     residency = max(sim.makespan_s, float(workload.arrival_s[-1]) if len(workload) else 0.0)
     summary, per_task = cell_metrics(tasks, instances, workload, done_s=res["done_s"], failed=res["failed"],
-                                     acc_ok=res["acc_ok"], residency_s=residency, price_per_gb_s=price_per_gb_s)
+                                     acc_ok=res["acc_ok"], residency_s=residency, price_per_gb_s=price_per_gb_s,
+                                     window_s=window_s, drain_cap_s=drain_cap_s)
     summary.update({"preemptions": sum(i.preemptions for i in sim.instances.values()),
                     "events": sim.events, "sim_wall_s": sim.wall_s})
+    if window_s is not None:
+        summary["gpu_busy_s"] = sim.gpu_busy_s
     return ReplayResult(summary, per_task)
 
 
 def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], workload: Workload, *,
                  done_s: np.ndarray, failed: np.ndarray, acc_ok: np.ndarray, residency_s: float,
-                 price_per_gb_s: float) -> tuple[dict, list[dict]]:
+                 price_per_gb_s: float, window_s: float | None = None,
+                 drain_cap_s: float | None = None) -> tuple[dict, list[dict]]:
     """The cell metrics of docs/metrics.md, shared by every backend (``sim``: simulated seconds;
     ``servers``: wall seconds since the first arrival). Per request: ``done_s`` (completion, NaN
-    if none), ``failed``, ``acc_ok``; ``residency_s``: how long every instance was resident."""
+    if none), ``failed``, ``acc_ok``; ``residency_s``: how long every instance was resident.
+    With ``window_s`` (the arrival window) also the fixed-window cost: residency
+    ``window_s + min(drain, drain_cap_s)`` (drain = ``residency_s - window_s``, at least 0;
+    no cap when ``drain_cap_s`` is None), its cost and both costs per served request."""
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
     lat = done_s - workload.arrival_s
     served = ~failed & ~np.isnan(lat)
@@ -80,6 +93,16 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
         "tasks_unplaced": sum(not t.placed for t in tasks),
         "residency_s": residency_s, "cost_gb_s": gb * residency_s, "cost_usd": gb * residency_s * price_per_gb_s,
     }
+    if window_s is not None:
+        drain = max(0.0, residency_s - window_s)
+        win = window_s + (drain if drain_cap_s is None else min(drain, drain_cap_s))
+        n = int(served.sum())
+        summary.update({
+            "window_s": window_s, "drain_s": drain, "residency_window_s": win, "cost_window_gb_s": gb * win,
+            "cost_window_usd": gb * win * price_per_gb_s,
+            "cost_per_served_usd": gb * residency_s * price_per_gb_s / n if n else None,
+            "cost_window_per_served_usd": gb * win * price_per_gb_s / n if n else None,
+        })
     per_task = []
     for k, t in enumerate(tasks):
         m = workload.task == k

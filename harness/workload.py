@@ -95,6 +95,80 @@ def cell_workload(trace: Trace, rates_rps: list[float], *, load: float, n_reques
                     output_scale=win.output_tokens / trace.output_tokens.mean(), difficulty=difficulty)
 
 
+def peak_to_mean(arrival_s: np.ndarray, window_s: float, *, bin_s: float = 10.0) -> float:
+    """Burstiness of arrivals over ``[0, window_s)``: the most requests in one ``bin_s`` bin over
+    the mean per bin (1.0 = perfectly even; the Azure code trace's first 212 requests: 11.9).
+    Arrivals outside the window are ignored; 0.0 for no arrivals."""
+    a = np.asarray(arrival_s, dtype=float)
+    a = a[(a >= 0) & (a < window_s)]
+    if not len(a):
+        return 0.0
+    bins = max(1, int(np.ceil(window_s / bin_s - 1e-9)))
+    counts = np.bincount(np.minimum((a // bin_s).astype(int), bins - 1), minlength=bins)
+    return float(counts.max() / (len(a) * bin_s / window_s))
+
+
+def _difficulty(prompt_tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Prompt-length percentile rank in the cell, ``(rank + 0.5) / n``, ties by a seeded draw."""
+    n = len(prompt_tokens)
+    order = np.lexsort((rng.uniform(size=n), prompt_tokens))
+    out = np.empty(n)
+    out[order] = (np.arange(n) + 0.5) / max(n, 1)
+    return out
+
+
+def _workload(trace: Trace, arrival_s, prompt, output, rates: np.ndarray, rng) -> Workload:
+    n = len(arrival_s)
+    task = rng.choice(len(rates), size=n, p=rates / rates.sum())
+    return Workload(arrival_s=np.asarray(arrival_s, dtype=float), task=task.astype(np.int64),
+                    prompt_scale=prompt / trace.prompt_tokens.mean(), output_scale=output / trace.output_tokens.mean(),
+                    difficulty=_difficulty(prompt, rng))
+
+
+def poisson_workload(trace: Trace, rates_rps: list[float], *, load: float, window_s: float,
+                     seed: int = 0) -> Workload:
+    """A Poisson process of rate ``load * sum(rates_rps)`` over ``[0, window_s)``, each request
+    given to task k with probability ``rate_k / sum(rates)`` (so each task's arrivals are Poisson
+    at ``load * rate_k``) and the token sizes of a trace request drawn uniformly with replacement
+    (the trace's size distribution, without its arrival bursts). Seeded; docs/harness.md."""
+    if not 0 < load or not 0 < window_s:
+        raise ValueError("load and window_s must be > 0")
+    rng = np.random.default_rng(seed)
+    rates = np.asarray(rates_rps, dtype=float)
+    n = int(rng.poisson(load * rates.sum() * window_s))
+    arrivals = np.sort(rng.uniform(0.0, window_s, n))
+    pick = rng.integers(0, len(trace), n)
+    return _workload(trace, arrivals, trace.prompt_tokens[pick], trace.output_tokens[pick], rates, rng)
+
+
+def window_workload(trace: Trace, rates_rps: list[float], *, load: float, window_s: float, seed: int = 0,
+                    max_peak_to_mean: float = 3.0, bin_s: float = 10.0, tries: int = 200) -> tuple[Workload, float]:
+    """``n = round(load * sum(rates) * window_s)`` consecutive trace requests from a seeded random
+    start, their arrivals stretched onto ``[0, window_s)`` (span plus one mean gap = the window);
+    starts are drawn until the window's :func:`peak_to_mean` is at most ``max_peak_to_mean``
+    (after ``tries`` draws: the least bursty one seen). Returns the workload and its peak-to-mean."""
+    if not 0 < load or not 0 < window_s:
+        raise ValueError("load and window_s must be > 0")
+    rng = np.random.default_rng(seed)
+    rates = np.asarray(rates_rps, dtype=float)
+    n = max(1, int(round(load * rates.sum() * window_s)))
+    if n > len(trace):
+        raise ValueError(f"a window of {n} requests is longer than trace {trace.name} ({len(trace)} requests)")
+    best = None
+    for start in rng.integers(0, len(trace) - n + 1, size=tries):
+        t = trace.arrived_at_s[start:start + n] - trace.arrived_at_s[start]
+        span = float(t[-1]) * n / max(n - 1, 1)
+        t = t * (window_s / span) if span > 0 else np.linspace(0.0, window_s, n, endpoint=False)
+        ptm = peak_to_mean(t, window_s, bin_s=bin_s)
+        if best is None or ptm < best[1]:
+            best = (int(start), ptm, t)
+        if ptm <= max_peak_to_mean:
+            break
+    start, ptm, t = best
+    sl = slice(start, start + n)
+    return _workload(trace, t, trace.prompt_tokens[sl], trace.output_tokens[sl], rates, rng), ptm
+
+
 def main() -> int:
     """Derive configs/traces/azure2023.yaml from the Azure CSVs (needs them present)."""
     out = {}
