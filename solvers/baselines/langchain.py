@@ -5,13 +5,17 @@ stage the most accurate model of the default size class (``active_params_b <=
 max_params_b``, default 8.5: an 8B-class model) that has a perf row on the default config
 (``tp=1, pp=1``, else the first listed config); replicas as the spec sizes them; never
 reuses; instances packed first-fit onto GPUs in id order (colocating when they fit).
-No SLO is checked: it deploys its choice anyway. Under ``sharing: compute`` the rules are the
-same (packing knows no compute); the spec face is infeasible when its variant cannot be placed by
-compute-aware LeastLoaded or its packing leaves a GPU busier than 1 (``common.spec_face``).
+No SLO is checked: it deploys its choice anyway. Setting ``paper`` (``langchain:paper`` in an
+experiment): one replica per stage whatever the load, as the paper's LangChain deployment (15
+instances for six tasks); its spec face is then infeasible (capacity) where the spec would size
+more. Under ``sharing: compute`` the rules are the same (packing knows no compute); the spec face
+is infeasible when its variant cannot be placed by compute-aware LeastLoaded or its packing
+leaves a GPU busier than 1 (``common.spec_face``).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from selector.index import NEW
 from selector.placement import free_memory
@@ -22,11 +26,17 @@ from solvers.baselines.common import (compile_problem, deployment, developer_wor
                                       option_index, pack_first_fit, spec_face)
 
 
+SETTINGS = ("default", "paper")
+
+
 class LangChainSelector(Selector):
     name = "langchain"
 
-    def __init__(self, *, max_params_b: float = 8.5) -> None:
-        self.max_params_b = max_params_b
+    def __init__(self, *, max_params_b: float = 8.5, setting: str = "default") -> None:
+        if setting not in SETTINGS:
+            raise KeyError(f"unknown LangChain setting '{setting}'; known: {', '.join(SETTINGS)}")
+        self.max_params_b, self.setting = max_params_b, setting
+        self.rule = "langchain" if setting == "default" else f"langchain/{setting}"
 
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
         t0 = time.perf_counter()
@@ -41,12 +51,18 @@ class LangChainSelector(Selector):
             if not cands:
                 cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default]
             if not cands:
-                return spec_face(cp, None, solver=self.name, t0=t0, rule="langchain", deploy=None,
+                return spec_face(cp, None, solver=self.name, t0=t0, rule=self.rule, deploy=None,
                                  unplaced_reason=f"stage {st.name}: no model on the default config")
             best = max(cands, key=lambda o: (o.accuracy, -o.model))
             choice.append(option_index(cp, wi, si, lambda o, b=best: o is b))
         ev = evaluate(cp, wi, choice)
-        placed = pack_first_fit(free_memory(problem.cluster), new_demands(ev.options))
-        deploy = None if placed is None else deployment(cp, wi, ev.options, placed, rule="langchain")
-        return spec_face(cp, ev, solver=self.name, t0=t0, rule="langchain", deploy=deploy,
+        options, why = ev.options, None
+        if self.setting == "paper":
+            short = [o for o in options if o.kind == NEW and o.replicas > 1]
+            options = [replace(o, replicas=1) if o.kind == NEW else o for o in options]
+            if short:
+                ev, why = None, f"capacity: one replica per stage where the load needs {short[0].replicas}"
+        placed = pack_first_fit(free_memory(problem.cluster), new_demands(options))
+        deploy = None if placed is None else deployment(cp, wi, options, placed, rule=self.rule)
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule=self.rule, deploy=deploy, why=why,
                          unplaced_reason="packing: an instance does not fit any GPU")

@@ -8,13 +8,15 @@ strong = the most accurate and weak = the smallest model with a perf row on the 
 config. Settings set the difficulty threshold below which a request goes to the weak model:
 ``max-quality`` 0.0 (all strong), ``balanced`` 0.35, ``min-cost`` 0.65 (difficulty is
 uniform on [0, 1], so 100%, 65% and 35% of requests reach the strong model). Both models are
-shared across tasks like a RouteLLM service: a stage reuses a deployed instance of the
-model when its utilisation plus the share of load routed there stays <= 1, else one new
-instance is placed LeastLoaded (strong stages first, then weak) - one instance per model,
-not the spec's replica count. The loads are not checked (an instance may be overloaded).
-The plan's stages name the strong model; ``plan.deployment`` routes each stage's requests in
-two routes: the weak instances with share ``threshold`` (the easiest requests), then the
-strong ones with ``1 - threshold``. Under ``sharing: compute`` the rules are the same (its
+shared across tasks like a RouteLLM service: a stage reuses a deployed instance of the model
+when its utilisation plus the share of load routed there stays <= 1, else new replicas are
+placed LeastLoaded (strong stages first, then weak), sized to the load the router sends that
+model: ``max(1, ceil(share * load / capacity))`` (one instance per model, the rule before
+issue 17, ran at 1.04-2.22x its capacity). A model that gets no share (the weak one under
+``max-quality``) is not deployed. The plan's stages name the strong model; ``plan.deployment``
+routes each stage's requests in two routes: the weak instances with share ``threshold`` (the
+easiest requests), then the strong ones with ``1 - threshold`` (only the strong route when
+``threshold`` is 0). Under ``sharing: compute`` the rules are the same (its
 LeastLoaded places by memory, its reuse checks the instance's utilisation only); the spec face
 judges the strong variant under that mode and is infeasible when the deployment leaves a GPU
 busier than 1 (``common.spec_face``).
@@ -25,7 +27,7 @@ import time
 from dataclasses import replace
 
 from selector.deployment import Deployment, build_deployment
-from selector.index import NEW, REUSE
+from selector.index import NEW, REUSE, replicas_for
 from selector.placement import free_memory, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem
@@ -55,11 +57,13 @@ class RouteLLMSelector(Selector):
         return strong, weak
 
     def _pick(self, cp, wi, model: str, default, share: float, util: dict[int, float]):
-        """Per stage: a reusable instance of ``model`` with room for ``share`` of the load, else new."""
+        """Per stage: a reusable instance of ``model`` with room for ``share`` of the load, else new
+        replicas sized to that share (``max(1, ceil(share * load / capacity))``)."""
         p = cp.problem
         mi = next(i for i, m in enumerate(p.models) if m.name == model)
         out = []
-        for st in cp.workflows[wi].stages:
+        wf = p.workflows[cp.workflows[wi].index]
+        for st, spec in zip(cp.workflows[wi].stages, wf.stages, strict=True):
             opt = None
             for o in st.options:
                 if o.model != mi:
@@ -72,6 +76,9 @@ class RouteLLMSelector(Selector):
                     opt = o
             if opt is None:
                 return None
+            if opt.kind == NEW:
+                load = share * p.task.arrival_rate_rps * spec.calls
+                opt = replace(opt, replicas=replicas_for(load, opt.capacity_rps))
             out.append(opt)
         return out
 
@@ -84,17 +91,18 @@ class RouteLLMSelector(Selector):
         pair = self._models(problem, default)
         share = 1.0 - self.threshold
         util: dict[int, float] = {}
-        strong = pair and self._pick(cp, wi, pair[0], default, share, util)
-        weak = pair and self._pick(cp, wi, pair[1], default, 1.0 - share, util)
-        if not strong or not weak:
+        strong = weak = None
+        if pair:
+            strong = self._pick(cp, wi, pair[0], default, share, util)
+            # a model the router sends nothing to is not deployed (max-quality: no weak instance)
+            weak = self._pick(cp, wi, pair[1], default, 1.0 - share, util) if self.threshold > 0 else []
+        if strong is None or weak is None:
             return spec_face(cp, None, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=None,
                              why="no strong/weak option on every stage",
                              unplaced_reason="no strong/weak option on every stage")
-        choice = [cp.workflows[wi].stages[s].options.index(o) for s, o in enumerate(strong)]
+        choice = [next(k for k, x in enumerate(cp.workflows[wi].stages[s].options) if x.key == o.key)
+                  for s, o in enumerate(strong)]
         ev = evaluate(cp, wi, choice)
-        # a RouteLLM service runs one instance per model; the next task adds one when it is full
-        weak = [replace(o, replicas=1) if o.kind == NEW else o for o in weak]
-        strong = [replace(o, replicas=1) if o.kind == NEW else o for o in strong]
         placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak))
         deploy = None if placed is None else self._deployment(cp, wi, strong, weak, placed)
         return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy,
@@ -102,12 +110,16 @@ class RouteLLMSelector(Selector):
 
     def _deployment(self, cp, wi: int, strong, weak, placed) -> Deployment:
         """Per stage two routes: the weak instances take the share ``threshold`` of requests (the
-        easiest), the strong ones the rest. Instances are listed strong first, then weak."""
+        easiest), the strong ones the rest (only the strong route when ``threshold`` is 0).
+        Instances are listed strong first, then weak."""
         n = len(new_demands(strong))
         hard = servings(cp, strong, placed[:n], share=1.0 - self.threshold)
-        easy = servings(cp, weak, placed[n:], share=self.threshold, tag="weak")
-        dep = build_deployment(cp.problem, cp.workflows[wi].name, [[e, h] for e, h in zip(easy, hard)],
-                               rule=f"routellm/{self.setting}")
-        strong_ids = {iid for st in dep.stages for iid in st.routes[1].instances}
+        if weak:
+            easy = servings(cp, weak, placed[n:], share=self.threshold, tag="weak")
+            ways = [[e, h] for e, h in zip(easy, hard)]
+        else:
+            ways = [[h] for h in hard]
+        dep = build_deployment(cp.problem, cp.workflows[wi].name, ways, rule=f"routellm/{self.setting}")
+        strong_ids = {iid for st in dep.stages for iid in st.routes[-1].instances}
         order = sorted(dep.instances, key=lambda i: i.id not in strong_ids)      # stable: stage order kept
         return replace(dep, instances=tuple(order))

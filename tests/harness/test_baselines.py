@@ -64,13 +64,51 @@ def test_routellm_deploys_strong_and_weak_and_shares_them(setting, share):
             continue
         assert dep.workflow == p.workflows[0].name and dep.rule == f"routellm/{setting}"
         for r in dep.stages:
+            if share == 1.0:              # max-quality: no weak route, no weak instance
+                (strong,) = r.routes
+                assert strong.share == pytest.approx(1.0)
+                continue
             weak, strong = r.routes       # the easiest requests take the weak route first
             assert weak.share == pytest.approx(1 - share) and strong.share == pytest.approx(share)
             assert weak.instances, "every stage has a weak route"
             weak_ids.update(weak.instances)
-    assert len(weak_ids) < sum(d is not None for _, _, d in seq)   # the weak pool is shared across tasks
+    if share < 1.0:
+        assert len(weak_ids) < sum(d is not None for _, _, d in seq)   # the weak pool is shared across tasks
     models = {i.model for _, _, d in seq if d is not None for i in d.instances}
-    assert models <= {"qwen2.5-14b", "qwen2.5-7b"}
+    assert models <= {"qwen2.5-14b", "qwen2.5-7b"} and (share < 1.0 or models == {"qwen2.5-14b"})
+
+
+@pytest.mark.parametrize("setting", ["max-quality", "balanced", "min-cost"])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_routellm_sized_to_the_load_it_routes(setting, scale):
+    """Issue 17 item 4: replicas per model from its routed share, none above capacity, none idle."""
+    import math
+
+    from selector.deploy import with_cluster as on
+    from selector.problem import parse_problem
+    problems = []
+    for p in _problems():
+        d = p.to_dict()
+        d["task"]["arrival_rate_rps"] *= scale
+        problems.append(parse_problem(d))
+    cluster, solver = problems[0].cluster, get_solver("routellm", setting=setting)
+    for p in problems:
+        p = on(p, cluster)
+        plan, cluster = deploy_task(p, solver, time_limit_s=30)
+        dep = plan.deployment
+        if dep is None:
+            continue
+        cap = {(r.stage, r.model): r.capacity_rps for r in p.perf if r.workflow == dep.workflow and (r.tp, r.pp) == (1, 1)}
+        model = {i.id: i.model for i in dep.instances}
+        for st in dep.stages:
+            for route in st.routes:
+                assert route.share > 0 and route.instances          # every route gets traffic
+                new = [i for i in route.instances if i in model]
+                if new:                                              # replicas = ceil(share * load / capacity)
+                    load = route.share * p.task.arrival_rate_rps * st.calls
+                    assert len(new) == max(1, math.ceil(load / cap[(st.stage, model[new[0]])] - 1e-9))
+        assert all(i.utilization <= 1 + 1e-9 for i in dep.instances)
+    assert all(i.utilization <= 1 + 1e-9 for i in cluster.instances)
 
 
 def test_murakkab_fixed_workflow_and_offline_reuse():
@@ -87,3 +125,17 @@ def test_flowmaker_noreuse_never_reuses():
     assert all(s.reuse is None for _, plan, _ in seq for s in plan.stages)
     fm, _ = _deploy(get_solver("flowmaker"))
     assert any(s.reuse for _, plan, _ in fm for s in plan.stages)
+
+
+def test_langchain_paper_setting_one_replica_per_stage():
+    """Issue 17 item 7: LangChain as the paper deployed it, one replica per stage."""
+    seq, _ = _deploy(get_solver("langchain", setting="paper"))
+    default, _ = _deploy(get_solver("langchain"))
+    for (p, plan, dep), (_, _, dflt) in zip(seq, default):
+        assert dep.rule == "langchain/paper" and dep.workflow == dflt.workflow
+        assert len(dep.instances) == len(dep.stages)                       # one replica per stage
+        assert {i.model for i in dep.instances} == {i.model for i in dflt.instances}
+        if len(dflt.instances) > len(dflt.stages):                         # the spec would size more
+            assert not plan.solved and plan.extra["spec_violation"].startswith("capacity")
+    with pytest.raises(KeyError, match="known: default, paper"):
+        get_solver("langchain", setting="nope")
