@@ -147,6 +147,7 @@ class ClusterSim:
         self.router = LeastOutstanding()
         self.gpus = slots
         self._next_call = 0
+        self._spawn = (gpu, step_override, colo, busy_until_s)     # how add_instance builds a core
 
     # ---- request flow -----------------------------------------------------------------
     def run(self, workload: Workload) -> dict[str, np.ndarray]:
@@ -211,6 +212,39 @@ class ClusterSim:
     @property
     def makespan_s(self) -> float:
         return self.sim.now
+
+    # ---- a deployment that changes while it runs (harness.adaptive) ----------------------
+    def add_instance(self, spec: Any) -> LLMCore:
+        """A new, empty instance of ``spec`` (an ``InstanceSpec``) from now on, built and colocated
+        like those given at construction; no call reaches it until a task's route lists it
+        (:meth:`set_task`)."""
+        if spec.id in self.instances:
+            raise ValueError(f"instance {spec.id!r} already exists")
+        gpu, step_override, colo, until = self._spawn
+        sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
+        kv = kv_capacity_tokens(sm, self.engine, mem_gb=spec.mem_gb)
+        gs = [self.gpus.setdefault(g, _TrackedGpu(g, self.sim, until)) for g in spec.gpus]
+        inst = self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done,
+                                                 config=self.engine, gpus=gs, colocation=colo, meta=spec)
+        return inst
+
+    def set_task(self, k: int, task: SimTask) -> None:
+        """Task ``k`` follows ``task`` for requests arriving from now on; a request already under
+        way keeps the routes it arrived with."""
+        if task.placed:
+            for s in task.stages:
+                for ids in s.groups:
+                    self._groups[ids] = [self.instances[i] for i in ids]
+        self.tasks[k] = task
+
+    def remove_instance(self, iid: str) -> None:
+        """Drop an idle instance (nothing queued or running) and every route group listing it."""
+        inst = self.instances[iid]
+        if inst.outstanding or inst.busy:
+            raise ValueError(f"instance {iid!r} still has {inst.outstanding} call(s)")
+        del self.instances[iid]
+        for ids in [ids for ids in self._groups if iid in ids]:
+            del self._groups[ids]
 
     @property
     def gpu_busy_s(self) -> dict[int, float]:
