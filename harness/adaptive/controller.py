@@ -1,0 +1,388 @@
+"""The re-selection control loop: watch each task's arrival rate and SLO misses, re-run a selector
+on the cluster as it stands when they drift, and migrate (start the new instances, switch when
+they are ready, drain and release the old ones).
+
+The controller is backend-agnostic: it drives a :class:`Backend` (``harness.adaptive.sim``: the
+cluster simulator; ``harness.adaptive.live``: real servers) through :meth:`Controller.tick`
+(every ``interval_s``: decide) and :meth:`Controller.poll` (often: promote versions whose new
+instances are ready, release drained instances). It never imports a solver: the caller hands it a
+selector (anything with ``select(problem, *, time_limit_s)``, e.g. ``solvers.registry``'s).
+
+Per task and tick, with ``r_s`` the arrival rate over the last ``window_s``, ``r_l`` over the
+last ``window_long_s``, ``h = headroom``, ``P`` the rate the serving plan was selected for and
+``C`` the rate it can carry (:meth:`Controller.rate_capacity`: the selector's own capacity rows,
+what other tasks already put on reused instances deducted):
+
+1. **up**: ``r_s * h > C * (1 + drift_up)`` and ``up_gap_s`` since the task's last migration:
+   re-select for ``r_s * h``;
+2. **slo**: over the last ``window_s`` (requests since the serving version took over), at least ``slo_min_judged`` requests judged and more than
+   ``slo_miss_share`` of them late or failed, ``up_gap_s`` since the last migration: re-select for
+   ``max(r_s * h, P) * slo_bump`` (more than the load the plan was meant for);
+3. **down**: ``max(r_s, r_l) * h < L * (1 - drift_down)``, ``L`` the load the plan is meant for
+   (``P``, or after an SLO move the rate before the bump, so the plan that fixed the misses is
+   not undone while the load stays), and ``cooldown_s`` since the last
+   migration: re-select for ``max(r_s, r_l) * h * (1 + down_margin)`` (a margin, so that noise does
+   not send it straight back up), and migrate only if it pays for itself: the
+   memory it frees over ``cooldown_s`` less what its new instances hold while they start must be
+   at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
+
+A re-selection whose plan routes to the same instances (after keeping old instances of the same
+model and config, ``keep_matching``) only updates the planned rate (outcome ``update``); one that
+starts or drains an instance is a **migration**. A task with a migration under way is not
+re-selected until its new version serves. Hysteresis: the capacity test (a plan is replaced when
+the load outgrows it, not when the estimate wobbles), the long window and the cooldown for moves
+down, the gap after every migration, the saving rule, and the headroom. Start-up of a new
+instance (the simulator's model): ``startup_fixed_s + weights_gb / load_gb_per_s`` (weights read
+from disk).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.adaptive.ledger import Ledger, Version, version_name
+from harness.cluster import SimStage, SimTask
+from selector.deployment import Deployment, InstanceSpec
+from selector.problem import TOL, Cluster, Problem
+
+
+class ControllerConfig(BaseModel):
+    """The control loop's parameters (module docstring; defaults in docs/reselection.md). Times are
+    the backend's seconds (simulated, or wall seconds on servers)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    adaptive: bool = Field(True, description="False: deploy once and never re-select (static policies)")
+    interval_s: float = Field(30.0, gt=0, description="control period")
+    window_s: float = Field(120.0, gt=0, description="short window: rate rises and SLO misses")
+    window_long_s: float = Field(600.0, gt=0, description="long window: a fall must hold this long")
+    headroom: float = Field(1.1, ge=1, description="plan for the estimated rate times this")
+    drift_up: float = Field(0.0, ge=0, description="up when r_s * headroom > capacity * (1 + drift_up)")
+    drift_down: float = Field(0.30, ge=0, lt=1, description="down when max(r_s, r_l) * headroom < the load the plan "
+                                                            "is meant for * (1 - this)")
+    slo_miss_share: float = Field(0.05, ge=0, le=1, description="share of late or failed requests that triggers")
+    slo_min_judged: int = Field(20, ge=1, description="requests judged in the window before the SLO rule applies")
+    slo_bump: float = Field(1.5, ge=1, description="an SLO-triggered plan is for max(r_s * headroom, planned) x this")
+    up_gap_s: float = Field(120.0, ge=0, description="least time after a migration before moving up again")
+    cooldown_s: float = Field(900.0, ge=0, description="least time after a migration before moving down")
+    down_margin: float = Field(0.1, ge=0, description="a move down plans for its estimate x headroom x (1 + this)")
+    min_saving: float = Field(0.15, ge=0, le=1, description="a move down must save this share of the task's own "
+                                                                  "GB x cooldown_s, its start-up overlap paid")
+    min_rate_rps: float = Field(0.01, gt=0, description="floor of a planned rate (no arrivals yet)")
+    time_limit_s: float = Field(5.0, gt=0, description="the selector's time limit per re-selection")
+    startup_fixed_s: float = Field(20.0, ge=0, description="start-up of an instance besides loading its weights")
+    load_gb_per_s: float = Field(2.0, gt=0, description="weight-loading bandwidth from disk (GB/s)")
+    keep_matching: bool = Field(True, description="keep an old instance of the same model and config")
+    rescale: bool = Field(True, description="also re-select within the serving variant and take the plan "
+                                            "whose memory over cooldown_s, start-up included, is least")
+    drain_poll_s: float = Field(1.0, gt=0, description="how often draining instances are checked")
+
+
+@dataclass(frozen=True)
+class TaskModel:
+    """One task: its resolved ``problem`` (cluster and rate are replaced at each selection) and
+    ``tokens[workflow]`` = (prompt, output) per stage."""
+
+    problem: Problem
+    tokens: dict[str, list[tuple[int, int]]]
+
+    @property
+    def name(self) -> str:
+        return self.problem.task.name
+
+
+class Backend(Protocol):
+    """What the controller needs from where instances run (simulator or servers)."""
+
+    def start(self, specs: Sequence[InstanceSpec], ready_at: Sequence[float]) -> None:
+        """Begin starting ``specs`` (they hold memory from now; modelled ready times given)."""
+
+    def ready(self, iid: str, now: float) -> bool:
+        """Whether instance ``iid`` can serve."""
+
+    def failed(self, iid: str) -> bool:
+        """Whether instance ``iid`` failed to start (a server that exited)."""
+
+    def switch(self, k: int, task: SimTask) -> None:
+        """New requests of task ``k`` follow ``task``'s routes from now on."""
+
+    def idle(self, iid: str) -> bool:
+        """Whether instance ``iid`` has no call queued or running."""
+
+    def stop(self, iid: str) -> None:
+        """Release instance ``iid`` (drained)."""
+
+    def arrivals(self, k: int, t0: float, t1: float) -> int:
+        """Requests of task ``k`` that arrived in ``[t0, t1)``."""
+
+    def outcomes(self, k: int, t0: float, t1: float, now: float, slo_s: float) -> tuple[int, int]:
+        """Of task ``k``'s requests arrived in ``[t0, t1)``: (judged, missed) at ``now``; judged =
+        finished, failed or older than ``slo_s``; missed = failed or later than ``slo_s``."""
+
+    def in_flight(self, k: int, t0: float, t1: float) -> int:
+        """Requests of task ``k`` arrived in ``[t0, t1)`` and neither finished nor failed."""
+
+
+class Controller:
+    """The control loop of the module docstring over ``tasks`` (their order is the deployment
+    order) on ``cluster`` (its GPUs, sharing mode and pre-existing instances)."""
+
+    def __init__(self, tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, backend: Backend, *,
+                 gpu: str, config: ControllerConfig = ControllerConfig()) -> None:
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task names must be distinct: {names}")
+        self.tasks, self.selector, self.backend, self.gpu, self.cfg = list(tasks), selector, backend, gpu, config
+        self.ledger = Ledger(cluster)
+        self.gen = {n: -1 for n in names}
+        self.last_move = {n: -math.inf for n in names}
+        self.next_up = {n: -math.inf for n in names}
+        self.next_down = {n: -math.inf for n in names}
+        self.decisions: list[dict] = []
+        self.select_s = 0.0
+        self._models = [{m.name for m in t.problem.models} for t in tasks]
+        self._caps = [{(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in t.problem.perf}
+                      for t in tasks]
+
+    # ---- the loop ---------------------------------------------------------------------
+    def deploy(self, rates_rps: Sequence[float], *, now: float = 0.0, warm: bool = True) -> None:
+        """First deployment, task after task (spec section 8) at ``rates_rps``; ``warm``: its
+        instances are ready at once (the run starts with them loaded)."""
+        for k, rate in enumerate(rates_rps):
+            self._reselect(k, max(rate, self.cfg.min_rate_rps), rate, "initial", now, warm=warm)
+        self.poll(now)
+
+    def tick(self, now: float) -> None:
+        """One control period: estimate, decide, re-select (module docstring)."""
+        if not self.cfg.adaptive or now <= 0:
+            return
+        c = self.cfg
+        for k, tm in enumerate(self.tasks):
+            name = tm.name
+            if name in self.ledger.pending:
+                continue
+            w, wl = min(c.window_s, now), min(c.window_long_s, now)
+            r_s = self.backend.arrivals(k, now - w, now) / w
+            r_l = self.backend.arrivals(k, now - wl, now) / wl
+            cur = self.ledger.current.get(name)
+            since = now - self.last_move[name]
+            if cur is None:
+                if now >= self.next_up[name]:
+                    self._reselect(k, max(r_s * c.headroom, c.min_rate_rps), r_s, "unplaced", now)
+                continue
+            p = cur.rate_rps
+            # misses are judged on requests the serving version took (not those of the plan it replaced)
+            judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
+                                                   tm.problem.task.latency_slo_s)
+            up_ok = since >= c.up_gap_s and now >= self.next_up[name]
+            if r_s * c.headroom > self.rate_capacity(cur) * (1 + c.drift_up) + TOL and up_ok:
+                self._reselect(k, r_s * c.headroom, r_s, "up", now)
+            elif judged >= c.slo_min_judged and missed > c.slo_miss_share * judged and up_ok:
+                self._reselect(k, max(r_s * c.headroom, p) * c.slo_bump, r_s, "slo", now)
+            elif (max(r_s, r_l) * c.headroom < cur.load_rps * (1 - c.drift_down) - TOL and since >= c.cooldown_s
+                  and now >= self.next_down[name]):
+                est = max(r_s, r_l)
+                self._reselect(k, max(est * c.headroom * (1 + c.down_margin), c.min_rate_rps), est, "down", now)
+        self.poll(now)
+
+    def poll(self, now: float) -> float | None:
+        """Promote pending versions whose new instances are ready; release drained instances.
+        Returns when the next poll is useful (None: nothing pending or draining)."""
+        nxt = math.inf
+        for name, v in list(self.ledger.pending.items()):
+            if any(self.backend.failed(i) for i in v.started):
+                self._abandon(v, now)
+                continue
+            # every instance it routes to must serve: its own new ones, and reused ones still loading
+            waiting = [i for i in v.instance_ids if i in self.ledger.held and not self._ready(i, now)]
+            if waiting:
+                nxt = min(nxt, max(now + 1e-6, min(self.ledger.ready_at(i) for i in waiting)))
+                continue
+            self.ledger.promote(v, now)
+            self.backend.switch(v.k, self.sim_task(v))
+        for h in self.ledger.held.values():
+            if not h.draining:
+                continue
+            if self._drained(h) and self.backend.idle(h.spec.id):
+                self.ledger.free(h.spec.id, now)
+                self.backend.stop(h.spec.id)
+            else:
+                nxt = min(nxt, now + self.cfg.drain_poll_s)
+        return None if nxt == math.inf else nxt
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _ready(self, iid: str, now: float) -> bool:
+        h = self.ledger.held[iid]
+        if h.ready_s is None and self.backend.ready(iid, now):
+            h.ready_s = now
+        return h.ready_s is not None
+
+    def _drained(self, h) -> bool:
+        """No request of any version that routed to ``h`` is still in flight."""
+        for name in h.routed_by:
+            v = self.ledger.versions.get(name)
+            if v is None or v.settled:
+                continue
+            if v.retired_s is None:
+                return False
+            start = v.serving_s if v.serving_s is not None else v.retired_s
+            if self.backend.in_flight(v.k, start, v.retired_s) > 0:
+                return False
+            v.settled = True
+        return True
+
+    def _abandon(self, v: Version, now: float) -> None:
+        self.ledger.drop_pending(v.task, now)
+        self.decisions.append({"t_s": now, "task": v.task, "version": v.name, "reason": "start-failed",
+                               "outcome": "abandoned"})
+
+    def rate_capacity(self, v: Version) -> float:
+        """The request rate ``v`` can carry by the selector's capacity rows: for every instance it
+        routes to, ``(1 - what other tasks put there) / (its utilisation per request/s)``, where a
+        route of ``n`` instances taking ``share`` of a stage of ``calls`` calls gives each
+        ``share * calls / (n * capacity_rps)`` per request/s; the least over its instances."""
+        p = self.tasks[v.k].problem
+        cap = self._caps[v.k]
+        per_rps: dict[str, float] = {}
+        for st in v.deployment.stages:
+            for r in st.routes:
+                if not r.instances or r.share <= 0:
+                    continue
+                for iid in r.instances:
+                    spec = self._spec(iid)
+                    c = cap.get((v.deployment.workflow, st.stage, spec.model, spec.tp, spec.pp))
+                    if c is None:
+                        return 0.0
+                    per_rps[iid] = per_rps.get(iid, 0.0) + r.share * st.calls / (len(r.instances) * c)
+        out = math.inf
+        for iid, u in per_rps.items():
+            h = self.ledger.held.get(iid)
+            others = sum(x for w, x in h.users.items() if self.ledger.task_of(w) != p.task.name) if h else \
+                next((i.utilization for i in self.ledger.outside if i.id == iid), 0.0)
+            out = min(out, max(0.0, 1.0 - others) / u)
+        return out
+
+    def _spec(self, iid: str):
+        h = self.ledger.held.get(iid)
+        return h.spec if h is not None else next(i for i in self.ledger.outside if i.id == iid)
+
+    def startup_s(self, spec: InstanceSpec) -> float:
+        """Modelled start-up: fixed part plus the weights read at ``load_gb_per_s``."""
+        from profiler.steps import step_model
+        return self.cfg.startup_fixed_s + step_model(spec.model, self.gpu, spec.tp, spec.pp).weights_gb / \
+            self.cfg.load_gb_per_s
+
+    def problem(self, k: int, name: str, rate_rps: float, cluster: Cluster, *, variant: Version | None = None) -> Problem:
+        """Task ``k``'s problem renamed ``name`` at ``rate_rps`` on ``cluster`` (no re-validation:
+        every part comes from validated objects); with ``variant``, only its workflow and, per
+        stage, the models and configs it serves with (new replicas or reuse of any instance of
+        them): the serving variant re-scaled."""
+        p = self.tasks[k].problem
+        update: dict[str, Any] = {"task": p.task.model_copy(update={"name": name, "arrival_rate_rps": rate_rps}),
+                                  "cluster": cluster}
+        if variant is not None:
+            wf = variant.deployment.workflow
+            opts = {(st.stage, s.model, s.tp, s.pp) for st in variant.deployment.stages
+                    for s in map(self._spec, st.instance_ids)}
+            update["workflows"] = tuple(w for w in p.workflows if w.name == wf)
+            update["perf"] = tuple(r for r in p.perf if r.workflow == wf and (r.stage, r.model, r.tp, r.pp) in opts)
+        return p.model_copy(update=update)
+
+    def sim_task(self, v: Version) -> SimTask:
+        """The routed task of version ``v`` (routes as serving; accuracy per route)."""
+        p = self.tasks[v.k].problem
+        ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
+        model = {i.id: i.model for i in self.ledger.outside}
+        model.update({iid: h.spec.model for iid, h in self.ledger.held.items()})
+        stages = []
+        for route, (prompt, output) in zip(v.deployment.stages, self.tasks[v.k].tokens[v.deployment.workflow],
+                                           strict=True):
+            acc = tuple(all(ok.get(model[i], False) for i in r.instances) for r in route.routes)
+            stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, acc))
+        return SimTask(p.task.name, p.task.latency_slo_s, tuple(stages))
+
+    def _reselect(self, k: int, target: float, est: float, reason: str, now: float, *, warm: bool = False) -> None:
+        name, c = self.tasks[k].name, self.cfg
+        vname = version_name(name, self.gen[name] + 1)
+        view = self.ledger.view(name, self._models[k])
+        cur = self.ledger.current.get(name)
+        row = {"t_s": now, "task": name, "reason": reason, "est_rps": est, "target_rps": target,
+               "gb_held_before": self.ledger.held_gb()}
+        plans = [("reselect", self._select(self.problem(k, vname, target, view)))]
+        if c.rescale and cur is not None:
+            plans.append(("rescale", self._select(self.problem(k, vname, target, view, variant=cur))))
+        row["select_s"] = sum(dt for _, (_, dt) in plans)
+        cands = [self._candidate(name, how, plan) for how, (plan, _) in plans if plan.deployment is not None]
+        if not cands:
+            self.next_up[name] = now + c.up_gap_s
+            self.next_down[name] = now + c.cooldown_s
+            self.decisions.append({**row, "outcome": "infeasible", "why": plans[0][1][0].reason})
+            return
+        best = min(cands, key=lambda x: (x.score, x.how != "rescale"))
+        raw, rename, started, drained = best.raw, best.rename, best.started, best.drained
+        same = (cur is not None and not started and not drained and cur.deployment.workflow == raw.workflow
+                and _routes(cur.deployment) == _routes(raw, rename))
+        freed = sum(h.spec.mem_gb for h in drained) - sum(i.mem_gb for i in started)
+        own_gb = sum(h.spec.mem_gb for h in self.ledger.own(name))
+        row.update(how=best.how, freed_gb=freed)
+        if reason == "down" and not same and freed * c.cooldown_s - best.overlap < c.min_saving * own_gb * c.cooldown_s - TOL:
+            self.next_down[name] = now + c.cooldown_s
+            self.decisions.append({**row, "outcome": "no-saving"})
+            return
+        self.gen[name] += 1
+        load = target / c.slo_bump if reason == "slo" else target
+        v = Version(vname, name, k, self.gen[name], raw, target, est, reason, now, load_rps=load)
+        v = self.ledger.commit(v, raw, view, rename=rename, started=started, now=now, startup_s=self.startup_s,
+                               warm=warm)
+        self.backend.start(list(started), [self.ledger.ready_at(i.id) for i in started])
+        outcome = "update" if same else ("deploy" if reason in ("initial", "unplaced") else "migrate")
+        if not same:
+            self.last_move[name] = now
+        self.decisions.append({**row, "outcome": outcome, "version": vname, "workflow": raw.workflow,
+                               "started": ",".join(i.id for i in started), "draining": ",".join(h.spec.id for h in drained),
+                               "kept": ",".join(v.kept), "started_gb": sum(i.mem_gb for i in started),
+                               "models": ",".join(sorted({i.model for i in raw.instances}))})
+        if not started:
+            self.poll(now)
+
+    def _select(self, problem: Problem) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        plan = self.selector.select(problem, time_limit_s=self.cfg.time_limit_s)
+        dt = time.perf_counter() - t0
+        self.select_s += dt
+        return plan, dt
+
+    def _candidate(self, task: str, how: str, plan: Any) -> _Candidate:
+        """A plan with its migration: what it keeps, starts and drains, and its score: the memory
+        only this task holds afterwards over ``cooldown_s`` plus what its new instances hold while
+        they start (GB x s)."""
+        raw = plan.deployment
+        rename, started = self.ledger.match(task, raw, keep=self.cfg.keep_matching)
+        kept = set(rename.values())
+        own = self.ledger.own(task)
+        drained = [h for h in own if h.spec.id not in kept]
+        steady = sum(h.spec.mem_gb for h in own if h.spec.id in kept) + sum(i.mem_gb for i in started)
+        overlap = sum(i.mem_gb * self.startup_s(i) for i in started)
+        return _Candidate(how, raw, rename, started, drained, overlap, steady * self.cfg.cooldown_s + overlap)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    how: str
+    raw: Deployment
+    rename: dict
+    started: list
+    drained: list
+    overlap: float
+    score: float
+
+
+def _routes(dep: Deployment, rename: dict[str, str] | None = None) -> tuple:
+    """Per stage and route: the instance ids (renamed) and the share; compares two plans' routing."""
+    rn = rename or {}
+    return tuple(tuple((tuple(rn.get(i, i) for i in r.instances), round(r.share, 9)) for r in s.routes)
+                 for s in dep.stages)
