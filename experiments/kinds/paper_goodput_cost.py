@@ -1,60 +1,100 @@
-"""The paper's end-to-end comparison: deploy the seven tasks in sequence on 8x A6000 with each
-selector, replay {code, conv} x load levels on the simulated cluster, measure goodput and cost.
+"""The paper's end-to-end comparison (issue 17: fair, load-aware, multi-seed): deploy the seven
+tasks in sequence on 8x A6000 with each selector, re-planned at every load level, replay Poisson
+(or bounded-burstiness) arrival windows of {code, conv} x loads x seeds on the simulated
+cluster, and report goodput and cost with 95% confidence intervals.
 
-Each cell (selector, trace, load) is written atomically to ``cells/`` when done; a rerun
-with ``--run-id`` skips finished cells. Outputs: ``results.parquet`` (one row per cell),
-``tasks.parquet`` (per cell and task), ``deployments.parquet``, ``goodput.png``, ``cost.png``
-and ``summary.md`` (ratios against the baselines next to the paper's figures).
-
-``sharing`` (spec section 9) lists the cluster sharing modes to deploy under (default: the
-cluster file's own, ``sharing:``, else memory); each mode deploys the seven tasks afresh and
-replays every cell, rows carry a ``sharing`` column, and a compute-mode cell, deployment file or
-plot carries ``compute`` in its name.
+A *scenario* is one row of the study: sharing mode (spec section 9), SLO set
+(``configs/slo_sets``), colocation penalty on or off, re-planning per load or once, arrival
+process, the selectors and tasks left unplaced. Every selector re-plans at every load (rates =
+load x the tasks' planned rates) from the empty cluster (spec section 8); the sequence per load
+is in ``deployments.parquet``. Each cell (plan, colocation, arrivals, trace, load, seed) is
+written atomically to ``cells/`` and shared by the scenarios that contain it; a rerun with
+``--run-id`` skips finished cells. Outputs: ``results.parquet`` (one row per scenario and cell),
+``tasks.parquet``, ``gpus.parquet`` (busy share per GPU), ``deployments.parquet``,
+``goodput*.png``, ``cost*.png`` and ``summary.md`` (``experiments/kinds/_paper_report.py``).
+Docs: docs/harness.md ("The paper experiment"), docs/metrics.md, docs/baselines.md.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
-
-import numpy as np
-import pandas as pd
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.kinds._paper_plan import CellKey, PlanKey, deploy_sequence, label, load_slo_set, run_cell
+
+
+class Scenario(BaseModel):
+    """One row of the study; unset fields take the experiment's."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    description: str = ""
+    selectors: list[str] | None = Field(default=None, min_length=1)
+    sharing: Literal["memory", "compute"] = "compute"
+    slo_set: str = "current"
+    colocation: bool = Field(default=True, description="charge instances sharing a GPU (harness.cluster)")
+    replan: bool = Field(default=True, description="plan at every load; false: once, at plan_load_pct")
+    arrivals: Literal["poisson", "window"] | None = None
+    loads_pct: list[float] | None = Field(default=None, min_length=1)
+    seeds: int | None = Field(default=None, ge=1)
+    unplaced: dict[str, list[str]] = Field(default_factory=dict,
+                                           description="selector label -> tasks it leaves unplaced")
 
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     tasks: list[str] = Field(min_length=1)
     cluster: str = "a6000x8"
-    selectors: list[str] = Field(min_length=1, description="registry names; 'name:setting' for routellm")
+    selectors: list[str] = Field(min_length=1, description="registry names; 'name:setting' for routellm, langchain")
     traces: list[str] = Field(default=["code", "conv"])
-    loads_pct: list[float] = Field(default=[25, 50, 75, 100])
-    requests: dict[str, int] = Field(default={"code": 212, "conv": 484},
-                                     description="requests per cell, by trace (first N of the trace)")
+    loads_pct: list[float] = Field(default=[25, 50, 75, 100, 200, 400], min_length=1)
+    arrivals: Literal["poisson", "window"] = Field(
+        default="poisson", description="poisson: Poisson at load x planned rate, trace token sizes; window: "
+                                       "trace windows with peak-to-mean <= max_peak_to_mean")
+    window_s: float = Field(default=240.0, gt=0, description="arrival window per cell (s)")
+    seeds: int = Field(default=3, ge=1, description="windows per cell: seeds seed, seed+1, ...")
+    max_peak_to_mean: float = Field(default=3.0, ge=1, description="window arrivals: burstiness bound (10 s bins)")
+    drain_cap_s: float | None = Field(default=None, ge=0, description="cost window = window_s + min(drain, cap); "
+                                                                      "default: the largest latency SLO")
+    plan_load_pct: float = Field(default=100.0, gt=0, description="the load plans are made for when replan is off")
     price_per_gb_s: float = Field(default=1e-6, ge=0, description="USD per GB-second of reserved memory")
     time_limit_s: float = Field(default=30.0, gt=0)
     data_dir: str | None = Field(default=None, description="shared data folder; default $FLOWMAKER_SHARED_DATA "
                                                            "or ../shared/data")
     scheduler: str = "vllm"
-    sharing: list[Literal["memory", "compute"]] | None = Field(
-        default=None, min_length=1, description="cluster sharing modes (spec section 9); default: the cluster file's")
+    reference: str = "flowmaker"
+    scenarios: list[Scenario] = Field(default_factory=lambda: [Scenario(name="main")], min_length=1)
+    workers: int = Field(default=1, ge=1, description="processes replaying cells")
+    plots: list[str] | None = Field(default=None, description="scenarios to plot (default: all); the first "
+                                                              "scenario is also goodput.png / cost.png")
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        names = [s.name for s in self.scenarios]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scenarios: duplicate name in {names}")
+        for s in self.scenarios:
+            if self.reference not in (s.selectors or self.selectors):
+                raise ValueError(f"scenario {s.name}: selectors must include the reference '{self.reference}'")
+            bad = [t for ts in s.unplaced.values() for t in ts if t not in self.tasks]
+            if self.plots is not None and not set(self.plots) <= set(names):
+                raise ValueError(f"plots: unknown scenario in {self.plots}; known: {', '.join(names)}")
+            if bad:
+                raise ValueError(f"scenario {s.name}: unplaced task '{bad[0]}' is not in tasks")
+        return self
 
 
 def _solver(spec: str):
-    from solvers.registry import get_solver
-    name, _, setting = spec.partition(":")
-    try:
-        return get_solver(name, **({"setting": setting} if setting else {}))
-    except (KeyError, TypeError) as exc:
-        raise UserError(f"field 'params.selectors': {spec}: {exc}") from None
+    from experiments.kinds._paper_plan import _solver as solver
+    return solver(spec)
 
 
-def _label(spec: str) -> str:
-    return spec.replace(":", "-")
+_label = label
 
 
 def _tag(sharing: str) -> str:
@@ -134,175 +174,83 @@ def load_traces(params, seed: int) -> dict:
     return traces
 
 
-def run(params: Params, ctx: RunContext) -> None:
-    from profiler.engine import EngineConfig
-    from harness.replay import replay
-    from harness.workload import cell_workload
+def plan_all(params: Params, problems, seed: int = 0) -> tuple[dict, dict, list[dict]]:
+    """Every scenario's plan keys and cells: ``plans`` {PlanKey: sequence}, ``cells`` {CellKey:
+    [scenario names]} (seeds ``seed``, ``seed + 1``, ...) and the deployment records (one per plan key
+    and task)."""
+    plans, cells, rows = {}, {}, []
+    for sc in params.scenarios:
+        load_slo_set(sc.slo_set)                       # an unknown set fails before any work
+        for spec in sc.selectors or params.selectors:
+            unplaced = tuple(sc.unplaced.get(label(spec), ()))
+            for load in sc.loads_pct or params.loads_pct:
+                key = PlanKey(sc.sharing, sc.slo_set, spec, load if sc.replan else params.plan_load_pct, unplaced)
+                if key not in plans:
+                    plans[key], recs = deploy_sequence(problems, key, time_limit_s=params.time_limit_s)
+                    rows += recs
+                for trace in params.traces:
+                    for i in range(sc.seeds or params.seeds):
+                        cell = CellKey(key, sc.colocation, sc.arrivals or params.arrivals, trace, load, seed + i)
+                        cells.setdefault(cell, []).append(sc.name)
+    return plans, cells, rows
 
-    problems, gpu, tokens = resolve_all(params)
-    deps, dep_rows = {}, []
-    for mode in params.sharing or [problems[0].cluster.sharing]:
-        deps[mode], rows = _deploy_mode(params, in_sharing(problems, mode), ctx)
-        dep_rows += rows
-    atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))
-    traces = load_traces(params, ctx.seed)
-    cells = [(m, s, k, ld) for m in deps for s in deps[m] for k in params.traces for ld in params.loads_pct]
-    engine = EngineConfig(scheduler=params.scheduler)
-    rates = [p.task.arrival_rate_rps for p in problems]
-    bar = tqdm(total=len(cells), disable=not ctx.progress, desc="cells", unit="cell")
+
+def _replay_cells(params: Params, ctx: RunContext, plans, cells, setting: dict) -> None:
+    """Run every cell whose file is missing (``params.workers`` processes), each written atomically."""
+    todo = [c for c in cells if not ctx.cell_path(c.name()).exists()]
+    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), disable=not ctx.progress, desc="cells", unit="cell")
     simulated = 0
 
-    def cell_name(mode: str, label: str, kind: str, load: float) -> str:
-        return f"{label}__{kind}__{load:g}" + ("" if mode == "memory" else f"__{mode}")
-
-    for mode, label, kind, load in cells:
-        path = ctx.cell_path(cell_name(mode, label, kind, load))
-        if path.exists():
-            bar.update()
-            continue
-        trace, source = traces[kind]
-        if kind not in params.requests:
-            raise UserError(f"field 'params.requests': no request count for trace '{kind}'")
-        wl = cell_workload(trace, rates, load=load / 100.0, n_requests=params.requests[kind], seed=ctx.seed)
-        seen = [p for p, _ in deps[mode][label]]
-        res = replay(seen, [plan.deployment for _, plan in deps[mode][label]], tokens, wl, gpu=gpu,
-                     price_per_gb_s=params.price_per_gb_s, engine=engine)
-        row = {"sharing": mode, "selector": label, "trace": kind, "load_pct": load, "trace_source": source,
-               **res.summary, "per_task": json.dumps(res.per_task)}
-        atomic_write_parquet(path, pd.DataFrame([row]))
-        simulated += res.summary["requests"]
-        bar.set_postfix_str(f"{label} ({mode}) {kind} {load:g}%: {simulated} requests simulated")
+    def done(cell: CellKey, row: dict) -> None:
+        nonlocal simulated
+        atomic_write_parquet(ctx.cell_path(cell.name()), pd.DataFrame([row]))
+        simulated += row["requests"]
+        bar.set_postfix_str(f"{label(cell.plan.selector)} {cell.trace} {cell.load_pct:g}%: {simulated} requests")
         bar.update()
+
+    if params.workers == 1 or len(todo) < 2:
+        for cell in todo:
+            done(cell, run_cell(cell, plans[cell.plan], **setting))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(params.workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(run_cell, c, plans[c.plan], **setting): c for c in todo}
+            for f in as_completed(futures):
+                done(futures[f], f.result())
     bar.close()
-    df = pd.concat([pd.read_parquet(ctx.cell_path(cell_name(*c))).assign(sharing=c[0]) for c in cells],
-                   ignore_index=True)
-    atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task"]))
-    tasks = [dict(sharing=r.sharing, selector=r.selector, trace=r.trace, load_pct=r.load_pct, **t)
-             for r in df.itertuples() for t in json.loads(r.per_task)]
+
+
+def _cpu_since(c0) -> float:
+    """CPU seconds (user + system) of this process and its finished children since ``c0``."""
+    c = os.times()
+    return sum(getattr(c, f) - getattr(c0, f) for f in ("user", "system", "children_user", "children_system"))
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    from experiments.kinds._paper_report import write_report
+    from profiler.engine import EngineConfig
+
+    t0, c0 = time.perf_counter(), os.times()
+    problems, gpu, tokens = resolve_all(params)
+    plans, cells, dep_rows = plan_all(params, problems, ctx.seed)
+    atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))
+    cap = params.drain_cap_s if params.drain_cap_s is not None else max(p.task.latency_slo_s for p in problems)
+    setting = dict(tokens=tokens, rates=tuple(p.task.arrival_rate_rps for p in problems), gpu=gpu,
+                   gpu_ids=[g.id for g in problems[0].cluster.gpus], engine=EngineConfig(scheduler=params.scheduler),
+                   window_s=params.window_s, drain_cap_s=cap, price_per_gb_s=params.price_per_gb_s,
+                   max_peak_to_mean=params.max_peak_to_mean, data_dir=params.data_dir)
+    _replay_cells(params, ctx, plans, cells, setting)
+    rows = [pd.read_parquet(ctx.cell_path(c.name())).assign(scenario=sc) for c, scs in cells.items() for sc in scs]
+    df = pd.concat(rows, ignore_index=True)
+    atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task", "gpu_busy_share"]))
+    keys = ["scenario", "selector", "trace", "load_pct", "seed"]
+    tasks = [dict(zip(keys, k), **t) for *k, pt in df[keys + ["per_task"]].itertuples(index=False)
+             for t in json.loads(pt)]
     atomic_write_parquet(ctx.run_dir / "tasks.parquet", pd.DataFrame(tasks))
-    dep_df = pd.read_parquet(ctx.run_dir / "deployments.parquet")
-    parts = []
-    for mode in deps:
-        plots(df[df.sharing == mode], ctx.run_dir, suffix=_tag(mode))
-        text = summary_md(df[df.sharing == mode], dep_df[dep_df.sharing == mode])
-        parts.append(text if len(deps) == 1 else text.replace("summary\n", f"summary (sharing: {mode})\n", 1))
-    if len(deps) > 1:
-        parts.append(by_sharing_md(df))
-    atomic_write_text(ctx.run_dir / "summary.md", "\n".join(parts))
+    gpus = [dict(zip(keys, k), gpu=int(g), busy_share=v) for *k, js in df[keys + ["gpu_busy_share"]].itertuples(index=False)
+            for g, v in json.loads(js).items()]
+    atomic_write_parquet(ctx.run_dir / "gpus.parquet", pd.DataFrame(gpus))
+    write_report(params, ctx.run_dir, df.drop(columns=["per_task"]), pd.DataFrame(dep_rows), pd.DataFrame(gpus),
+                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0))
     print((ctx.run_dir / "summary.md").read_text())
-
-
-def by_sharing_md(df: pd.DataFrame, ref: str = "flowmaker") -> str:
-    """``ref``'s goodput (and cost) per trace and load, one column per sharing mode."""
-    sub = df[df.selector == ref]
-    if sub.empty:
-        return ""
-    good = sub.pivot_table(index=["trace", "load_pct"], columns="sharing", values="goodput", sort=False)
-    cost = sub.pivot_table(index=["trace", "load_pct"], columns="sharing", values="cost_usd", sort=False)
-    modes = list(good.columns)
-    lines = [f"# {ref} by sharing mode (spec section 9)", "",
-             "| trace | load % | " + " | ".join(f"goodput ({m})" for m in modes) + " | "
-             + " | ".join(f"cost USD ({m})" for m in modes) + " |",
-             "|---|---|" + "---|" * (2 * len(modes))]
-    for (trace, load), g in good.iterrows():
-        c = cost.loc[(trace, load)]
-        lines.append(f"| {trace} | {load:g} | " + " | ".join(f"{g[m]:.3f}" for m in modes) + " | "
-                     + " | ".join(f"{c[m]:.4g}" for m in modes) + " |")
-    return "\n".join(lines) + "\n"
-
-
-
-PAPER = {
-    "langchain": "goodput 1.13-12.84x higher (mean 5.2x), cost 2.2-4x lower (mean 2.93x); LangChain: 15 instances / "
-                 "290 GB for six tasks, seventh not placed; FlowMaker: all seven with 3-5 instances",
-    "routellm-max-quality": "RouteLLM max-quality: 5.8% higher mean goodput than FlowMaker, 206-235 GB, "
-                            "cost 2.06-3.84x higher (mean 2.95x); meets the accuracy SLO 100%",
-    "routellm-balanced": "balanced: accuracy SLO met 62.6-65.6% of the time, goodput 1.52x lower",
-    "routellm-min-cost": "min-cost: accuracy SLO met 34.9-36.8% of the time, goodput 2.62x lower",
-    "murakkab": "low load: goodput up to 1.46x (mean 1.21x), 1.84-3.15x cheaper (mean 2.23x); high load: goodput "
-                "1.45-10.14x (mean 4.73x), cost 1.56-2.77x lower (mean 1.95x)",
-    "flowmaker-noreuse": "reuse: low load cost 1.47-1.73x lower (mean 1.61x), high load 1.04-1.42x (mean 1.31x)",
-}
-
-
-def _ratio(a: float, b: float) -> float:
-    if b == 0:
-        return float("inf") if a > 0 else float("nan")
-    return a / b
-
-
-def _span(xs) -> str:
-    xs = [x for x in xs if np.isfinite(x)]
-    if not xs:
-        return "n/a"
-    return f"{min(xs):.2f}-{max(xs):.2f}x (mean {np.mean(xs):.2f}x)"
-
-
-def ratios(df: pd.DataFrame, ref: str, base: str, loads=None) -> tuple[list[float], list[float]]:
-    """Per cell: goodput(ref)/goodput(base) and cost(base)/cost(ref)."""
-    g, c = [], []
-    a = df[df.selector == ref].set_index(["trace", "load_pct"])
-    b = df[df.selector == base].set_index(["trace", "load_pct"])
-    for key in a.index.intersection(b.index):
-        if loads is not None and key[1] not in loads:
-            continue
-        g.append(_ratio(a.loc[key, "goodput"], b.loc[key, "goodput"]))
-        c.append(_ratio(b.loc[key, "cost_usd"], a.loc[key, "cost_usd"]))
-    return g, c
-
-
-def summary_md(df: pd.DataFrame, deps: pd.DataFrame, ref: str = "flowmaker") -> str:
-    lines = ["# Paper goodput/cost experiment: summary", "",
-             f"Cells: {len(df)} ({df.selector.nunique()} selectors x {df.trace.nunique()} traces x "
-             f"{df.load_pct.nunique()} loads); trace source: {', '.join(sorted(set(df.trace_source)))}.", "",
-             "| selector | goodput (mean) | cost USD (mean) | instances | GB reserved | tasks unplaced | "
-             "latency mean s | accuracy-SLO share |", "|---|---|---|---|---|---|---|---|"]
-    for sel, g in df.groupby("selector", sort=False):
-        lines.append(f"| {sel} | {g.goodput.mean():.3f} | {g.cost_usd.mean():.4g} | {int(g.instances.iloc[0])} | "
-                     f"{g.gb_reserved.iloc[0]:.1f} | {int(g.tasks_unplaced.iloc[0])} | "
-                     f"{g.latency_mean_s.mean():.2f} | {g.accuracy_ok_share.mean():.3f} |")
-    if ref in set(df.selector):
-        lines += ["", f"## {ref} against each baseline (per cell: goodput ratio {ref}/baseline, cost ratio "
-                      f"baseline/{ref})", "", "| baseline | loads | goodput ratio | cost ratio | paper |",
-                  "|---|---|---|---|---|"]
-        for base in [s for s in df.selector.unique() if s != ref]:
-            for name, loads in (("all", None), ("25-50%", (25, 50)), ("75-100%", (75, 100))):
-                g, c = ratios(df, ref, base, loads)
-                if g:
-                    paper = PAPER.get(base, "") if name == "all" else ""
-                    lines.append(f"| {base} | {name} | {_span(g)} | {_span(c)} | {paper} |")
-    lines += ["", "## Deployments", "", "| selector | task | status | placed | workflow | new instances | "
-              "new GB | models | violates spec |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in deps.itertuples():
-        lines.append(f"| {r.selector} | {r.task} | {r.status} | {r.placed} | {r.workflow} | {r.instances_new} | "
-                     f"{r.gb_new:.1f} | {r.models} | {r.spec_violation or ''} |")
-    lines += ["", "Ratios use per-cell values; `inf` cells (baseline goodput 0) are left out of the spans. "
-              "Why our numbers differ from the paper's: docs/baselines.md."]
-    return "\n".join(lines) + "\n"
-
-
-def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    for metric, ylabel, fname in (("goodput", "goodput (share of requests)", "goodput.png"),
-                                  ("cost_usd", "cost (USD)", "cost.png")):
-        traces = list(df.trace.unique())
-        fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4), squeeze=False)
-        for ax, tr in zip(axes[0], traces):
-            sub = df[df.trace == tr]
-            sels = list(sub.selector.unique())
-            loads = sorted(sub.load_pct.unique())
-            width = 0.8 / len(sels)
-            for i, sel in enumerate(sels):
-                v = sub[sub.selector == sel].set_index("load_pct").reindex(loads)[metric]
-                ax.bar(np.arange(len(loads)) + i * width, v.to_numpy(), width, label=sel)
-            ax.set_xticks(np.arange(len(loads)) + 0.4 - width / 2, [f"{ld:g}%" for ld in loads])
-            ax.set_title(f"{tr} trace")
-            ax.set_xlabel("load")
-            ax.set_ylabel(ylabel)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
-        fig.tight_layout(rect=(0, 0.12, 1, 1))
-        fig.savefig(out / fname.replace(".png", f"{suffix}.png"), dpi=120)
-        plt.close(fig)

@@ -1,4 +1,5 @@
-"""The paper experiment runs end to end, writes atomic cells and resumes without redoing them."""
+"""The paper experiment runs end to end, writes atomic cells, shares cells between scenarios and
+resumes without redoing them (configs/experiments/paper_goodput_cost_smoke.yaml)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,17 +14,35 @@ CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "paper_g
 def test_smoke_run_and_resume(tmp_path, capsys):
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "r", "--no-progress"]) == 0
     run = tmp_path / "paper_goodput_cost_smoke" / "r"
-    for f in ("results.parquet", "tasks.parquet", "deployments.parquet", "goodput.png", "cost.png", "summary.md"):
+    for f in ("results.parquet", "tasks.parquet", "gpus.parquet", "deployments.parquet", "goodput.png", "cost.png",
+              "goodput-langchain-paper.png", "summary.md"):
         assert (run / f).exists(), f
     df = pd.read_parquet(run / "results.parquet")
-    assert len(df) == 4 and set(df.selector) == {"flowmaker", "langchain"}
-    assert ((df.completed + df.failed) == df.requests).all()
-    assert df.goodput.between(0, 1).all() and (df.cost_usd > 0).all()
+    # main: 2 selectors x 2 loads x 2 seeds; langchain-paper shares flowmaker's 4 cells and adds 4
+    assert len(df) == 16 and set(df.scenario) == {"main", "langchain-paper"}
     cells = sorted((run / "cells").glob("*.parquet"))
+    assert len(cells) == 12
+    assert set(df.selector) == {"flowmaker", "langchain", "langchain-paper"}
+    assert ((df.completed + df.failed) == df.requests).all()
+    assert df.goodput.between(0, 1).all() and (df.cost_usd > 0).all() and (df.cost_window_usd > 0).all()
+    assert (df.residency_window_s <= df.window_s + df.drain_s + 1e-9).all()
+    assert (df.residency_window_s >= df.window_s).all()
+    lp = df[df.selector == "langchain-paper"]
+    assert (lp.tasks_unplaced == 1).all()                           # the seventh task is left unplaced
+    deps = pd.read_parquet(run / "deployments.parquet")
+    assert set(deps.plan_load_pct) == {25, 100}                     # re-planned at every load
+    assert not deps[(deps.selector == "langchain-paper") & (deps.task == "text-to-sql")].placed.any()
+    gpus = pd.read_parquet(run / "gpus.parquet")
+    assert set(gpus.gpu) == set(range(8)) and gpus.busy_share.between(0, 1 + 1e-9).all()
+    text = (run / "summary.md").read_text()
+    assert "Sensitivity rows" in text and "Per-GPU utilisation" in text and "[" in text
     stamps = {c: c.stat().st_mtime_ns for c in cells}
     cells[0].unlink()                        # an interrupted run lost one cell
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "r", "--no-progress"]) == 0
     assert cells[0].exists()
     assert all(c.stat().st_mtime_ns == stamps[c] for c in cells[1:])   # finished cells are skipped
     again = pd.read_parquet(run / "results.parquet")
-    assert again.drop(columns="sim_wall_s").equals(df.drop(columns="sim_wall_s"))   # deterministic
+    key = ["scenario", "selector", "trace", "load_pct", "seed"]
+    a = again.drop(columns="sim_wall_s").sort_values(key).reset_index(drop=True)
+    b = df.drop(columns="sim_wall_s").sort_values(key).reset_index(drop=True)
+    assert a.equals(b)                                               # deterministic

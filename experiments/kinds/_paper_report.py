@@ -1,0 +1,287 @@
+"""``summary.md`` and plots of ``paper_goodput_cost``: per scenario, goodput and cost per load with
+95% confidence intervals over seeds, FlowMaker against each baseline per load band next to the
+paper's figures, the reuse saving, RouteLLM's accuracy-SLO shares, per-GPU utilisation,
+deployments per load and the sensitivity rows.
+
+Intervals: a cell (trace, load) has one value per seed (its arrival window); ratios are paired
+(the same window for both selectors). A band's figure per seed is the mean over its cells of the
+per-cell ratio (cells where the baseline's goodput is 0 are left out and counted); the interval is
+Student's t over seeds (``mean +- t(0.975, n-1) * sd / sqrt(n)``).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from experiments.context import atomic_write_text
+
+BANDS = (("low", (25, 50)), ("high", (75, 100)), ("overload", (200, 400)))
+
+PAPER = {
+    "langchain": "goodput 1.13-12.84x higher (mean 5.2x), cost 2.2-4x lower (mean 2.93x); 15 instances / 290 GB "
+                 "for six tasks, seventh not placed",
+    "langchain-paper": "as above (LangChain as the paper had it)",
+    "routellm-max-quality": "5.8% higher mean goodput than FlowMaker (ratio ~0.95x), 206-235 GB, cost 2.06-3.84x "
+                            "higher (mean 2.95x); accuracy SLO met 100%",
+    "routellm-balanced": "accuracy SLO met 62.6-65.6%, goodput 1.52x lower",
+    "routellm-min-cost": "accuracy SLO met 34.9-36.8%, goodput 2.62x lower",
+    "murakkab": "low: goodput up to 1.46x (mean 1.21x), cost 1.84-3.15x (mean 2.23x); high: goodput 1.45-10.14x "
+                "(mean 4.73x), cost 1.56-2.77x (mean 1.95x)",
+    "flowmaker-noreuse": "reuse saving (cost): low 1.47-1.73x (mean 1.61x), high 1.04-1.42x (mean 1.31x)",
+}
+COST = "cost_window_usd"
+
+
+def ci95(values) -> tuple[float, float]:
+    """Mean and half-width of its 95% t interval (NaN half-width for fewer than 2 values)."""
+    from scipy import stats
+    x = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+    if not len(x):
+        return float("nan"), float("nan")
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def fmt(m: float, h: float, digits: int = 2, unit: str = "") -> str:
+    if not np.isfinite(m):
+        return "n/a"
+    if not np.isfinite(h):
+        return f"{m:.{digits}f}{unit}"
+    return f"{m:.{digits}f}{unit} [{m - h:.{digits}f}, {m + h:.{digits}f}]"
+
+
+def paired(df: pd.DataFrame, ref: str, base: str, metric: str, *, cost: bool) -> pd.Series:
+    """Per (trace, load, seed): ``metric(ref) / metric(base)`` (goodput) or ``metric(base) / metric(ref)``
+    (cost); inf where the denominator is 0."""
+    idx = ["trace", "load_pct", "seed"]
+    a = df[df.selector == ref].set_index(idx)[metric]
+    b = df[df.selector == base].set_index(idx)[metric]
+    a, b = a.align(b, join="inner")
+    num, den = (b, a) if cost else (a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (num / den).replace(np.nan, np.inf) if len(num) else num
+
+
+def band(ratios: pd.Series, loads) -> tuple[float, float, str, int]:
+    """(mean, half-width) over seeds of the per-seed band mean; the min-max span of the per-cell
+    means; how many (cell, seed) ratios were infinite (baseline goodput 0)."""
+    r = ratios[ratios.index.get_level_values("load_pct").isin(loads)]
+    if r.empty:
+        return float("nan"), float("nan"), "n/a", 0
+    inf = int((~np.isfinite(r)).sum())
+    fin = r[np.isfinite(r)]
+    per_seed = fin.groupby(level="seed").mean()
+    cells = fin.groupby(level=["trace", "load_pct"]).mean()
+    span = f"{cells.min():.2f}-{cells.max():.2f}x" if len(cells) else "n/a"
+    return (*ci95(per_seed), span, inf)
+
+
+def _bands(df: pd.DataFrame) -> list[tuple[str, tuple]]:
+    present = set(df.load_pct)
+    out = [(n, tuple(x for x in ls if x in present)) for n, ls in BANDS]
+    rest = tuple(sorted(present - {x for _, ls in BANDS for x in ls}))
+    out = [(f"{n} ({'/'.join(f'{x:g}' for x in ls)}%)", ls) for n, ls in out if ls]
+    return out + ([("other (" + "/".join(f"{x:g}" for x in rest) + "%)", rest)] if rest else [])
+
+
+def ratio_table(df: pd.DataFrame, ref: str, paper: bool = True) -> list[str]:
+    lines = ["| baseline | load band | goodput ratio (FlowMaker / baseline) | cost ratio, window (baseline / FlowMaker) "
+             "| cost ratio, makespan | cost per served request ratio | paper |", "|---|---|---|---|---|---|---|"]
+    for base in [s for s in df.selector.unique() if s != ref]:
+        g = paired(df, ref, base, "goodput", cost=False)
+        cw = paired(df, ref, base, COST, cost=True)
+        cm = paired(df, ref, base, "cost_usd", cost=True)
+        cs = paired(df, ref, base, "cost_window_per_served_usd", cost=True)
+        for i, (name, loads) in enumerate(_bands(df)):
+            gm, gh, gspan, ginf = band(g, loads)
+            cells = [f"{fmt(gm, gh)}x (cells {gspan}" + (f"; {ginf} with baseline goodput 0)" if ginf else ")")]
+            for r in (cw, cm, cs):
+                m, h, span, _ = band(r, loads)
+                cells.append(f"{fmt(m, h)}x ({span})")
+            note = PAPER.get(base, "") if paper and i == 0 else ""
+            lines.append(f"| {base} | {name} | " + " | ".join(cells) + f" | {note} |")
+    return lines
+
+
+def by_load_table(df: pd.DataFrame, metric: str, digits: int = 3) -> list[str]:
+    loads = sorted(df.load_pct.unique())
+    lines = ["| selector | trace | " + " | ".join(f"{x:g}%" for x in loads) + " |", "|---|---|" + "---|" * len(loads)]
+    for (sel, tr), g in df.groupby(["selector", "trace"], sort=False):
+        vals = [fmt(*ci95(g[g.load_pct == x][metric]), digits=digits) for x in loads]
+        lines.append(f"| {sel} | {tr} | " + " | ".join(vals) + " |")
+    return lines
+
+
+def not_below(df: pd.DataFrame, ref: str) -> tuple[int, list[str]]:
+    """Cells (baseline, trace, load) and where ``ref``'s goodput is below the baseline's beyond the
+    interval (the paired difference's 95% interval lies below 0)."""
+    n, worse = 0, []
+    for base in [s for s in df.selector.unique() if s != ref]:
+        idx = ["trace", "load_pct", "seed"]
+        a = df[df.selector == ref].set_index(idx).goodput
+        b = df[df.selector == base].set_index(idx).goodput
+        d = (a - b).dropna()
+        for (tr, ld), x in d.groupby(level=["trace", "load_pct"]):
+            n += 1
+            m, h = ci95(x)
+            if m + (h if np.isfinite(h) else 0.0) < 0:
+                worse.append(f"{base} {tr} {ld:g}% ({fmt(m, h, 3)})")
+    return n, worse
+
+
+def gpu_table(gpus: pd.DataFrame) -> list[str]:
+    ids = sorted(gpus.gpu.unique())
+    lines = ["| selector | load | " + " | ".join(f"GPU {g}" for g in ids) + " | mean | max |",
+             "|---|---|" + "---|" * (len(ids) + 2)]
+    for (sel, ld), g in gpus.groupby(["selector", "load_pct"], sort=False):
+        per = g.groupby("gpu").busy_share.mean().reindex(ids, fill_value=0.0)
+        lines.append(f"| {sel} | {ld:g}% | " + " | ".join(f"{v:.2f}" for v in per) + f" | {per.mean():.2f} | "
+                     f"{per.max():.2f} |")
+    return lines
+
+
+def deployments_table(deps: pd.DataFrame) -> list[str]:
+    lines = ["| selector | planned load | instances | GB | tasks placed | multi-stage workflows | reused stages "
+             "| models |", "|---|---|---|---|---|---|---|---|"]
+    for (sel, ld), g in deps.groupby(["selector", "plan_load_pct"], sort=False):
+        wfs = [json.loads(d) for d in g.deployment.dropna()]
+        multi = sum(len(d["stages"]) > 1 for d in wfs)
+        reused = sum(len(d["reuse"]) for d in wfs)
+        models = ",".join(sorted({m for ms in g.models for m in ms.split(",") if m}))
+        lines.append(f"| {sel} | {ld:g}% | {int(g.instances_new.sum())} | {g.gb_new.sum():.1f} | "
+                     f"{int(g.placed.sum())}/{len(g)} | {multi} | {reused} | {models} |")
+    return lines
+
+
+def routellm_shares(df: pd.DataFrame) -> list[str]:
+    sub = df[df.selector.str.startswith("routellm")]
+    if sub.empty:
+        return []
+    lines = ["| SLO set | sharing | setting | strong share (router) | accuracy-SLO share, mean [95% CI] | min-max "
+             "over cells | paper |", "|---|---|---|---|---|---|---|"]
+    strong = {"routellm-max-quality": 1.0, "routellm-balanced": 0.65, "routellm-min-cost": 0.35}
+    paper = {"routellm-max-quality": "100%", "routellm-balanced": "62.6-65.6%", "routellm-min-cost": "34.9-36.8%"}
+    for (slo, mode, sel), g in sub.groupby(["slo_set", "sharing", "selector"], sort=False):
+        per_seed = g.groupby("seed").accuracy_ok_share.mean()
+        cells = g.groupby(["trace", "load_pct"]).accuracy_ok_share.mean()
+        lines.append(f"| {slo} | {mode} | {sel} | {strong.get(sel, float('nan')):.0%} | "
+                     f"{fmt(*ci95(per_seed), digits=3)} | {cells.min():.3f}-{cells.max():.3f} | {paper.get(sel, '')} |")
+    return lines
+
+
+def reuse_lines(df: pd.DataFrame, ref: str) -> list[str]:
+    if "flowmaker-noreuse" not in set(df.selector):
+        return []
+    out = []
+    for metric, what in ((COST, "window cost"), ("cost_usd", "makespan cost")):
+        r = paired(df, ref, "flowmaker-noreuse", metric, cost=True)
+        parts = [f"{name}: {fmt(*band(r, loads)[:2])}x" for name, loads in _bands(df)]
+        out.append(f"- reuse saving ({what}, FlowMakerNoReuse / FlowMaker): " + "; ".join(parts))
+    return out
+
+
+def sensitivity_table(df: pd.DataFrame, params, ref: str) -> list[str]:
+    """One row per scenario and baseline: FlowMaker's ratios per band, the scenario's settings."""
+    bands = _bands(df)
+    lines = ["| scenario | sharing | SLO set | colocation | plans | arrivals | baseline | "
+             + " | ".join(f"goodput ratio {n.split()[0]}" for n, _ in bands) + " | "
+             + " | ".join(f"cost ratio {n.split()[0]}" for n, _ in bands) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * (2 * len(bands))]
+    for sc in params.scenarios:
+        sub = df[df.scenario == sc.name]
+        plans = "per load" if sc.replan else f"once at {params.plan_load_pct:g}%"
+        head = (f"| {sc.name} | {sc.sharing} | {sc.slo_set} | {'on' if sc.colocation else 'off'} | {plans} | "
+                f"{sc.arrivals or params.arrivals} | ")
+        for base in [s for s in sub.selector.unique() if s != ref]:
+            g = paired(sub, ref, base, "goodput", cost=False)
+            c = paired(sub, ref, base, COST, cost=True)
+            lines.append(head + f"{base} | " + " | ".join(fmt(*band(g, ls)[:2]) for _, ls in bands) + " | "
+                         + " | ".join(fmt(*band(c, ls)[:2]) for _, ls in bands) + " |")
+    return lines
+
+
+def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, ref: str, main: bool) -> list[str]:
+    lines = [f"## Scenario `{sc.name}`: sharing {sc.sharing}, SLO set `{sc.slo_set}`, colocation "
+             f"{'on' if sc.colocation else 'off'}, {'re-planned per load' if sc.replan else 'planned once'}"]
+    if sc.description:
+        lines += ["", sc.description]
+    lines += ["", "### Goodput per load (mean [95% CI] over seeds)", "", *by_load_table(sub, "goodput"),
+              "", f"### {ref} against each baseline, per load band", "", *ratio_table(sub, ref)]
+    n, worse = not_below(sub, ref)
+    lines += ["", f"{ref}'s goodput is below a baseline's beyond the interval in {len(worse)} of {n} "
+                  "(baseline, trace, load) cells" + (": " + "; ".join(worse) if worse else ".")]
+    lines += reuse_lines(sub, ref)
+    if main:
+        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4),
+                  "", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)", "",
+                  *gpu_table(gpus[gpus.scenario == sc.name])]
+    keyed = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set)
+                 & deps.selector.isin(set(sub.selector)) & deps.plan_load_pct.isin(set(sub.plan_load_pct))]
+    lines += ["", "### Deployments per planned load (sequence from the empty cluster; per task: deployments.parquet)",
+              "", *deployments_table(keyed)]
+    return lines + [""]
+
+
+def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
+                 wall_s: float, cpu_s: float = float("nan")) -> None:
+    """``summary.md`` and the plots of every scenario (the first scenario's also as goodput.png, cost.png)."""
+    ref = params.reference
+    ptm = df.groupby(["trace", "load_pct"]).peak_to_mean.mean()
+    lines = ["# Paper goodput/cost experiment: summary", "",
+             f"Cells: {df.drop_duplicates(['selector', 'sharing', 'slo_set', 'colocation', 'plan_load_pct', 'unplaced', 'arrivals', 'trace', 'load_pct', 'seed']).shape[0]} "
+             f"simulated ({len(df)} scenario rows); {len(params.scenarios)} scenarios; seeds per cell: "
+             f"{df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().min()}; arrivals "
+             f"{params.arrivals} over a {params.window_s:g} s window; cost window = window + min(drain, "
+             f"{drain_cap_s:.1f} s); trace source: {', '.join(sorted(set(df.trace_source)))}; "
+             f"wall time {wall_s:.0f} s (CPU {cpu_s:.0f} s, {params.workers} worker(s)).", "",
+             "Peak-to-mean of the arrivals (10 s bins, mean over cells): "
+             + "; ".join(f"{tr} {ld:g}% {v:.2f}" for (tr, ld), v in ptm.items()), "",
+             "Intervals: 95% t intervals over seeds (paired ratios); `[lo, hi]` after each mean; spans in "
+             "parentheses are min-max over (trace, load) cells. Paper figures: shared/reference/flowmaker.md.", "",
+             "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
+             "## Sensitivity rows (goodput ratio FlowMaker / baseline, window cost ratio baseline / FlowMaker)", "",
+             *sensitivity_table(df, params, ref), ""]
+    for i, sc in enumerate(params.scenarios):
+        sub = df[df.scenario == sc.name]
+        lines += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
+        if params.plots is None or sc.name in params.plots:
+            plots(sub, out, suffix=f"-{sc.name}")
+        if i == 0:
+            plots(sub, out)
+    lines += ["Why our numbers differ from the paper's: docs/baselines.md and "
+              "results/paper_goodput_cost/summary.md (\"Remaining differences\")."]
+    atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
+
+
+def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
+    """Goodput and window cost against load, one panel per trace, 95% intervals as error bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for metric, ylabel, fname in (("goodput", "goodput (share of requests)", "goodput"),
+                                  (COST, "cost over the residency window (USD)", "cost")):
+        traces = list(df.trace.unique())
+        fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4), squeeze=False)
+        for ax, tr in zip(axes[0], traces):
+            sub = df[df.trace == tr]
+            for sel, g in sub.groupby("selector", sort=False):
+                stats = [ci95(g[g.load_pct == x][metric]) for x in sorted(g.load_pct.unique())]
+                m = np.array([s[0] for s in stats])
+                h = np.nan_to_num(np.array([s[1] for s in stats]))
+                ax.errorbar(sorted(g.load_pct.unique()), m, yerr=h, marker="o", ms=3, capsize=2, label=sel)
+            ax.set_xscale("log")
+            loads = sorted(sub.load_pct.unique())
+            ax.set_xticks(loads, [f"{x:g}%" for x in loads])
+            ax.minorticks_off()
+            ax.set_title(f"{tr} trace")
+            ax.set_xlabel("load (x the planned rate)")
+            ax.set_ylabel(ylabel)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+        fig.tight_layout(rect=(0, 0.14, 1, 1))
+        fig.savefig(out / f"{fname}{suffix}.png", dpi=110)
+        plt.close(fig)
