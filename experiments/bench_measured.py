@@ -13,8 +13,6 @@ another job used the CPU. Prints the MAPE table and one line per failed claim; e
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 from pathlib import Path
 
@@ -64,8 +62,10 @@ def fingerprint_failures(full, fp, *, limit_pct: float = 15.0) -> tuple[list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_measured", description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_measured", description=__doc__.splitlines()[0])
+    add_version(ap)
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median counts (default 5)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         full, fp = measure(Path(tmp), repeats=args.repeats)
@@ -79,4 +79,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flowmaker.entry import run
+    run(main)

@@ -13,7 +13,6 @@ YAML tables in the ``configs/engines`` profile schema (``latency_ms[tokens][batc
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import tempfile
@@ -108,10 +107,12 @@ def bench_pgvector(repeats: int, index_rows: Sequence[int] = (32, 256, 1024)) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_nonllm", description=__doc__.split("\n\n")[0])
+    add_version(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", choices=("embedding", "reranker", "pgvector"), action="append")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per size; the fastest counts (default 5)")
+    ap.add_argument("--only", choices=("embedding", "reranker", "pgvector"), action="append", help="measure only this engine (repeatable; default all)")
     ap.add_argument("--out", default=None, help="also write the YAML here")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -131,4 +132,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from flowmaker.entry import run
+    run(main)

@@ -11,7 +11,6 @@ Times are medians of ``--repeats`` runs (a shared machine's noise is large).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -43,12 +42,14 @@ def _plan(db, sql: str, args) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from orchestrator.engines.real.pgvector import PgVectorEngine, embedded_server
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_pgvector", description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=2000)
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--doc-rows", type=int, default=40)
-    ap.add_argument("--queries", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_pgvector", description=__doc__.splitlines()[0])
+    add_version(ap)
+    ap.add_argument("--rows", type=int, default=2000, help="rows ingested (default 2000)")
+    ap.add_argument("--dim", type=int, default=384, help="vector dimension (default 384, MiniLM)")
+    ap.add_argument("--doc-rows", type=int, default=40, help="rows of one document (default 40)")
+    ap.add_argument("--queries", type=int, default=20, help="searches timed (default 20)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs; the fastest counts (default 3)")
     a = ap.parse_args(argv)
     vecs = _vectors(a.rows, a.dim, 0)
     texts = [f"chunk {i}" for i in range(a.rows)]
@@ -94,4 +95,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from flowmaker.entry import run
+    run(main)

@@ -13,7 +13,6 @@ The paper (llama-2-7B, RTX 3090) measured 3.1-12.1 % overhead and 17.1-77.9 % cu
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -65,16 +64,18 @@ def _parse_split(s: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_prefill_split", description=__doc__.splitlines()[0])
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_prefill_split", description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--model-dir", type=Path, default=None, help="a local HF causal LM (default: random Llama)")
     ap.add_argument("--splits", type=_parse_split, nargs="*", default=list(DEFAULT_SPLITS), help="e.g. 200+800 850+850")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per split; the median counts (default 5)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="float32", help="torch dtype of the model (default float32)")
     ap.add_argument("--out", type=Path, default=None, help="write the table as CSV")
     ap.add_argument("--hidden-size", type=int, default=BENCH_SPEC["hidden_size"],
                     help="random model's hidden size (FFN = 2.69x, heads = hidden/32); larger = compute-bound")
-    ap.add_argument("--layers", type=int, default=BENCH_SPEC["num_hidden_layers"])
+    ap.add_argument("--layers", type=int, default=BENCH_SPEC["num_hidden_layers"], help="decoder layers of the random model")
     args = ap.parse_args(argv)
     import torch
 
@@ -103,8 +104,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    from flowmaker.entry import run
+    run(main)

@@ -22,7 +22,6 @@ machine: exhaustive <= 0.5 s and flowmaker <= 20 ms on ``paper``; milp <= 1 s on
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -85,17 +84,21 @@ def describe(problem: Problem) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flowmaker.entry import OneLineParser, add_version
+    from solvers.base import time_limit_arg
     from solvers.registry import get_solver, names
-
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_selectors", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m experiments.bench_selectors", description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--solvers", nargs="*", default=None, help=f"default: all ({', '.join(names())})")
     ap.add_argument("--spaces", nargs="*", default=["paper", "paper-empty", "deep"],
-                    choices=["paper", "paper-empty", "deep"])
-    ap.add_argument("--sharing", nargs="*", default=["memory", "compute"], choices=["memory", "compute"])
+                    choices=["paper", "paper-empty", "deep"],
+                    help="problems to time: the paper-sized space after three deployments, the same on an empty "
+                         "cluster, the 7/5/3-stage three-workflow spaces (default all)")
+    ap.add_argument("--sharing", nargs="*", default=["memory", "compute"], choices=["memory", "compute"], help="cluster sharing modes (spec section 9; default both)")
     ap.add_argument("--deep-rates", nargs="*", type=float, default=[0.6, 2.0, 3.0],
                     help="arrival rates (rps) of the 7/5/3-stage spaces")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per solver; median and min reported (default 5)")
+    ap.add_argument("--time-limit", type=time_limit_arg, default=120.0, help="wall seconds per solve (default 120)")
     ap.add_argument("--max-exhaustive", type=float, default=1e8,
                     help="skip exhaustive and murakkab above this many variants")
     args = ap.parse_args(argv)
@@ -132,8 +135,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    from flowmaker.entry import run
+    run(main)

@@ -7,9 +7,7 @@ Prints one JSON line per case; wall times depend on what else the machine runs.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 
 
@@ -70,8 +68,10 @@ def cluster() -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_sim", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("what-if", "cluster"), default=None)
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_sim", description=__doc__.splitlines()[0])
+    add_version(ap)
+    ap.add_argument("--only", choices=("what-if", "cluster"), default=None, help="run one benchmark only (default both)")
     args = ap.parse_args(argv)
     cases = []
     if args.only in (None, "what-if"):
@@ -84,4 +84,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flowmaker.entry import run
+    run(main)

@@ -14,7 +14,6 @@ machine.
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import sys
 from typing import Any
@@ -22,7 +21,6 @@ from typing import Any
 
 def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: float = 0.5) -> dict[str, Any]:
     """Time ``get_solver(name).select`` on the stress problem in this process (after a warm-up)."""
-    import resource
     import time
 
     from selector.stress import many_instances_problem
@@ -35,9 +33,25 @@ def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: fl
     t0 = time.perf_counter()
     plan = solver.select(problem, time_limit_s=limit_s)
     elapsed = time.perf_counter() - t0
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+    rss_mb = peak_rss_mb()
     return {"solver": name, "limit_s": limit_s, "elapsed_s": elapsed, "over_s": elapsed - limit_s,
             "status": plan.status, "peak_rss_mb": rss_mb}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, MB: ``VmHWM`` of ``/proc/self/status``, which belongs
+    to the process's own address space (a spawned child starts afresh). ``ru_maxrss`` is not
+    used where /proc exists: Linux carries it across fork and exec, so a child of a 1 GB parent
+    reports the parent's 1 GB."""
+    import resource
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024          # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
 def _child(conn: Any, name: str, limit_s: float, kwargs: dict, rlimit_mb: int | None) -> None:
@@ -74,10 +88,11 @@ def measure_isolated(name: str, limit_s: float, *, rlimit_mb: int | None = 6000,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flowmaker.entry import OneLineParser, add_version
     from solvers.base import time_limit_arg
     from solvers.registry import names
-
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_time_limits", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m experiments.bench_time_limits", description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--solvers", nargs="*", default=None, help=f"default: all ({', '.join(names())})")
     ap.add_argument("--limits", nargs="*", type=time_limit_arg, default=[0.5, 2.0], help="seconds (default 0.5 2)")
     ap.add_argument("--instances", type=int, default=12, help="deployed reusable instances (default 12)")
@@ -108,8 +123,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    from flowmaker.entry import run
+    run(main)

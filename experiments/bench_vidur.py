@@ -27,9 +27,7 @@ docs/harness.md ("What-if against vidur").
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -122,21 +120,46 @@ def vidur_summary(csv_path: str | Path) -> dict:
                                "completed": len(rows)})
 
 
+def _fail(message: str) -> int:
+    import sys
+
+    from flowmaker.entry import one_line
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.bench_vidur", description=__doc__.splitlines()[0])
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.bench_vidur", description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--write-requests", metavar="PATH", help="write the requests for vidur and exit")
     ap.add_argument("--vidur-metrics", metavar="CSV", help="a vidur run's request_metrics.csv to summarise")
     args = ap.parse_args(argv)
+    from pathlib import Path
     if args.write_requests:
+        if not Path(args.write_requests).parent.is_dir():
+            return _fail(f"--write-requests: folder {Path(args.write_requests).parent} does not exist")
         write_requests(args.write_requests)
         return 0
+    vidur = None
+    if args.vidur_metrics:        # read before the ~1 min of our runs
+        from flowmaker.inputs import InputError, read_text
+        try:
+            read_text(args.vidur_metrics)
+            vidur = vidur_summary(args.vidur_metrics)
+        except InputError as exc:
+            return _fail(f"--vidur-metrics: {exc}")
+        except (KeyError, ValueError, IndexError) as exc:
+            return _fail(f"--vidur-metrics: {args.vidur_metrics}: not a vidur request_metrics.csv "
+                         f"({type(exc).__name__}: {exc})")
     rows = ours()
-    if args.vidur_metrics:
-        rows.append(vidur_summary(args.vidur_metrics))
+    if vidur is not None:
+        rows.append(vidur)
     for r in rows:
         print(json.dumps(r))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flowmaker.entry import run
+    run(main)

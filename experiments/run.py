@@ -36,16 +36,27 @@ class ExperimentConfig(BaseModel):
     params: dict = Field(default_factory=dict)
 
 
+def config_file(name_or_path: str | Path) -> Path:
+    """An experiment config by name (``configs/experiments/<name>.yaml``) or by path."""
+    from profiler.catalog import CatalogError, config_path
+    try:
+        path = config_path(name_or_path, "experiments", "experiment config")
+    except CatalogError as exc:
+        raise UserError(str(exc)) from None
+    if not path.is_file():
+        raise UserError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    return path
+
+
 def load_config(path: Path) -> ExperimentConfig:
     """Read and validate an experiment config; a duplicate key (at any depth) is a UserError."""
     from selector.errors import ProblemError
     from selector.yamlio import load_mapping
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
+    path = config_file(path)
     try:
         raw = load_mapping(path)
     except ProblemError as exc:
-        raise UserError(f"{path}: {exc}")
+        raise UserError(str(exc) if exc.field == str(path) else f"{path}: {exc}") from None
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
@@ -66,15 +77,22 @@ def kind_module(kind: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.run", description=__doc__.splitlines()[0])
-    ap.add_argument("config", type=Path)
+    from flowmaker.entry import OneLineParser, add_version, one_line, setup_logging, show_progress
+    from flowmaker.inputs import InputError
+    from profiler.catalog import CatalogError
+    from selector.errors import ProblemError
+    setup_logging()
+    ap = OneLineParser(prog="python -m experiments.run", description=__doc__.splitlines()[0])
+    add_version(ap)
+    ap.add_argument("config", help="experiment name in configs/experiments (e.g. quickstart) or a config file")
     ap.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
     ap.add_argument("--run-id", default=None,
                     help="resume this run folder (same config only) or start one of this name; default: a new "
                          "unique id YYYYmmddTHHMMSSZ-<hex>")
     ap.add_argument("--force", action="store_true",
                     help="resume --run-id even though its config differs (its cells then mix)")
-    ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="hide progress bars (they are drawn only when standard error is a terminal)")
     ap.add_argument("--ray-address", default=None,
                     help="join this Ray cluster for kinds that run on Ray (`runtime: ray`); sets RAY_ADDRESS")
     args = ap.parse_args(argv)
@@ -82,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["RAY_ADDRESS"] = args.ray_address
     run_dir: Path | None = None
     try:
+        args.config = config_file(args.config)
         cfg = load_config(args.config)
         check_finite(cfg.params, "params")
         mod = kind_module(cfg.kind)
@@ -93,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{args.config}: field 'params.{field}': {err['msg']}")
         check_finite(params.model_dump(), "params")
         config = cfg.model_dump(mode="json")
-        run_dir, old_hash = open_run_dir(args.results, cfg.experiment, args.run_id, config, force=args.force)
+        try:
+            run_dir, old_hash = open_run_dir(args.results, cfg.experiment, args.run_id, config, force=args.force)
+        except OSError as exc:
+            raise UserError(f"--results {args.results}: cannot make the run folder ({exc.strerror or exc})") from None
         new_hash = config_hash(config)
         if old_hash is not None and old_hash != new_hash and (run_dir / "config.yaml").exists():
             os.replace(run_dir / "config.yaml", run_dir / f"config.{old_hash[:12]}.yaml")   # --force: keep both
@@ -102,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         if old_hash is not None and old_hash != new_hash:
             extra["forced_over_config_sha256"] = old_hash
         write_meta(run_dir, seed=cfg.seed, config_path=args.config, extra=extra)
-        ctx = RunContext(run_dir=run_dir, seed=cfg.seed, progress=not args.no_progress,
+        ctx = RunContext(run_dir=run_dir, seed=cfg.seed, progress=show_progress(args.no_progress),
                          config_path=args.config)
         mod.run(params, ctx)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (UserError, ProblemError, CatalogError, InputError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         where = f"; rerun with --run-id {run_dir.name} to resume" if run_dir is not None else ""
@@ -116,5 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def console():
+    """The ``flowmaker-experiment`` console script and ``python -m experiments.run``."""
+    from flowmaker.entry import run
+    run(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

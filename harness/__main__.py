@@ -1,5 +1,4 @@
-import sys
+"""``python -m harness``: see harness/cli.py."""
+from harness.cli import console
 
-from harness.cli import main
-
-sys.exit(main())
+console()

@@ -1,4 +1,5 @@
-"""``python -m harness``: what-if simulation, and real servers, from the shell.
+"""``python -m harness`` (console script ``flowmaker-harness``): what-if simulation, and real
+servers, from the shell.
 
     python -m harness simulate ...        what-if: one deployment on one trace, simulated
     python -m harness launch PLAN.json    one server per planned instance; prints the endpoints
@@ -30,6 +31,11 @@ class UserError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + message
         raise UserError(message)
+
+    def exit(self, status: int = 0, message: str | None = None):  # --help / --version only
+        if message:
+            sys.stderr.write(message)
+        raise SystemExit(status)
 
 
 def _option(field: str) -> str:
@@ -73,6 +79,8 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate(trace, cfg)
     except TraceError as exc:
         raise UserError(f"--trace: {exc}") from None
+    except OverflowError as exc:            # a token count or arrival time too large to simulate
+        raise UserError(f"--trace: {args.trace}: a number too large to simulate ({exc})") from None
     except UnknownName as exc:
         raise UserError(f"{'--model' if 'model' in str(exc) else '--gpu'}: {exc}") from None
     except OptionError as exc:
@@ -101,13 +109,16 @@ def format_summary(s: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from profiler.engine import SCHEDULERS, EngineConfig
-    ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces")
-    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    from flowmaker.entry import add_version
+    ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces "
+                 "(docs/harness.md; output columns: docs/metrics.md)")
+    add_version(ap)
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     sp = sub.add_parser("simulate", help="what-if: one deployment (R replicas) on one trace")
     sp.add_argument("--model", required=True, help="catalog model, e.g. llama-2-70b")
     sp.add_argument("--gpu", required=True, help="catalog GPU, e.g. a100-80gb")
-    sp.add_argument("--tp", type=int, default=1)
-    sp.add_argument("--pp", type=int, default=1)
+    sp.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica (default 1)")
+    sp.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages per replica (default 1)")
     sp.add_argument("--trace", required=True,
                     help="CSV (arrived_at_s,prompt_tokens,output_tokens | Azure 2023 | vidur processed), "
                          "or azure:code / azure:conv")
@@ -121,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
     sp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
-    sp.add_argument("--replicas", type=int, default=1)
-    sp.add_argument("--router", choices=("round-robin", "least-outstanding"), default="least-outstanding")
+    sp.add_argument("--replicas", type=int, default=1, help="identical replicas behind the router (default 1)")
+    sp.add_argument("--router", choices=("round-robin", "least-outstanding"), default="least-outstanding",
+                    help="how requests are spread over replicas (default least-outstanding)")
     sp.add_argument("--gpu-mem-util", dest="gpu_memory_utilization", type=float, default=None,
                     help=f"usable share of each GPU's memory (default {d.gpu_memory_utilization})")
     sp.add_argument("--kv-tokens", dest="kv_capacity_tokens", type=int, default=None,
@@ -139,9 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; user errors are one line on standard error and status 2."""
+    from flowmaker.entry import one_line, setup_logging
+    from flowmaker.inputs import InputError
+    from profiler.catalog import CatalogError
+    setup_logging()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (UserError, InputError, CatalogError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def console():
+    """The ``flowmaker-harness`` console script and ``python -m harness``."""
+    from flowmaker.entry import run
+    run(main)

@@ -137,9 +137,10 @@ def _replay(args: argparse.Namespace) -> int:
     if args.endpoints:
         urls = {f"replica{k}": u for k, u in enumerate(u for u in args.endpoints.split(",") if u)}
     else:
+        from flowmaker.inputs import InputError, parse_text, read_text
         try:
-            urls = json.loads(Path(args.endpoints_file).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            urls = parse_text(read_text(args.endpoints_file), json_syntax=True, where=str(args.endpoints_file))
+        except InputError as exc:
             raise _user_error(f"--endpoints-file: {exc}") from None
         if not isinstance(urls, dict) or not urls:
             raise _user_error("--endpoints-file: expected a JSON object {instance id: URL}")
@@ -195,21 +196,24 @@ def format_live(s: dict) -> str:
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     from profiler.engine import SCHEDULERS
     g = p.add_argument_group("engine (profiler.engine.EngineConfig; default: the backend's)")
-    g.add_argument("--scheduler", choices=SCHEDULERS, default=None)
+    g.add_argument("--scheduler", choices=SCHEDULERS, default=None, help="admission policy (docs/harness.md)")
     g.add_argument("--max-batch", dest="max_num_seqs", type=int, default=None, help="max_num_seqs")
-    g.add_argument("--max-batch-tokens", dest="max_num_batched_tokens", type=int, default=None)
-    g.add_argument("--chunk-size", type=int, default=None)
+    g.add_argument("--max-batch-tokens", dest="max_num_batched_tokens", type=int, default=None,
+                   help="prefill tokens per pass (vLLM max_num_batched_tokens)")
+    g.add_argument("--chunk-size", type=int, default=None, help="sarathi token budget per pass")
     g.add_argument("--gpu-mem-util", dest="gpu_memory_utilization", type=float, default=None,
                    help="vLLM share of GPU memory for instances without a planned share")
-    g.add_argument("--kv-tokens", dest="kv_capacity_tokens", type=int, default=None)
-    g.add_argument("--block-size", type=int, default=None)
+    g.add_argument("--kv-tokens", dest="kv_capacity_tokens", type=int, default=None,
+                   help="KV-cache capacity per instance in tokens (default: derived from memory)")
+    g.add_argument("--block-size", type=int, default=None, help="KV block size in tokens")
     g.add_argument("--prefix-caching", action="store_true", default=None, help="on (default off: load runs)")
 
 
 def add_launch(sub) -> None:
     lp = sub.add_parser("launch", help="start one server per instance of a plan; print the endpoints")
     lp.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
-    lp.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm")
+    lp.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
+                    help="serving engine to start (default vllm)")
     lp.add_argument("--gpu", default=None, help="catalog GPU the plan is for (memory shares), e.g. a6000")
     lp.add_argument("--model-path", action="append", metavar="MODEL=DIR",
                     help="local checkpoint of a catalog model (default: its hf_id)")
@@ -217,12 +221,13 @@ def add_launch(sub) -> None:
     lp.add_argument("--args", action="append", metavar="ID=ARGS",
                     help="extra arguments for one instance id ('*': all), shell-quoted")
     lp.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment of every server")
-    lp.add_argument("--base-port", type=int, default=8100)
-    lp.add_argument("--host", default="127.0.0.1")
-    lp.add_argument("--dtype", default="auto")
+    lp.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next count up")
+    lp.add_argument("--host", default="127.0.0.1", help="address the servers bind (default loopback)")
+    lp.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
     lp.add_argument("--api-key-env", default=None, help="servers require the key in this variable")
-    lp.add_argument("--startup-timeout", type=float, default=900.0)
-    lp.add_argument("--log-dir", default="logs/servers")
+    lp.add_argument("--startup-timeout", type=float, default=900.0,
+                    help="seconds to wait for every server to become healthy (default 900)")
+    lp.add_argument("--log-dir", default="logs/servers", help="one log file per server here (default logs/servers)")
     lp.add_argument("--endpoints-out", default=None, help="also write the endpoints JSON here")
     lp.add_argument("--dry-run", action="store_true", help="print the command lines; start nothing")
     lp.add_argument("--check", action="store_true", help="stop the servers once all are healthy")
@@ -240,13 +245,13 @@ def add_replay(sub) -> None:
     rp.add_argument("--tokenizer", default=None, help="local tokenizer: exact-length random-token prompts")
     rp.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
     rp.add_argument("--api-key-env", default=None, help="send the key held in this variable")
-    rp.add_argument("--max-concurrency", type=int, default=64)
+    rp.add_argument("--max-concurrency", type=int, default=64, help="calls in flight at most (default 64)")
     rp.add_argument("--timeout", type=float, default=300.0, help="deadline per call, retries included (s)")
-    rp.add_argument("--retries", type=int, default=1)
-    rp.add_argument("--time-scale", type=float, default=1.0)
-    rp.add_argument("--max-requests", type=int, default=None)
-    rp.add_argument("--max-prompt-tokens", type=int, default=None)
-    rp.add_argument("--max-output-tokens", type=int, default=None)
-    rp.add_argument("--seed", type=int, default=0)
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--retries", type=int, default=1, help="resends of a call that failed before streaming (default 1)")
+    rp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X (default 1)")
+    rp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
+    rp.add_argument("--max-prompt-tokens", type=int, default=None, help="cut longer prompts to N tokens")
+    rp.add_argument("--max-output-tokens", type=int, default=None, help="cut longer outputs to N tokens")
+    rp.add_argument("--seed", type=int, default=0, help="seed of the random-token prompts (default 0)")
+    rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.set_defaults(func=_replay)

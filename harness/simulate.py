@@ -86,6 +86,9 @@ def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[
         except ValueError as exc:  # the model cannot be sharded that way
             raise OptionError("tp" if "tp" in str(exc) else "pp", str(exc)) from None
     kv = eng.kv_capacity_tokens
+    if kv is not None and kv < eng.block_size:
+        raise OptionError("kv_capacity_tokens", f"a KV cache of {kv} tokens holds less than one block of "
+                          f"{eng.block_size} tokens")
     if kv is None:
         mem = memory_budget_gb(eng, gpu_capacity_gb=gpu_spec(cfg.gpu).capacity_gb, n_gpus=cfg.tp * cfg.pp)
         kv = kv_capacity_tokens(step, eng, mem_gb=mem)

@@ -29,6 +29,14 @@ AZURE_FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInfer
 _EPOCH = datetime(2000, 1, 1)  # naive: the trace's wall-clock times, no time-zone games
 
 
+#: bounds on what a trace may hold: a token count (no model's context is near 2^31), the span of
+#: arrivals after the shift to 0 (~31.7 years), a line, and the file
+MAX_TOKENS = 2**31 - 1
+MAX_SPAN_S = 1e9
+MAX_LINE_BYTES = 2**20
+MAX_TRACE_BYTES = 2**31
+
+
 class TraceError(ValueError):
     """A malformed trace; the message is one line naming the file and line."""
 
@@ -79,15 +87,21 @@ def _int(text: str, path: Path, lineno: int, col: str) -> int:
         v = int(f)
     if v < 1:
         raise TraceError(f"{path}: line {lineno}: {col} must be >= 1 (got {v})")
+    if v > MAX_TOKENS:
+        raise TraceError(f"{path}: line {lineno}: {col} must be at most {MAX_TOKENS} tokens (got {text.strip()[:40]})")
     return v
 
 
 def _time(text: str, layout: str, path: Path, lineno: int) -> float:
     if layout == "azure2023":
         try:
-            return (datetime.fromisoformat(text.strip()) - _EPOCH).total_seconds()
+            when = datetime.fromisoformat(text.strip())
         except ValueError:
             raise TraceError(f"{path}: line {lineno}: TIMESTAMP {text.strip()!r} is not a date-time") from None
+        if when.tzinfo is not None:
+            raise TraceError(f"{path}: line {lineno}: TIMESTAMP {text.strip()!r} carries a time zone; the Azure "
+                             "layout's times are local wall-clock times without one (2023-11-16 18:17:03.97)")
+        return (when - _EPOCH).total_seconds()
     try:
         v = float(text)
     except ValueError:
@@ -100,17 +114,11 @@ def _time(text: str, layout: str, path: Path, lineno: int) -> float:
 def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
     """Read a trace file in any of the three layouts (see the module docstring)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a UTF-8 text file") from None
     layout = None
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(_lines(path), 1):
         s = line.strip()
         if not s or s.startswith("#"):
             continue
@@ -134,8 +142,43 @@ def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
     t = np.asarray(times, dtype=np.float64)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order[0]]
+    if not np.isfinite(t[-1]) or t[-1] > MAX_SPAN_S:
+        raise TraceError(f"{path}: arrivals span {t[-1]:.3g} s, more than {MAX_SPAN_S:g} s (~31 years); "
+                         "arrival times are in seconds")
     return Trace(name or path.stem, t, np.asarray(prompts, dtype=np.int64)[order],
                  np.asarray(outputs, dtype=np.int64)[order])
+
+
+def _lines(path: Path):
+    """The file's lines as text, read one at a time with bounds: a line over
+    :data:`MAX_LINE_BYTES` (``/dev/zero`` has none) or a file over :data:`MAX_TRACE_BYTES` is a
+    TraceError, as are binary and non-UTF-8 bytes."""
+    if path.is_dir():
+        raise TraceError(f"{path}: is a folder, not a trace file")
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+    total = 0
+    with fh:
+        for lineno in range(1, 2**62):
+            try:
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+            if not raw:
+                return
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise TraceError(f"{path}: line {lineno} is longer than {MAX_LINE_BYTES // 2**20} MiB")
+            if total > MAX_TRACE_BYTES:
+                raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES // 2**30} GiB")
+            if b"\x00" in raw:
+                raise TraceError(f"{path}: line {lineno}: a binary file, not a text trace")
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"{path}: line {lineno}: not a UTF-8 text file") from None
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:

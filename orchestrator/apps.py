@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.engines.base import Engine
 from orchestrator.engines.factory import build_instances, load_engine_spec, named_yaml
 from orchestrator.template import Component, QueryConfig, Template
+from profiler.catalog import configs_dir
 
-APP_DIR = Path(__file__).resolve().parents[1] / "configs" / "apps"
+APP_DIR = configs_dir() / "apps"
 
 
 class _Frozen(BaseModel):

@@ -1,7 +1,4 @@
 """`python -m profiler ...`: see profiler/cli.py."""
+from profiler.cli import console
 
-import sys
-
-from profiler.cli import main
-
-sys.exit(main())
+console()

@@ -82,13 +82,11 @@ def default_calibration_path() -> Path:
 
 def load_calibration(path: Path | str | None = None) -> Calibration:
     """Read a calibration YAML (default configs/calibration/vidur.yaml)."""
+    from profiler.catalog import read_yaml_file
     path = Path(path) if path else default_calibration_path()
+    raw = read_yaml_file(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
         return Calibration.model_validate(raw)
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])

@@ -5,11 +5,11 @@ Units: GB = 1e9 bytes, TFLOPS = 1e12 FLOP/s, GB/s = 1e9 bytes/s, params in billi
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
@@ -171,18 +171,84 @@ def shared_data_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@functools.lru_cache(maxsize=1)
 def configs_dir() -> Path:
+    """The project's configs: the package data ``flowmaker_configs`` found with
+    :mod:`importlib.resources` (an installed wheel's copy, or ``configs/`` itself in a source
+    checkout or editable install), else ``<repo>/configs`` (a source tree never installed)."""
+    try:
+        from importlib.resources import files
+        root = Path(str(files("flowmaker_configs")))
+        if (root / "models.yaml").is_file():
+            return root
+    except (ImportError, TypeError, ValueError):
+        pass
     return repo_root() / "configs"
 
 
-def _read_yaml(path: Path, key: str) -> Any:
+def known_configs(folder: str) -> list[str]:
+    """Names of the configs in ``configs/<folder>/`` (file stems, ``.yaml``)."""
+    return sorted(q.stem for q in (configs_dir() / folder).glob("*.yaml"))
+
+
+def config_path(name_or_path: str | Path, folder: str, what: str) -> Path:
+    """A config given by name (``configs/<folder>/<name>.yaml``) or by path.
+
+    Text with a ``.yaml``/``.yml``/``.json`` suffix or a path separator is a path; a path
+    written ``configs/...`` that does not exist here (an installed package, another working
+    folder) is looked up in the shipped configs. Anything else is first a name, then a file of
+    that name. An unknown name is a CatalogError listing the known ones."""
+    s = str(name_or_path)
+    p = Path(s)
+    if p.suffix in CONFIG_SUFFIXES or "/" in s or os.sep in s:
+        if not p.exists() and p.parts[:1] == ("configs",) and len(p.parts) > 1:
+            shipped = configs_dir().joinpath(*p.parts[1:])
+            if shipped.exists():
+                return shipped
+        return p
+    named = configs_dir() / folder / f"{s}.yaml"
+    if named.is_file():
+        return named
+    if p.is_file():
+        return p
+    known = known_configs(folder)
+    raise CatalogError(f"unknown {what} '{s}'; known: {', '.join(known) or '(none)'} "
+                       f"(or give a path to a {what} file)")
+
+
+def profile_table_path(name_or_path: str | Path) -> Path:
+    """A profile table (parquet) by path, or by name: ``results/profiles/<name>.parquet`` under
+    the working folder, then under the repository (the committed measured tables). An unknown
+    name is a CatalogError listing the known ones."""
+    s = str(name_or_path)
+    p = Path(s)
+    if p.suffix or "/" in s or os.sep in s or p.exists():
+        return p
+    dirs = [Path("results") / "profiles", repo_root() / "results" / "profiles"]
+    for d in dirs:
+        if (d / f"{s}.parquet").is_file():
+            return d / f"{s}.parquet"
+    known = sorted({q.stem for d in dirs if d.is_dir() for q in d.glob("*.parquet")})
+    raise CatalogError(f"unknown profile table '{s}'; known: {', '.join(known) or '(none)'} "
+                       "(or give a path to a .parquet table)")
+
+
+def read_yaml_file(path: Path | str) -> Any:
+    """A YAML (or ``.json``) file as data, read with size and nesting bounds, duplicate keys refused
+    (``flowmaker.inputs``); a CatalogError naming the file (with line and column for a syntax
+    error) on any problem."""
+    from flowmaker.inputs import InputError, load_data
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        return load_data(path)
+    except InputError as exc:
+        raise CatalogError(str(exc)) from None
+
+
+def _read_yaml(path: Path, key: str) -> Any:
+    doc = read_yaml_file(path)
     if not isinstance(doc, dict) or key not in doc:
         raise CatalogError(f"{path}: missing top-level field '{key}'")
     return doc[key]
@@ -252,5 +318,4 @@ def load_cluster(path: Path | str) -> ClusterSpec:
     """A cluster file (e.g. configs/clusters/a6000x8.yaml)."""
     path = Path(path)
     _read_yaml(path, "nodes")
-    with open(path, encoding="utf-8") as fh:
-        return _parse(ClusterSpec, yaml.safe_load(fh), path, "cluster")
+    return _parse(ClusterSpec, read_yaml_file(path), path, "cluster")

@@ -1,5 +1,8 @@
 """Command line: `python -m profiler {predict,table,calibrate-vidur,run,validate,calibrate,convert,
-memory,device-plan}`.
+memory,device-plan}` (console script ``flowmaker-profiler``).
+
+Profile configs (``run``) and measured tables (``--measured``, ``--reference``) may be given by
+name (``configs/profile/NAME.yaml``, ``results/profiles/NAME.parquet``) or by path.
 
 User errors (unknown model/GPU, bad numbers, missing data) print one line on stderr and
 exit with status 2.
@@ -12,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from flowmaker.entry import OneLineParser as _Parser  # one-line usage errors, exit 2
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import CatalogError, load_deploy_configs, load_gpus, load_models, shared_data_dir
@@ -41,31 +45,35 @@ def _positive(text: str) -> int:
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
+_DEPLOY_HELP = {"--tp": "tensor-parallel GPUs (default 1)", "--pp": "pipeline-parallel stages (default 1)",
+                "--batch": "sequences decoded together (default 1)"}
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m profiler", description="flowmaker analytic profiler")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    from flowmaker.entry import add_version
+    p = _Parser(prog="python -m profiler", description="flowmaker profiler: analytic predictions, measured "
+                "tables, calibration (docs/profiler.md, docs/profiler_measured.md)")
+    add_version(p)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     pr = sub.add_parser("predict", help="latency and memory of one deployment")
-    pr.add_argument("--model", required=True)
-    pr.add_argument("--gpu", required=True)
+    pr.add_argument("--model", required=True, help="catalog model (configs/models.yaml), e.g. llama-2-7b")
+    pr.add_argument("--gpu", required=True, help="catalog GPU (configs/gpus.yaml), e.g. a6000")
     for name in ("--tp", "--pp", "--batch"):
-        pr.add_argument(name, type=_positive, default=1)
-    pr.add_argument("--prompt-tokens", type=_positive, required=True)
-    pr.add_argument("--output-tokens", type=_positive, required=True)
-    pr.add_argument("--calibration", type=Path, help="calibration YAML (default configs/calibration/vidur.yaml)")
-    pr.add_argument("--json", action="store_true")
+        pr.add_argument(name, type=_positive, default=1, help=_DEPLOY_HELP[name])
+    pr.add_argument("--prompt-tokens", type=_positive, required=True, help="prompt length per sequence (tokens)")
+    pr.add_argument("--output-tokens", type=_positive, required=True, help="generated tokens per sequence")
+    pr.add_argument("--calibration", help="calibration name in configs/calibration or a YAML file "
+                    "(default vidur)")
+    pr.add_argument("--json", action="store_true", help="print the prediction as JSON (seconds, GB)")
     tb = sub.add_parser("table", help="write the analytic grid as parquet")
-    tb.add_argument("--out", type=Path, required=True)
-    tb.add_argument("--models", nargs="+")
-    tb.add_argument("--gpus", nargs="+")
-    tb.add_argument("--batches", nargs="+", type=_positive, default=DEFAULT_BATCHES)
-    tb.add_argument("--prompt-tokens", nargs="+", type=_positive, default=DEFAULT_PROMPTS)
-    tb.add_argument("--output-tokens", nargs="+", type=_positive, default=DEFAULT_OUTPUTS)
+    tb.add_argument("--out", type=Path, required=True, help="parquet file to write (its folder must exist)")
+    tb.add_argument("--models", nargs="+", help="catalog models (default all)")
+    tb.add_argument("--gpus", nargs="+", help="catalog GPUs (default all)")
+    tb.add_argument("--batches", nargs="+", type=_positive, default=DEFAULT_BATCHES, help="batch sizes of the grid")
+    tb.add_argument("--prompt-tokens", nargs="+", type=_positive, default=DEFAULT_PROMPTS,
+                    help="prompt lengths of the grid (tokens)")
+    tb.add_argument("--output-tokens", nargs="+", type=_positive, default=DEFAULT_OUTPUTS,
+                    help="output lengths of the grid (tokens)")
     cv = sub.add_parser("calibrate-vidur", help="fit configs/calibration/vidur.yaml on vidur's data")
     cv.add_argument("--data", type=Path, help="vidur data dir (default <shared>/vidur)")
     cv.add_argument("--maveriq", type=Path, help="MaverIQ A6000 data dir for the a6000 fit "
@@ -73,35 +81,38 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--ops", action="append", default=[], metavar="GPU=CSV",
                     help="also fit GPU's operator constants on a vidur-format mlp.csv (the GPU "
                     "check's OUT/ops_mlp.csv); repeatable")
-    cv.add_argument("--out", type=Path, default=default_calibration_path())
+    cv.add_argument("--out", type=Path, default=default_calibration_path(),
+                    help="calibration YAML to write (default configs/calibration/vidur.yaml)")
     rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
-    rn.add_argument("config", type=Path)
+    rn.add_argument("config", help="profile config name in configs/profile or a YAML file")
     rn.add_argument("--out", type=Path, help="table path (default: the config's out)")
     rn.add_argument("--max-points", type=_positive, help="stop after this many new points")
-    rn.add_argument("--no-progress", action="store_true")
+    rn.add_argument("--no-progress", action="store_true", help="no progress bar (none is drawn off a terminal)")
     va = sub.add_parser("validate", help="analytic model (or --reference table) vs a measured table")
-    va.add_argument("--measured", type=Path, required=True)
-    va.add_argument("--reference", type=Path, help="compare with this measured table instead "
+    va.add_argument("--measured", required=True, help="measured table: a name in results/profiles or a parquet file")
+    va.add_argument("--reference", help="compare with this measured table instead "
                     "(e.g. fingerprint vs full depth: error of --measured relative to it)")
     ca = sub.add_parser("calibrate", help="fit per-GPU analytic constants to measured tables")
-    ca.add_argument("--measured", type=Path, nargs="+", required=True)
-    ca.add_argument("--out", type=Path, default=measured_calibration_path())
+    ca.add_argument("--measured", nargs="+", required=True,
+                    help="measured tables: names in results/profiles or parquet files")
+    ca.add_argument("--out", type=Path, default=measured_calibration_path(),
+                    help="calibration YAML to write (default configs/calibration/measured.yaml)")
     co = sub.add_parser("convert", help="table rows as JSON lines (GPU check output) -> parquet")
-    co.add_argument("rows", type=Path)
-    co.add_argument("--out", type=Path, required=True)
+    co.add_argument("rows", type=Path, help="JSON lines, one table row each")
+    co.add_argument("--out", type=Path, required=True, help="parquet file to write")
     me = sub.add_parser("memory", help="how vLLM / TensorRT-LLM split an instance's memory (KV cache)")
-    me.add_argument("--model", required=True)
-    me.add_argument("--gpu", required=True)
+    me.add_argument("--model", required=True, help="catalog model, e.g. llama-2-7b")
+    me.add_argument("--gpu", required=True, help="catalog GPU, e.g. a6000")
     for name in ("--tp", "--pp"):
-        me.add_argument(name, type=_positive, default=1)
-    me.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm")
+        me.add_argument(name, type=_positive, default=1, help=_DEPLOY_HELP[name])
+    me.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm", help="whose memory rules (default vllm)")
     me.add_argument("--max-num-batched-tokens", type=_positive, default=8192,
                     help="vLLM max_num_batched_tokens / TensorRT-LLM max_num_tokens")
     me.add_argument("--max-num-seqs", type=_positive, default=256,
                     help="vLLM max_num_seqs / TensorRT-LLM max_batch_size")
     me.add_argument("--fraction", type=float, default=0.9, help="vLLM gpu_memory_utilization / "
                     "TensorRT-LLM kv_cache free_gpu_memory_fraction")
-    me.add_argument("--json", action="store_true")
+    me.add_argument("--json", action="store_true", help="print the split as JSON (GB)")
     dp = sub.add_parser("device-plan", help="write the GPU check's plan (archs, grid, predictions)")
     dp.add_argument("--out", type=Path, help="default profiler/scripts/device_check_plan.json")
     return p
@@ -114,11 +125,12 @@ def _pick(kind: str, names: list[str] | None, known: dict) -> list:
     return [known[n] for n in (names or known)]
 
 
-def _am(path: Path | None) -> AnalyticModel:
+def _am(path: str | None) -> AnalyticModel:
     if path is None:
         return AnalyticModel()
     from profiler.calibration import load_calibration
-    return AnalyticModel(calibration=load_calibration(path))
+    from profiler.catalog import config_path
+    return AnalyticModel(calibration=load_calibration(config_path(path, "calibration", "calibration")))
 
 
 def _predict(a: argparse.Namespace) -> None:
@@ -143,6 +155,11 @@ def _predict(a: argparse.Namespace) -> None:
     print(f"  fits: {'yes' if p.mem_gb <= cap else 'NO'} ({p.mem_gb:.1f} of {cap:.0f} GB)")
 
 
+def _check_out(path: Path) -> None:
+    if not path.parent.is_dir():
+        raise UsageError(f"--out: folder {path.parent} does not exist")
+
+
 def _table(a: argparse.Namespace) -> None:
     from profiler.table import build_analytic_table, write_table
     models = _pick("models", a.models, load_models())
@@ -158,6 +175,7 @@ def _table(a: argparse.Namespace) -> None:
 def _calibrate(a: argparse.Namespace) -> None:
     from profiler.vidur_fit import fit_ops_file, fit_vidur, format_mape
     ops = [_gpu_csv(spec) for spec in a.ops]  # check the arguments before the ~3 s fit
+    _check_out(a.out)
     data = a.data
     if data is None:
         shared = shared_data_dir()
@@ -210,20 +228,28 @@ def _with_a6000(cal, maveriq: Path | None):
 def _run(a: argparse.Namespace) -> None:
     from profiler.measured import load_profile_config, run_profile
     cfg = load_profile_config(a.config)
-    s = run_profile(cfg, out=a.out, max_points=a.max_points, progress=not a.no_progress)
+    from flowmaker.entry import show_progress
+    s = run_profile(cfg, out=a.out, max_points=a.max_points, progress=show_progress(a.no_progress))
     state = "complete" if s.complete else "partial (run again to resume)"
     print(f"{cfg.name}: measured {s.measured} points, {s.skipped} already done; "
           f"wrote {s.rows} rows to {s.table} [{state}]")
 
 
-def _read(path: Path):
+def _read(name_or_path: str | Path):
+    """A measured table by name (results/profiles) or path; an empty one is an error (nothing to
+    validate or fit)."""
+    from profiler.catalog import profile_table_path
     from profiler.table import TableError, read_table
+    path = profile_table_path(name_or_path)
     if not path.is_file():
         raise UsageError(f"{path}: no such table")
     try:
-        return read_table(path)
+        df = read_table(path)
     except TableError as exc:
         raise UsageError(f"{path}: {exc}") from None
+    if df.empty:
+        raise UsageError(f"{path}: the table has no rows")
+    return df
 
 
 def _validate(a: argparse.Namespace) -> None:
@@ -261,6 +287,7 @@ def _calibrate_measured(a: argparse.Namespace) -> None:
     from profiler.calibration import Calibration, load_calibration
     from profiler.measured import all_gpus, all_models
     from profiler.validate import ERROR_METRICS, errors, fit_gpu, held_out_errors, predict_like
+    _check_out(a.out)
     measured = pd.concat([_read(p) for p in a.measured], ignore_index=True)
     models, gpus = all_models(), all_gpus()
     vidur = default_calibration_path()
@@ -301,14 +328,25 @@ def _convert(a: argparse.Namespace) -> None:
     import json
     from profiler.measured import rows_to_table
     from profiler.table import TableError, write_table
+    from flowmaker.inputs import read_text
     if not a.rows.is_file():
         raise UsageError(f"{a.rows}: no such file")
-    rows = [json.loads(line) for line in a.rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not a.out.parent.is_dir():
+        raise UsageError(f"--out: folder {a.out.parent} does not exist")
+    rows = []
+    for i, line in enumerate(read_text(a.rows).splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except (ValueError, RecursionError) as exc:
+                raise UsageError(f"{a.rows}: line {i}: not JSON ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        raise UsageError(f"{a.rows}: no rows")
     try:
         df = rows_to_table(rows)
-    except (TableError, KeyError) as exc:
-        raise UsageError(f"{a.rows}: not table rows ({exc})") from None
-    write_table(df, a.out)
+        write_table(df, a.out)
+    except (TableError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{a.rows}: not table rows ({type(exc).__name__}: {exc})") from None
     print(f"wrote {len(df)} rows to {a.out}")
 
 
@@ -348,13 +386,24 @@ COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; user errors are one line on standard error and status 2."""
+    from flowmaker.entry import one_line, setup_logging
+    from flowmaker.inputs import InputError
+    from profiler.table import TableError
+    setup_logging()
     args = _parser().parse_args(argv)
     try:
         COMMANDS[args.cmd](args)
     except BackendMissing as exc:
-        sys.stderr.write(f"python -m profiler {args.cmd}: {exc}\n")
+        sys.stderr.write(f"python -m profiler {args.cmd}: {one_line(exc)}\n")
         return 2
-    except (UsageError, CatalogError) as exc:
-        sys.stderr.write(f"python -m profiler {args.cmd}: error: {exc}\n")
+    except (UsageError, CatalogError, InputError, TableError) as exc:
+        sys.stderr.write(f"python -m profiler {args.cmd}: error: {one_line(exc)}\n")
         return 2
     return 0
+
+
+def console():
+    """The ``flowmaker-profiler`` console script and ``python -m profiler``."""
+    from flowmaker.entry import run
+    run(main)

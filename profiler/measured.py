@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from profiler.catalog import CatalogError, GpuSpec, ModelSpec, configs_dir, load_gpus, load_models, repo_root
@@ -63,14 +62,11 @@ class RunSummary:
 
 def load_profile_config(path: Path | str) -> ProfileConfig:
     """Read and validate a profile config; CatalogError names the file and the field."""
-    path = Path(path)
+    from profiler.catalog import config_path, read_yaml_file
+    path = config_path(path, "profile", "profile config")
+    raw = read_yaml_file(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         return ProfileConfig.model_validate(raw)
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(file)"

@@ -31,6 +31,13 @@ SCHEMA = pa.schema(
 )
 
 
+#: key and metric columns that must be > 0: a deployment has >= 1 GPU per axis, a call >= 1 token
+#: of each kind, and a measured time or footprint is never zero
+POSITIVE = {"tp", "pp", "batch", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "latency_s", "mem_gb"}
+#: the largest table file read (the analytic grid of every model and GPU is ~10 MB)
+MAX_TABLE_BYTES = 512 * 2**20
+
+
 class TableError(ValueError):
     """The table violates SCHEMA; the message names the column."""
 
@@ -59,8 +66,13 @@ def validate_table(df: pd.DataFrame) -> None:
             raise TableError(f"column '{f.name}' must be {'integer' if want_int else 'numeric'}, got {col.dtype}")
         if col.isna().any():
             raise TableError(f"column '{f.name}' has NaN")
+        if not want_int and not np.isfinite(col.to_numpy(dtype=float)).all():
+            raise TableError(f"column '{f.name}' has an infinite value")
         if (col < 0).any():
             raise TableError(f"column '{f.name}' has negative values")
+        if f.name in POSITIVE and (col <= 0).any():
+            raise TableError(f"column '{f.name}' must be > 0 (got {col[col <= 0].iloc[0].item()!r} "
+                             f"in row {int((col <= 0).to_numpy().argmax())})")
     dup = df.duplicated(subset=KEY)
     if dup.any():
         row = df.loc[dup.idxmax(), KEY].to_dict()
@@ -74,8 +86,20 @@ def write_table(df: pd.DataFrame, path: Path | str) -> None:
 
 
 def read_table(path: Path | str) -> pd.DataFrame:
-    """Read a parquet table and validate it."""
-    df = pq.read_table(path).to_pandas()
+    """Read a parquet table and validate it; TableError for a file that is missing, too large
+    (:data:`MAX_TABLE_BYTES`), not parquet (a CSV, a truncated file) or off the schema."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise TableError("no such file" if not p.exists() else "not a regular file")
+        if p.stat().st_size > MAX_TABLE_BYTES:
+            raise TableError(f"larger than {MAX_TABLE_BYTES // 2**20} MiB")
+        df = pq.read_table(p).to_pandas()
+    except TableError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = " ".join(str(exc).split())[:200]
+        raise TableError(f"not a readable parquet table ({first})") from None
     validate_table(df)
     return df
 

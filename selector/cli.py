@@ -1,7 +1,15 @@
-"""``python -m selector``: resolve, solve and deploy from the shell.
+"""``python -m selector`` (console script ``flowmaker-select``): resolve, solve, deploy, bundle and
+export from the shell.
 
-User errors print one line on standard error and exit with status 2; an infeasible
-problem is an answer (exit 0, ``status: infeasible`` with a reason).
+    resolve TASK [--cluster C]         catalog + task + cluster + profile -> a resolved problem
+    solve PROBLEM                       the variant of one resolved problem (spec section 6)
+    deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle
+    bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (resolved problems)
+    export PLAN --format sh|compose|k8s the plan's servers as a script, compose file or manifests
+
+Tasks, clusters and profile tables are given by name (``configs/tasks``, ``configs/clusters``,
+``results/profiles``) or by path. User errors print one line on standard error and exit with
+status 2; an infeasible problem is an answer (exit 0, ``status: infeasible`` with a reason).
 """
 from __future__ import annotations
 
@@ -9,8 +17,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
+from flowmaker.entry import OneLineParser, add_version, one_line, run, setup_logging
 from selector.errors import ProblemError
+
+DEFAULT_CLUSTER = "a6000x8"
 
 
 def _solver(name: str):
@@ -22,36 +34,168 @@ def _solver(name: str):
         raise ProblemError("--solver", str(exc.args[0])) from None
 
 
-def _solve(args: argparse.Namespace) -> int:
-    from selector.problem import load_problem
+def _file_kind(data: dict) -> str:
+    """What a mapping looks like: ``problem``, ``task``, ``cluster``, ``bundle`` or ``unknown``."""
+    if "task" in data and isinstance(data.get("task"), dict):
+        return "problem"
+    if "workflows" in data and ("accuracy_slo" in data or "trace" in data):
+        return "task"
+    if "nodes" in data:
+        return "cluster"
+    if "tasks" in data:
+        return "bundle"
+    return "unknown"
 
-    problem = load_problem(args.problem)
+
+def _read_problem(path: Path):
+    """A resolved problem file; a task, cluster or bundle file given instead is named as such, with
+    the command that takes it."""
+    from selector.problem import parse_problem
+    from selector.yamlio import load_mapping
+    data = load_mapping(path)
+    kind = _file_kind(data)
+    hints = {"task": f"a task file, not a resolved problem: resolve it first (python -m selector resolve {path} "
+                     f"--out problem.yaml), or deploy it directly (python -m selector deploy {path})",
+             "cluster": "a cluster file, not a resolved problem: give it to resolve/deploy as --cluster",
+             "bundle": f"a deploy bundle, not a resolved problem: python -m selector deploy {path}"}
+    if kind in hints:
+        raise ProblemError(str(path), hints[kind])
+    return parse_problem(data)
+
+
+def _check_out(path: Path | None) -> None:
+    if path is not None and not path.parent.is_dir():
+        raise ProblemError("--out", f"folder {path.parent} does not exist")
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        print(text)
+        return
+    try:
+        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ProblemError("--out", f"{out}: cannot write ({exc.strerror})") from None
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _solve(args: argparse.Namespace) -> int:
+    from selector.sanity import warn_problem
+    problem = _read_problem(args.problem)
+    warn_problem(problem)
     solver = _solver(args.solver)
     plan = solver.select(problem, time_limit_s=args.time_limit)
     print(plan.to_json() if args.json else format_plan(plan.to_dict()))
     return 0
 
 
-def _deploy(args: argparse.Namespace) -> int:
-    from selector.deploy import deploy_bundle, load_bundle
+# -- resolve, bundle, deploy ------------------------------------------------------------------
+def _env(args: argparse.Namespace):
+    """(catalog, cluster, gpu, perf) from the options shared by resolve, bundle and deploy."""
+    from profiler.catalog import CatalogError
+    from selector.resolve import AnalyticPerf, TablePerf, load_catalog, load_cluster_file
+    try:
+        catalog = load_catalog(models=getattr(args, "models", None), accuracy=getattr(args, "accuracy", None))
+        cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
+    except CatalogError as exc:
+        raise ProblemError("", str(exc)) from None
+    except ProblemError as exc:
+        if exc.field != "cluster":
+            raise
+        raise ProblemError("--cluster", str(exc).split(": ", 1)[1]) from None
+    perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
+    return catalog, cluster, gpu, perf
 
-    bundle = load_bundle(args.bundle)
-    solver = _solver(args.solver)
-    result = deploy_bundle(bundle, solver, time_limit_s=args.time_limit)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        for plan in result["plans"]:
-            print(format_plan(plan))
-            print()
-        print(f"final cluster: {len(result['cluster']['instances'])} instances")
-    return 0
+
+def _resolve_one(spec: str, env) -> Any:
+    from selector.resolve import resolve_task
+    catalog, cluster, gpu, perf = env
+    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from selector.resolve import resolve_cli
+    _check_out(args.out)
+    problem = _resolve_one(args.task, _env(args))
+    _write(_dump(problem.to_dict(), args.json), args.out)
+    return 0
 
-    return resolve_cli(args)
+
+def _dump(data: dict, as_json: bool) -> str:
+    import yaml
+    if as_json:
+        return json.dumps(data, indent=1)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+
+
+def _tasks_and_problems(inputs: list[str], env) -> list:
+    """Each input resolved: a task name or file (resolved on the cluster) or a resolved problem
+    file (placed on the cluster)."""
+    from selector.deploy import with_cluster
+    from selector.yamlio import load_mapping
+    out = []
+    for spec in inputs:
+        p = Path(spec)
+        if p.is_file() and p.suffix in (".yaml", ".yml", ".json"):
+            kind = _file_kind(load_mapping(p))
+            if kind == "problem":
+                data = {k: v for k, v in load_mapping(p).items() if k != "cluster"}
+                out.append(with_cluster(data, env[1]))
+                continue
+            if kind == "bundle":
+                raise ProblemError(spec, "a bundle deploys alone: python -m selector deploy BUNDLE (no other inputs)")
+            if kind == "cluster":
+                raise ProblemError(spec, "a cluster file: pass it as --cluster")
+        out.append(_resolve_one(spec, env))
+    return out
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from selector.deploy import check_distinct_names
+    _check_out(args.out)
+    env = _env(args)
+    problems = _tasks_and_problems(args.tasks, env)
+    check_distinct_names([p.task.name for p in problems])
+    data = {"cluster": env[1].model_dump(mode="json"),
+            "tasks": [{k: v for k, v in p.to_dict().items() if k != "cluster"} for p in problems]}
+    _write(_dump(data, args.json), args.out)
+    return 0
+
+
+def _is_bundle(spec: str) -> bool:
+    from selector.yamlio import load_mapping
+    p = Path(spec)
+    return p.is_file() and p.suffix in (".yaml", ".yml", ".json") and _file_kind(load_mapping(p)) == "bundle"
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from selector.deploy import deploy_bundle, load_bundle
+    from selector.sanity import warn_problem
+    solver = _solver(args.solver)
+    if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
+        for opt in ("cluster", "sharing", "profile"):
+            if getattr(args, opt) is not None:
+                raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
+                                               "drop the option or deploy task names instead")
+        bundle = load_bundle(args.inputs[0])
+    else:
+        args.cluster = args.cluster or DEFAULT_CLUSTER
+        env = _env(args)
+        bundle = {"cluster": env[1], "tasks": _tasks_and_problems(args.inputs, env)}
+    for p in bundle["tasks"]:
+        warn_problem(p)
+    result = deploy_bundle(bundle, solver, time_limit_s=args.time_limit)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    for plan in result["plans"]:
+        print(format_plan(plan))
+        print()
+    inst = result["cluster"]["instances"]
+    solved = sum(p["status"] in ("optimal", "feasible") for p in result["plans"])
+    print(f"final cluster: {len(inst)} instances, {sum(g['used_gb'] for g in result['cluster']['gpus']):.4g} GB "
+          f"used of {sum(g['mem_gb'] for g in result['cluster']['gpus']):.4g} GB; "
+          f"{solved} of {len(result['plans'])} tasks placed")
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -60,6 +204,7 @@ def _export(args: argparse.Namespace) -> int:
     reaches it as it reaches the solver registry; selector's core never imports it."""
     from harness.servers.export import export_plan
     from profiler.steps import UnknownName
+    _check_out(args.out)
     paths = {}
     for v in args.model_path or ():
         name, sep, path = v.partition("=")
@@ -72,7 +217,7 @@ def _export(args: argparse.Namespace) -> int:
                            dtype=args.dtype)
     except UnknownName as exc:
         raise ProblemError("--gpu", str(exc)) from None
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise ProblemError(str(args.plan), str(exc.args[0]) if exc.args else str(exc)) from None
     if args.out is None:
         print(text, end="")
@@ -82,65 +227,112 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def format_plan(d: dict) -> str:
-    """A readable rendering of a plan dict."""
-    head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']})"
+    """A readable rendering of a plan dict (units: README "Output columns")."""
+    head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']} variants)"
     if d["status"] not in ("optimal", "feasible"):
         dep = d.get("deployment")
         deployed = "" if dep is None else (f"\n  deploys anyway ({dep['rule']}): {len(dep['instances'])} instances, "
                                            f"{sum(i['mem_gb'] for i in dep['instances']):.4g} GB")
         return f"{head}\n  reason: {d['reason']}{deployed}"
-    lines = [head, f"  workflow {d['workflow']}: cost {d['cost_gb_s']:.4g} GB*s, latency {d['latency_s']:.4g} s, "
-                   f"new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots, accuracy {d['accuracy']:.2f}"]
+    lines = [head, f"  workflow {d['workflow']}: cost {d['cost_gb_s']:.4g} GB*s (new GB x latency), "
+                   f"latency {d['latency_s']:.4g} s, new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots, "
+                   f"accuracy {d['accuracy']:.2f}"]
     for s in d["stages"]:
-        where = f"reuse {s['reuse']}" if s["reuse"] else f"{s['replicas']}x new on {s['gpus']}"
+        where = f"reuse {s['reuse']}" if s["reuse"] else f"{s['replicas']}x new on GPUs {s['gpus']}"
         lines.append(f"  - {s['stage']}: {s['model']} tp{s['tp']} pp{s['pp']} {where}")
     return "\n".join(lines)
+
+
+# -- the parser ---------------------------------------------------------------------------------
+def _time_limit(p: argparse.ArgumentParser) -> None:
+    from solvers.base import time_limit_arg
+    p.add_argument("--time-limit", type=time_limit_arg, default=60.0, metavar="S",
+                   help="wall seconds per task, a finite number > 0 (default 60)")
+
+
+def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
+    p.add_argument("--cluster", default=default, metavar="NAME|FILE",
+                   help=f"cluster name in configs/clusters or a cluster file (default {DEFAULT_CLUSTER})")
+    p.add_argument("--sharing", default=None, choices=("memory", "compute"),
+                   help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
+    p.add_argument("--profile", default=None, metavar="NAME|FILE",
+                   help="profile table (parquet; a name in results/profiles); default: the analytic model")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from solvers.registry import names
 
-    ap = argparse.ArgumentParser(prog="python -m selector", description="FlowMaker workflow-variant selection")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sp = sub.add_parser("solve", help="choose the variant of one resolved problem")
-    sp.add_argument("problem", type=Path)
-    sp.add_argument("--solver", default="exhaustive", help=f"one of: {', '.join(names())}")
-    sp.add_argument("--time-limit", type=float, default=60.0, help="wall seconds (default 60)")
+    ap = OneLineParser(prog="python -m selector", description="FlowMaker workflow-variant selection "
+                       "(docs/your-own-task.md walks through every command)")
+    add_version(ap)
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser, metavar="COMMAND")
+    solvers = ", ".join(names())
+
+    rp = sub.add_parser("resolve", help="turn catalog + task + cluster + profile into a resolved problem")
+    rp.add_argument("task", help="task name in configs/tasks or a task file")
+    _cluster_opts(rp, default=DEFAULT_CLUSTER)
+    rp.add_argument("--models", type=Path, default=None, help="model catalog YAML (default configs/models.yaml)")
+    rp.add_argument("--accuracy", type=Path, default=None,
+                    help="accuracy table YAML (default configs/accuracy/open_llm_leaderboard_v2.yaml, 0-100)")
+    rp.add_argument("--out", type=Path, default=None, help="write the problem here instead of standard output")
+    rp.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    rp.set_defaults(func=_resolve)
+
+    sp = sub.add_parser("solve", help="choose the variant of one resolved problem (spec section 6)")
+    sp.add_argument("problem", type=Path, help="resolved problem file (YAML or JSON; `resolve` writes one)")
+    sp.add_argument("--solver", default="exhaustive", help=f"one of: {solvers} (default exhaustive)")
+    _time_limit(sp)
     sp.add_argument("--json", action="store_true", help="print the plan JSON of spec section 6")
     sp.set_defaults(func=_solve)
-    dp = sub.add_parser("deploy", help="deploy several tasks in sequence (spec section 8)")
-    dp.add_argument("bundle", type=Path, help="YAML with `cluster:` and `tasks:` (problems without cluster)")
-    dp.add_argument("--solver", default="flowmaker")
-    dp.add_argument("--time-limit", type=float, default=60.0)
-    dp.add_argument("--json", action="store_true")
+
+    dp = sub.add_parser("deploy", help="deploy several tasks one after another (spec section 8)")
+    dp.add_argument("inputs", nargs="+", metavar="TASK|PROBLEM|BUNDLE",
+                    help="task names or files (resolved on --cluster), resolved problem files, or one bundle "
+                         "file (`cluster:` and `tasks:`, as `bundle` writes)")
+    _cluster_opts(dp, default=None)
+    dp.add_argument("--solver", default="flowmaker", help=f"one of: {solvers} (default flowmaker)")
+    _time_limit(dp)
+    dp.add_argument("--json", action="store_true", help="print the plans and the final cluster as JSON")
     dp.set_defaults(func=_deploy)
+
+    bp = sub.add_parser("bundle", help="resolve tasks on a cluster and write the bundle `deploy` reads")
+    bp.add_argument("tasks", nargs="+", metavar="TASK|PROBLEM", help="task names or files, or resolved problem files")
+    _cluster_opts(bp, default=DEFAULT_CLUSTER)
+    bp.add_argument("--out", type=Path, default=None, help="write the bundle here instead of standard output")
+    bp.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    bp.set_defaults(func=_bundle)
+
     ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
     ep.add_argument("plan", type=Path, help="plan JSON (solve --json / deploy --json)")
-    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True)
-    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm")
+    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
+                    help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
+    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
+                    help="serving engine whose command lines are rendered (default vllm)")
     ep.add_argument("--gpu", required=True, help="catalog GPU the plan is for (memory shares), e.g. a6000")
     ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
-                    help="checkpoint of a catalog model (default: its hf_id)")
-    ep.add_argument("--base-port", type=int, default=8100)
-    ep.add_argument("--dtype", default="auto")
+                    help="checkpoint of a catalog model (default: its hf_id); repeatable")
+    ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")
+    ep.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
     ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
-    ep.add_argument("--namespace", default="default", help="Kubernetes namespace")
+    ep.add_argument("--namespace", default="default", help="Kubernetes namespace (default default)")
     ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
     ep.set_defaults(func=_export)
-    rp = sub.add_parser("resolve", help="turn catalog + task + cluster + profile into a resolved problem")
-    from selector.resolve import add_resolve_args
-    add_resolve_args(rp)
-    rp.set_defaults(func=_resolve)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; user errors are one line on standard error and status 2."""
+    from flowmaker.inputs import InputError
+    from profiler.catalog import CatalogError
+    setup_logging()
     args = build_parser().parse_args(argv)
-    if getattr(args, "time_limit", 1.0) is not None and getattr(args, "time_limit", 1.0) <= 0:
-        print("error: --time-limit: must be > 0", file=sys.stderr)
-        return 2
     try:
         return args.func(args)
-    except ProblemError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ProblemError, CatalogError, InputError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def console() -> NoReturn:
+    """The ``flowmaker-select`` console script and ``python -m selector``."""
+    run(main)

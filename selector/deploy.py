@@ -68,7 +68,12 @@ def check_distinct_names(names: Sequence[str | None]) -> None:
 
 
 def load_bundle(path: str | Path) -> dict[str, Any]:
-    """A deploy bundle: ``{cluster: ..., tasks: [problem without cluster, ...]}``."""
+    """A deploy bundle: ``{cluster: ..., tasks: [...]}`` (docs/your-own-task.md).
+
+    ``cluster`` is a cluster name or file (``configs/clusters``), a mapping in the cluster-file
+    layout (``nodes:``) or in the problem's layout (``gpus:``, spec section 1). Each task is a
+    task name or file (``configs/tasks``; resolved on the bundle's cluster with the analytic
+    model) or a resolved problem without ``cluster``."""
     data = load_mapping(path)
     unknown = set(data) - {"cluster", "tasks"}
     if unknown:
@@ -77,11 +82,17 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
         raise ProblemError("cluster" if "cluster" not in data else "tasks", "missing required field")
     if not isinstance(data["tasks"], list) or not data["tasks"]:
         raise ProblemError("tasks", "must be a non-empty list")
-    cluster = parse_problem_cluster(data["cluster"])
+    cluster, gpu = bundle_cluster(data["cluster"])
     problems = []
     for i, t in enumerate(data["tasks"]):
+        if isinstance(t, str):
+            if gpu is None:
+                raise ProblemError(f"tasks[{i}]", "a task name needs a cluster file (a name, a path or "
+                                   "`nodes:`), not a resolved cluster, to resolve it on")
+            from selector.resolve import resolve_task
+            t = {k: v for k, v in resolve_task(t, cluster=cluster, gpu=gpu).to_dict().items() if k != "cluster"}
         if not isinstance(t, dict):
-            raise ProblemError(f"tasks[{i}]", "must be a mapping")
+            raise ProblemError(f"tasks[{i}]", "must be a task name, a task file or a resolved problem (a mapping)")
         if "cluster" in t:
             raise ProblemError(f"tasks[{i}].cluster", "tasks take the bundle's cluster; remove this field")
         try:
@@ -90,6 +101,22 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
             raise ProblemError(f"tasks[{i}].{exc.field}", str(exc).split(": ", 1)[-1]) from None
     check_distinct_names([p.task.name for p in problems])
     return {"cluster": cluster, "tasks": problems}
+
+
+def bundle_cluster(raw: Any) -> tuple[Cluster, str | None]:
+    """A bundle's ``cluster``: a name or file, a cluster-file mapping (``nodes:``), or a problem
+    cluster (``gpus:``); with the GPU type when it is known (not for a problem cluster)."""
+    if isinstance(raw, str):
+        from selector.resolve import load_cluster_file
+        return load_cluster_file(raw)
+    if isinstance(raw, dict) and "nodes" in raw:
+        from profiler.catalog import CatalogError
+        from selector.resolve import cluster_from_spec
+        try:
+            return cluster_from_spec(raw, where="bundle")
+        except CatalogError as exc:
+            raise ProblemError("", str(exc)) from None
+    return parse_problem_cluster(raw), None
 
 
 def parse_problem_cluster(raw: Any) -> Cluster:

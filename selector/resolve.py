@@ -18,18 +18,14 @@ How the numbers are defined (docs/resolve.md has the rationale):
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import yaml
-
 from profiler.engine import DEFAULT, EngineConfig
 from selector.errors import ProblemError
 from selector.problem import SHARING_MODES, Cluster, Gpu, Instance, Problem, parse_problem
-from selector.taskspec import CONFIGS, TaskSpec, load_task, stage_tokens
+from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
 
 
 @dataclass(frozen=True)
@@ -82,9 +78,14 @@ class TablePerf(AnalyticPerf):
 
     def __init__(self, path: Path) -> None:
         super().__init__()
-        from profiler.table import read_table
-        self.path = path
-        self.table = read_table(path)
+        from profiler.catalog import CatalogError, profile_table_path
+        from profiler.table import TableError, read_table
+        try:
+            self.path = profile_table_path(path)
+            self.table = read_table(self.path)
+        except (CatalogError, TableError) as exc:
+            where = "" if isinstance(exc, CatalogError) else f"{self.path}: "
+            raise ProblemError("--profile", f"{where}{exc}") from None
 
     def latency_s(self, model, gpu, tp, pp, batch, prompt, output) -> float:
         """Seconds of one call; a table without rows for this model, GPU and config is a
@@ -106,19 +107,31 @@ def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gp
     return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
 
 
-def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml", *,
+def load_cluster_file(path: Path | str = "a6000x8", *,
                       sharing: str | None = None) -> tuple[Cluster, str]:
-    """A cluster from ``configs/clusters/`` as the problem's ``Cluster`` plus its (single) GPU type.
+    """A cluster file, by name (``configs/clusters/<name>.yaml``) or path, as the problem's
+    ``Cluster`` plus its (single) GPU type.
 
     The file may carry ``sharing: memory | compute`` (spec section 9; default ``memory``); a
     ``sharing`` argument overrides it. A bad value is a ProblemError naming ``cluster.sharing``
     (or ``--sharing``)."""
+    from selector.yamlio import load_mapping
+    path = cluster_path(path)
+    return cluster_from_spec(load_mapping(path), where=str(path), sharing=sharing)
+
+
+def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None = None) -> tuple[Cluster, str]:
+    """A cluster in the cluster-file layout (``nodes: [{gpus: [{id, gpu, mem_gb}]}]``, optional
+    ``instances`` and ``sharing``) as the problem's ``Cluster`` plus its GPU type. Errors name
+    ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, mixed GPU
+    types, or a GPU memory larger than the catalog's GPU of that type holds (a unit mistake)."""
     from pydantic import ValidationError
 
-    from profiler.catalog import CatalogError, ClusterSpec
-    from selector.yamlio import load_mapping
-    path = Path(path)
-    raw = dict(load_mapping(path))
+    from profiler.catalog import CatalogError, ClusterSpec, load_gpus
+    raw = dict(raw)
+    if "gpus" in raw and "nodes" not in raw:
+        raise ProblemError(where, "this is a resolved problem's cluster (`gpus:`); a cluster file lists "
+                                  "`nodes: [{name, gpus: [{id, gpu, mem_gb}]}]` (docs/your-own-task.md)")
     mode = raw.pop("sharing", "memory")
     _check_sharing(mode, "cluster.sharing")
     if sharing is not None:
@@ -128,16 +141,29 @@ def load_cluster_file(path: Path | str = CONFIGS / "clusters" / "a6000x8.yaml", 
         spec = ClusterSpec.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise CatalogError(f"{path}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
+        raise CatalogError(f"{where}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
                            f"{err['msg']}") from None
     gpus = [g for node in spec.nodes for g in node.gpus]
     types = {g.gpu for g in gpus}
     if len(types) != 1:
         raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
-    cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
-                      instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
-                                      for i in getattr(spec, "instances", ()) or ()),
-                      sharing=mode)
+    catalog = load_gpus()
+    for ni, node in enumerate(spec.nodes):
+        for gi, g in enumerate(node.gpus):
+            known = catalog.get(g.gpu)
+            if known is not None and g.mem_gb > known.capacity_gb * 1.05:
+                raise ProblemError(f"{where}: nodes[{ni}].gpus[{gi}].mem_gb",
+                                   f"{g.mem_gb:g} GB is more than the catalog's {g.gpu} holds ({known.mem_gb:g} GB, "
+                                   "configs/gpus.yaml); memory is in GB (1e9 bytes), not MB or MiB")
+    from selector.problem import first_error
+    try:
+        cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
+                          instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
+                                          for i in getattr(spec, "instances", ()) or ()),
+                          sharing=mode)
+    except ValidationError as exc:
+        err = first_error(exc)
+        raise ProblemError(f"{where}: instances.{err.field}", str(err).split(": ", 1)[-1]) from None
     return cluster, types.pop()
 
 
@@ -161,8 +187,10 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
                  gpu: str | None = None, perf: PerfSource | None = None,
                  settings: ResolveSettings = ResolveSettings()) -> Problem:
     """The resolved problem of ``task`` on ``cluster`` (default: configs/clusters/a6000x8.yaml)."""
-    task = load_task(task) if isinstance(task, str) else task
+    from selector.sanity import check_task_accuracy
+    task = load_task(task) if isinstance(task, (str, Path)) else task
     catalog = catalog or load_catalog()
+    check_task_accuracy(task.name, task.accuracy_slo, catalog.accuracy)
     if cluster is None:
         cluster, gpu = load_cluster_file()
     if gpu not in catalog.gpus:
@@ -204,38 +232,3 @@ def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: Resolv
     m = catalog.models[s.reference_model]
     wf = task.workflows[0]
     return sum(st.calls * perf.latency_s(m, g, 1, 1, 1, p, o) for st, (p, o) in zip(wf.stages, stage_tokens(task, wf)))
-
-
-def add_resolve_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("task", help="task name in configs/tasks/ or a task YAML path")
-    ap.add_argument("--cluster", type=Path, default=CONFIGS / "clusters" / "a6000x8.yaml")
-    ap.add_argument("--sharing", default=None, metavar="{memory,compute}",
-                    help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
-    ap.add_argument("--profile", type=Path, default=None, help="profile table (parquet); default: analytic model")
-    ap.add_argument("--models", type=Path, default=None, help="model catalog YAML (default configs/models.yaml)")
-    ap.add_argument("--accuracy", type=Path, default=None, help="accuracy table (default: leaderboard v2)")
-    ap.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
-    ap.add_argument("--json", action="store_true", help="JSON instead of YAML")
-
-
-def resolve_cli(args: argparse.Namespace) -> int:
-    from profiler.catalog import CatalogError
-    try:
-        catalog = load_catalog(models=args.models, accuracy=args.accuracy)
-        cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
-        perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
-    except (CatalogError, FileNotFoundError) as exc:
-        raise ProblemError("", str(exc).splitlines()[0]) from None
-    problem = resolve_task(args.task, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
-    data = problem.to_dict()
-    if args.json:
-        import json
-        text = json.dumps(data, indent=1)
-    else:
-        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
-    if args.out:
-        args.out.write_text(text)
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        print(text)
-    return 0

@@ -8,10 +8,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from profiler.catalog import CatalogError, config_path, configs_dir, known_configs
 from selector.errors import ProblemError
 from selector.yamlio import load_mapping
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+#: the project's configs (``profiler.catalog.configs_dir``: the shipped package data)
+CONFIGS = configs_dir()
 
 
 class _Frozen(BaseModel):
@@ -97,18 +99,25 @@ def _validate(cls, data: dict, where: str):
 
 
 def task_path(name_or_path: str | Path) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml", ".json"):
-        return p
-    path = CONFIGS / "tasks" / f"{name_or_path}.yaml"
-    if not path.exists():
-        known = ", ".join(task_names())
-        raise ProblemError("task", f"unknown task '{name_or_path}'; known: {known}")
-    return path
+    """A task by name (``configs/tasks/<name>.yaml``) or by path; an unknown name lists the known."""
+    if str(name_or_path) == "roles":
+        raise ProblemError("task", f"'roles' holds the stage roles, not a task; known: {', '.join(task_names())}")
+    try:
+        return config_path(name_or_path, "tasks", "task")
+    except CatalogError as exc:
+        raise ProblemError("task", str(exc)) from None
+
+
+def cluster_path(name_or_path: str | Path) -> Path:
+    """A cluster by name (``configs/clusters/<name>.yaml``) or by path; an unknown name lists the known."""
+    try:
+        return config_path(name_or_path, "clusters", "cluster")
+    except CatalogError as exc:
+        raise ProblemError("cluster", str(exc)) from None
 
 
 def task_names() -> list[str]:
-    return sorted(p.stem for p in (CONFIGS / "tasks").glob("*.yaml") if p.stem != "roles")
+    return [n for n in known_configs("tasks") if n != "roles"]
 
 
 def load_task(name_or_path: str | Path) -> TaskSpec:

@@ -104,12 +104,16 @@ def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
         raise UserError(f"field 'params.{field}': {exc.args[0]}") from None
     fleet = Fleet(list(specs.values()), log_dir=ctx.run_dir / "servers" / label)
     try:
-        fleet.start()
+        fleet.start()           # a failure or Ctrl-C inside stops the servers already up
     except Exception as exc:
         raise UserError(f"{label}: servers did not start: {str(exc).splitlines()[0]} "
                         f"(logs: {ctx.run_dir / 'servers' / label})") from None
-    return fleet, endpoints_from_fleet(fleet, specs, timeout_s=params.timeout_s, retries=params.retries,
-                                       exact_output=params.exact_output, **client)
+    try:
+        return fleet, endpoints_from_fleet(fleet, specs, timeout_s=params.timeout_s, retries=params.retries,
+                                           exact_output=params.exact_output, **client)
+    except BaseException:       # Ctrl-C or an error after the start: the caller never gets the fleet
+        fleet.stop()
+        raise
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -141,8 +145,9 @@ def run(params: Params, ctx: RunContext) -> None:
         if not todo:
             continue
         seen, dl = [p for p, _ in deps[label]], [plan.deployment for _, plan in deps[label]]
-        fleet, eps = _servers(params, ctx, label, [i for d in dl if d is not None for i in d.instances], gpu)
+        fleet, eps = None, {}
         try:
+            fleet, eps = _servers(params, ctx, label, [i for d in dl if d is not None for i in d.instances], gpu)
             for kind, load in todo:
                 trace, source = traces[kind]
                 wl = cell_workload(trace, rates, load=load / 100.0, n_requests=params.requests[kind], seed=ctx.seed)

@@ -84,11 +84,11 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.workload import azure_or_synthetic, cell_workload
     from selector.errors import ProblemError
     from selector.resolve import load_catalog, load_cluster_file, resolve_task
-    from selector.taskspec import CONFIGS, load_task
+    from selector.taskspec import load_task
 
     _check(params)
     try:
-        cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
+        cluster0, gpu = load_cluster_file(params.cluster)   # a name or a path
         catalog = load_catalog()
         problems = [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu) for t in params.tasks]
         specs = {t: load_task(t) for t in params.tasks}

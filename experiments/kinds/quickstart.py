@@ -18,7 +18,6 @@ from experiments.context import RunContext, UserError, atomic_write_parquet, ato
 from selector.deploy import deploy_task, with_cluster
 from selector.errors import ProblemError
 from selector.resolve import load_catalog, load_cluster_file, resolve_task
-from selector.taskspec import CONFIGS
 
 
 class Params(BaseModel):
@@ -42,7 +41,7 @@ def run(params: Params, ctx: RunContext) -> None:
         catalog = load_catalog()
         by_mode = {}
         for mode in params.sharing or [None]:
-            cluster0, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml", sharing=mode)
+            cluster0, gpu = load_cluster_file(params.cluster, sharing=mode)   # a name or a path
             by_mode[cluster0.sharing] = (cluster0, [resolve_task(t, catalog=catalog, cluster=cluster0, gpu=gpu)
                                                     for t in params.tasks])
     except ProblemError as exc:

@@ -84,13 +84,19 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
     """``(problem id, family, Problem)`` for every member of the suite, in order."""
     from selector.generate import random_problem
 
-    path = Path(path)
-    if not path.is_absolute() and not path.exists():
-        path = Path(__file__).resolve().parents[2] / path      # relative to the repository root
+    from pydantic import ValidationError
+
+    from profiler.catalog import config_path
+    from selector.errors import ProblemError
+    from selector.yamlio import load_mapping
+    path = config_path(path, "benchmarks", "benchmark suite")   # a name, a path, or configs/... as shipped
     try:
-        suite = Suite.model_validate(yaml.safe_load(path.read_text()))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such benchmark suite") from None
+        suite = Suite.model_validate(load_mapping(path))
+    except ProblemError as exc:
+        raise UserError(str(exc)) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{path}: field '{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
     out = []
     for rel in suite.problems:
         p = load_problem(path.parent / rel)
@@ -231,7 +237,6 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     from selector.deploy import deploy_task
     from selector.resolve import load_catalog, load_cluster_file, resolve_task
     from selector.synthetic import paper_problem
-    from selector.taskspec import CONFIGS
     from solvers.registry import get_solver
 
     suite = Suite.model_validate(yaml.safe_load(suite_path.read_text()))
@@ -246,7 +251,7 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
         paper = in_mode(paper.model_copy(update={"task": paper.task.model_copy(update={"name": f"paper-sized{tag}"})}),
                         mode, suffix=False)[1]
         written.append(_write(out_dir / f"paper-sized{tag}.json", paper))
-        cluster, gpu = load_cluster_file(CONFIGS / "clusters" / f"{q.get('cluster', 'a6000x8')}.yaml", sharing=mode)
+        cluster, gpu = load_cluster_file(q.get('cluster', 'a6000x8'), sharing=mode)
         for k, task in enumerate(q.get("tasks", [])):
             p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
             name = f"quickstart{tag}-{k + 1}-{task}"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from typing import Literal
+from typing import Annotated, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,11 +34,11 @@ EXACT = ("milp", "milp-pulp", "exhaustive")
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    depths: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])
-    multi_depths: list[int] = Field(default_factory=list)      # deepest of three workflows (d, d-2, d-4)
+    depths: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])
+    multi_depths: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)   # deepest of three workflows (d, d-2, d-4)
     sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])
     max_exhaustive_space: float | None = Field(default=None, gt=0)   # skip exhaustive above this
-    catalog_sizes: list[int] = Field(default_factory=lambda: [11, 25, 50, 125])
+    catalog_sizes: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [11, 25, 50, 125])
     catalog_depth: int = Field(default=3, ge=1)
     seeds: list[int] = Field(default_factory=lambda: [0])
     solvers: list[str] = Field(default_factory=lambda: ["exhaustive", "flowmaker", "flowmaker-plus", "milp",

@@ -62,13 +62,12 @@ def deployments_from_json(obj: Any) -> list[Deployment]:
 
 
 def load_deployments(path: str | Path) -> list[Deployment]:
+    from flowmaker.inputs import InputError, parse_text, read_text
     p = Path(path)
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{p}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{p}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    try:         # bounded: size, nesting (flowmaker.inputs)
+        obj = parse_text(read_text(p), json_syntax=True, where=str(p))
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
     return deployments_from_json(obj)
 
 

@@ -13,9 +13,10 @@ from orchestrator.engines.llm_core import StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
 from orchestrator.engines.sim import AYO_ENGINE, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
+from profiler.catalog import configs_dir
 from profiler.engine import EngineConfig
 
-ENGINE_DIR = Path(__file__).resolve().parents[2] / "configs" / "engines"
+ENGINE_DIR = configs_dir() / "engines"
 
 
 class _Frozen(BaseModel):

@@ -42,14 +42,20 @@ class MurakkabSelector(Selector):
             inst["utilization"] = min(1.0, inst["utilization"] * factor)
         offline = parse_problem(d)
         exact = get_solver("exhaustive")
-        plan = exact.select(offline, time_limit_s=time_limit_s)
+        deadline = t0 + time_limit_s           # one limit for both searches, not one each
+        plan = exact.select(offline, time_limit_s=max(1e-3, deadline - time.perf_counter()))
         if plan.solved:
             # the face: its variant judged on the real cluster (under compute sharing the offline
             # utilisations steer LeastLoaded, so its GPUs there may differ from the deployment's)
             ev = evaluate(cp, *variant_of(cp, plan))
             return spec_face(cp, ev, solver=self.name, t0=t0, rule=rule, deploy=replace(plan.deployment, rule=rule))
         d["task"]["latency_slo_s"] = 1e12
-        relaxed = exact.select(parse_problem(d), time_limit_s=time_limit_s)
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return spec_face(cp, None, solver=self.name, t0=t0, rule=rule, deploy=None, why=plan.reason,
+                             unplaced_reason=f"time limit {time_limit_s:g} s reached before the search "
+                                             "without the latency SLO")
+        relaxed = exact.select(parse_problem(d), time_limit_s=left)
         deploy = replace(relaxed.deployment, rule=rule) if relaxed.deployment is not None else None
         return spec_face(cp, None, solver=self.name, t0=t0, rule=rule, deploy=deploy, why=plan.reason,
                          unplaced_reason=relaxed.reason)

@@ -51,7 +51,7 @@ def test_cluster():
 @pytest.mark.parametrize("text, needle", [
     ("models: [{name: x}]\n", "field 'hf_id'"),
     ("nothing: 1\n", "missing top-level field 'models'"),
-    ("models: [\n", "invalid YAML"),
+    ("models: [\n", "malformed YAML at line 2, column 1"),
 ])
 def test_bad_model_file(tmp_path: Path, text: str, needle: str):
     f = tmp_path / "m.yaml"

@@ -1,0 +1,176 @@
+"""What every command-line face shares (``python -m selector | harness | profiler``,
+``python -m experiments.run``, the benchmarks and the console scripts).
+
+Exit statuses: 0 done (an infeasible problem is an answer), 2 a user error (one line on standard
+error naming the field or file, long values cut), 130 interrupted (Ctrl-C: one line
+``interrupted``), 141 standard output closed early (``| head``: quiet), 1 an internal error (one
+line; ``FLOWMAKER_DEBUG=1`` shows the traceback). Progress bars are drawn only on a terminal.
+Library code reports through :mod:`logging`; :func:`run` shows its records on standard error
+(``warning: ...`` for warnings, plain text for information).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from flowmaker import __version__
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141            # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+#: the longest error line printed; longer messages keep their head and tail
+MAX_LINE = 400
+DEBUG_ENV = "FLOWMAKER_DEBUG"
+
+
+def one_line(text: object, limit: int = MAX_LINE) -> str:
+    """``text`` on one line (runs of whitespace, newlines included, become one space), at most
+    about ``limit`` characters: a 20 MB value in a message keeps its head and tail only."""
+    s = str(text)
+    if len(s) > 64 * limit:                 # do not split a huge string into words
+        s = s[:32 * limit] + s[-32 * limit:]
+    flat = " ".join(s.split())
+    if len(flat) <= limit:
+        return flat
+    keep = max(8, (limit - 30) // 2)
+    return f"{flat[:keep]} ...[{len(str(text)) - 2 * keep} characters cut]... {flat[-keep:]}"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``prog: error: ...``) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {one_line(message)}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: the installed flowmaker version."""
+    parser.add_argument("--version", action="version", version=f"%(prog)s (flowmaker) {__version__}",
+                        help="print the flowmaker version and exit")
+
+
+def show_progress(disabled: bool = False) -> bool:
+    """Whether to draw progress bars: never when asked not to, and only when standard error is a
+    terminal (piped or redirected output gets no bars)."""
+    if disabled:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        if record.levelno >= logging.ERROR:
+            return f"error: {msg}"
+        if record.levelno >= logging.WARNING:
+            return f"warning: {msg}"
+        return msg
+
+
+class _Stderr(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (tests capture it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except (OSError, ValueError):
+            pass
+
+
+PROJECT_LOGGERS = ("selector", "solvers", "profiler", "harness", "orchestrator", "experiments", "flowmaker")
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Show the project's log records on standard error (idempotent; other libraries' loggers are
+    left alone)."""
+    h = _Stderr()
+    h.setFormatter(_Format())
+    for name in PROJECT_LOGGERS:
+        lg = logging.getLogger(name)
+        if not any(isinstance(x, _Stderr) for x in lg.handlers):
+            lg.addHandler(h)
+        lg.setLevel(level)
+        lg.propagate = False
+
+
+def _quiet_stdout() -> None:
+    """Standard output's reader is gone: point it at /dev/null so the interpreter's final flush
+    raises nothing (Python's documented recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _Sigint:
+    """Ctrl-C raises KeyboardInterrupt as usual, and is remembered: an interrupt that lands inside
+    a C extension's import surfaces as another exception (``ImportError: initialization
+    failed``), which is still reported as ``interrupted``."""
+
+    seen = False
+
+    @classmethod
+    def install(cls) -> None:
+        import signal
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, frame):  # noqa: ANN001 - signal's signature
+            cls.seen = True
+            raise KeyboardInterrupt
+
+        try:
+            signal.signal(signal.SIGINT, handler)
+        except (ValueError, OSError):
+            pass
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> NoReturn:
+    """Call ``main(argv)`` and exit with the statuses of the module docstring; never a traceback
+    (unless ``FLOWMAKER_DEBUG`` is set)."""
+    setup_logging()
+    _Sigint.install()
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        _stderr_line("interrupted")
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = EXIT_PIPE
+    except (RecursionError, MemoryError) as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _stderr_line(f"error: input too large or too deeply nested ({type(exc).__name__})")
+        code = EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, not a traceback
+        if _Sigint.seen:
+            _stderr_line("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _stderr_line(f"internal error: {one_line(f'{type(exc).__name__}: {exc}')} "
+                     f"(set {DEBUG_ENV}=1 for the traceback; please report it)")
+        code = 1
+    sys.exit(0 if code is None else code)
+
+
+def _stderr_line(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
