@@ -158,7 +158,7 @@ def simulate_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
     """One policy over ``workload`` (module docstring); ``config.adaptive = False``: the first
     deployment stays all day."""
     t0 = time.perf_counter()
-    sim = ClusterSim(gpu=gpu, instances=[], engine=engine,
+    sim = ClusterSim(gpu=gpu, instances=[], engine=engine, track_busy=False,
                      tasks=[SimTask(t.name, t.problem.task.latency_slo_s, (), placed=False) for t in tasks])
     ctl = Controller(tasks, cluster, selector, SimBackend(sim, workload), gpu=gpu, config=config)
     ctl.deploy(initial_rates, now=0.0, warm=True)

@@ -89,3 +89,15 @@ def test_added_instance_on_a_shared_gpu_is_colocated():
     res = sim.run(wl)
     lat = res["done_s"] - 1.0
     assert (lat >= 0.5 - 1e-9).all() and lat.max() <= 0.6 + 1e-9   # alone 0.3: busy together, slowed
+
+
+def test_untracked_gpu_slots_give_the_same_run():
+    def run(track):
+        insts = [InstanceSpec("a", "m", 1, 1, (0, 1), 10.0), InstanceSpec("b", "m", 1, 1, (1,), 10.0)]
+        tasks = [SimTask("t", 1e9, (SimStage("s", 2, 100, 5, (Route(("a",)),)), SimStage("u", 1, 50, 9, (Route(("b",)),))))]
+        sim = ClusterSim(gpu="a6000", instances=insts, tasks=tasks, step_override=ConstStep(0.05), track_busy=track)
+        rng = np.random.default_rng(2)
+        return sim, sim.run(_wl(np.sort(rng.uniform(0, 30, 200))))
+    (on, a), (off, b) = run(True), run(False)
+    assert np.array_equal(a["done_s"], b["done_s"]) and on.events == off.events
+    assert on.gpu_busy_s[1] > 0 and off.gpu_busy_s == {}
