@@ -72,13 +72,84 @@ def run(params: Params, ctx: RunContext) -> None:
     atomic_write_parquet(ctx.run_dir / "tasks.parquet", df)
     summary = summarise(df)
     atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
-    table = summary.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else summary.to_string(index=False)
-    atomic_write_text(ctx.run_dir / "summary.md", f"# Quickstart: {n_tasks} tasks on {params.cluster}\n\n{table}\n")
-    detail = df[["sharing", "task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s"]]
-    print(detail.sort_values(["sharing", "task", "selector"], kind="stable").to_string(
-        index=False, float_format=lambda v: f"{v:.4g}"))
+    atomic_write_text(ctx.run_dir / "summary.md", summary_md(summary, df, n_tasks, params.cluster))
+    print(format_tasks(df))
     print()
-    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(format_summary(summary))
+
+
+#: the columns of the quickstart's tables (also in the README, "Output columns")
+GLOSSARY = """\
+- `status`: the plan's spec status (`optimal` proved, `feasible` found, `infeasible` with a reason,
+  `unknown` when the time limit came first).
+- `choice`: one entry per stage, `model@tp{T}pp{P} x{R}` = R new replicas of the model with T-way
+  tensor and P-way pipeline parallelism, or `(reuse)` = served by an instance already deployed.
+- `cost_gb_s`: the selection objective (spec section 4): new GPU memory (GB) x end-to-end
+  latency of one request (s), in GB*s; 0 when every stage reuses a deployed instance. Only a
+  plan that meets the SLOs has one.
+- `latency_s`: end-to-end latency of one request through the workflow at batch 1 (s).
+- `select_s`: wall seconds to choose the plan and apply it to the cluster.
+- `placed`: tasks whose plan deployed something (a baseline may deploy by its own rule while
+  its plan misses an SLO); `spec_ok`: tasks whose plan meets the accuracy and latency SLOs.
+- `total_cost_gb_s`, `mean_latency_s`: over the `spec_ok` tasks only; a `*` marks a row where
+  not every task met the SLOs, so its total covers fewer tasks and looks cheaper than it is.
+- `instances`, `reused_stages`, `new_gb`: what the selector deployed over all tasks.
+"""
+
+
+def _note(row) -> str:
+    if row["status"] in ("optimal", "feasible"):
+        return ""
+    why = " ".join(str(row["reason"]).split())
+    why = why if len(why) <= 90 else why[:87] + "..."
+    return f"deployed anyway: {why}" if row["placed"] else why
+
+
+def format_tasks(df: pd.DataFrame) -> str:
+    """Per task and selector, one block per sharing mode; infeasible rows show their reason."""
+    out = []
+    for mode, g in df.groupby("sharing", sort=False):
+        t = g.sort_values(["task", "selector"], kind="stable").assign(
+            cost_gb_s=lambda d: d["cost_gb_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}"),
+            latency_s=lambda d: d["latency_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}"),
+            select_s=lambda d: d["select_s"].map(lambda v: f"{v:.3g}"),
+            note=lambda d: d.apply(_note, axis=1))
+        out.append(f"sharing: {mode}")
+        cols = ["task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s", "note"]
+        text = ["task", "selector", "status", "workflow", "choice", "note"]
+        width = {c: max([len(c), *map(len, t[c].astype(str))]) for c in text}
+        out.append(t[cols].to_string(index=False, justify="left",
+                                     formatters={c: (lambda v, w=width[c]: str(v).ljust(w)) for c in text}).rstrip())
+    return "\n".join(line.rstrip() for line in "\n".join(out).splitlines())
+
+
+def _marked(summary: pd.DataFrame) -> pd.DataFrame:
+    s = summary.copy()
+    short = s["spec_ok"] < s["tasks"]
+    s["total_cost_gb_s"] = [f"{v:.4g}{'*' if m else ''}" for v, m in zip(s["total_cost_gb_s"], short)]
+    s["mean_latency_s"] = [f"{v:.4g}" if pd.notna(v) else "-" for v in s["mean_latency_s"]]
+    return s
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    text = _marked(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    if (summary["spec_ok"] < summary["tasks"]).any():
+        text += ("\n* not every task met its SLOs: the total covers the spec_ok tasks only "
+                 "(columns: README.md, 'Output columns')")
+    return text
+
+
+def summary_md(summary: pd.DataFrame, df: pd.DataFrame, n_tasks: int, cluster: str) -> str:
+    m = _marked(summary)
+    table = m.to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else m.to_string(index=False)
+    bad = df[~df["status"].isin(["optimal", "feasible"])]
+    reasons = "".join(f"- {r.sharing} / {r.selector} / {r.task}: {r.status}"
+                      f"{' (deployed anyway)' if r.placed else ''}: {r.reason}\n" for r in bad.itertuples())
+    return (f"# Quickstart: {n_tasks} tasks on {cluster}\n\n{table}\n\n"
+            + ("\\* not every task met its SLOs: the total covers the `spec_ok` tasks only.\n\n"
+               if (summary["spec_ok"] < summary["tasks"]).any() else "")
+            + f"## Columns\n\n{GLOSSARY}"
+            + (f"\n## Tasks without a plan that meets the SLOs\n\n{reasons}" if reasons else ""))
 
 
 def _row(selector: str, plan, elapsed: float) -> dict:
@@ -105,7 +176,8 @@ def _choice(stages: list[dict]) -> str:
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """One row per sharing mode and selector: tasks placed (deployed), tasks whose plan meets the
-    spec, total cost and mean latency of those, instances and GB deployed, time."""
+    spec, total cost and mean latency of those (``all_spec_ok`` False: the totals cover fewer
+    tasks), instances and GB deployed, time."""
     df = (df if "sharing" in df else df.assign(sharing="memory")).assign(
         spec_ok=lambda d: d["status"].isin(["optimal", "feasible"]).astype(int))
     out = df.groupby(["sharing", "selector"], sort=False).agg(
@@ -113,7 +185,10 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         total_cost_gb_s=("cost_gb_s", "sum"), mean_latency_s=("latency_s", "mean"),
         instances=("new_instances", "sum"), reused_stages=("reused_stages", "sum"), new_gb=("new_mem_gb", "sum"),
         select_s_total=("select_s", "sum")).reset_index()
-    return out.astype({"placed": int, "spec_ok": int})
+    out = out.astype({"placed": int, "spec_ok": int})
+    # the totals cover the spec_ok tasks only: False marks a row not comparable with a complete one
+    out["all_spec_ok"] = out["spec_ok"] == out["tasks"]
+    return out
 
 
 def _has_tabulate() -> bool:
