@@ -15,7 +15,8 @@ or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is 
 relative of the optimum (an infeasible problem matches when the solver says infeasible);
 ``same_variant``: the plan's variant, placement and numbers equal the reference's.
 Cells are per problem, so an interrupted run resumes. Outputs: ``gap.parquet``,
-``summary.parquet`` and ``summary.md`` (also by family and by sharing mode).
+``summary.parquet`` and ``summary.md`` (also by family and by sharing mode), copied to
+``results/<experiment>/`` when ``publish`` is set (the notebook reads that copy on a fresh clone).
 
 ``python -m experiments.kinds.selector_gap --freeze SUITE.yaml [MODE ...]`` rewrites the frozen
 problems of the given sharing modes (default: every mode of the suite's ``quickstart.sharing``).
@@ -50,6 +51,7 @@ class Params(BaseModel):
     time_limit_s: float = Field(default=60.0, gt=0)
     bayesian_trials: int = Field(default=200, ge=1)
     max_random: int | None = Field(default=None, ge=0)   # first N random problems only
+    publish: bool = False     # copy gap.parquet, summary.parquet and summary.md to results/<experiment>/
 
 
 class RandomSpec(BaseModel):
@@ -224,6 +226,10 @@ def run(params: Params, ctx: RunContext) -> None:
     by_mode = pd.concat([summarise(g).assign(sharing=m) for m, g in df.groupby("sharing", sort=False)])
     text += "\n## By sharing mode (spec section 9)\n\n" + markdown(by_mode, "").lstrip("# \n")
     atomic_write_text(ctx.run_dir / "summary.md", text)
+    if params.publish:
+        import shutil
+        for name in ("gap.parquet", "summary.parquet", "summary.md"):
+            shutil.copyfile(ctx.run_dir / name, ctx.run_dir.parent / name)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 

@@ -115,7 +115,6 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.kinds._plotstyle import dodge, style_for
 
     paths = []
     df = df if "sharing" in df else df.assign(sharing="memory")
@@ -130,7 +129,7 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
         for metric in ("elapsed_s", "gap_pct"):
             fig, axes = plt.subplots(1, len(modes), figsize=(5.6 * len(modes), 4.6), squeeze=False, sharey=True)
             for ax, mode in zip(axes[0], modes):
-                _panel(ax, sub[sub["sharing"] == mode], solvers, x, metric, axis, time_limit_s, style_for, dodge)
+                draw_panel(ax, sub[sub["sharing"] == mode], solvers, x, metric, axis, time_limit_s)
                 ax.set_title(f"{mode} sharing")
                 ax.set_xlabel(label)
             axes[0][0].set_ylabel("selection time per problem (wall s, log)" if metric == "elapsed_s"
@@ -148,8 +147,12 @@ def plot(df: pd.DataFrame, out_dir, time_limit_s: float) -> list:
     return paths
 
 
-def _panel(ax, sub: pd.DataFrame, solvers: list, x: str, metric: str, axis: str, time_limit_s: float,
-           style_for, dodge) -> None:
+def draw_panel(ax, sub: pd.DataFrame, solvers: list, x: str, metric: str, axis: str, time_limit_s: float,
+               style_for=None, dodge=None) -> None:
+    """One panel: mean ``metric`` (``elapsed_s`` or ``gap_pct``) of each solver against ``x`` for
+    the rows ``sub`` of one axis and sharing mode (the time panel draws the cap, dashed)."""
+    if style_for is None or dodge is None:
+        from experiments.kinds._plotstyle import dodge, style_for
     log_x = axis == "catalog"
     at_zero = []
     for i, name in enumerate(solvers):
