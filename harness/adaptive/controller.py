@@ -13,27 +13,32 @@ last ``window_long_s``, ``h = headroom``, ``P`` the rate the serving plan was se
 ``C`` the rate it can carry (:meth:`Controller.rate_capacity`: the selector's own capacity rows,
 what other tasks already put on reused instances deducted):
 
-1. **up**: ``r_s * h > C * (1 + drift_up)`` and ``up_gap_s`` since the task's last migration:
-   re-select for ``r_s * h``;
-2. **slo**: over the last ``window_s`` (requests since the serving version took over), at least ``slo_min_judged`` requests judged and more than
-   ``slo_miss_share`` of them late or failed, ``up_gap_s`` since the last migration: re-select for
-   ``max(r_s * h, P) * slo_bump`` (more than the load the plan was meant for);
+1. **up**: ``r_s * h > C' + up_z * sqrt(C' * h / window_s)``, ``C' = C * (1 + drift_up)`` (the
+   count over the window exceeds what the plan carries by ``up_z`` Poisson standard deviations,
+   so noise alone rarely triggers), and ``up_gap_s`` since the task's last migration: re-select
+   for ``r_s * h``;
+2. **slo**: of the requests the serving version took in the last ``window_s``, at least
+   ``slo_min_judged`` judged and more than ``slo_miss_share`` of them late or failed, and
+   ``up_gap_s`` since the last migration: re-select for ``max(r_s * h, P) * slo_bump``;
 3. **down**: ``max(r_s, r_l) * h < L * (1 - drift_down)``, ``L`` the load the plan is meant for
-   (``P``, or after an SLO move the rate before the bump, so the plan that fixed the misses is
-   not undone while the load stays), and ``cooldown_s`` since the last
-   migration: re-select for ``max(r_s, r_l) * h * (1 + down_margin)`` (a margin, so that noise does
-   not send it straight back up), and migrate only if it pays for itself: the
-   memory it frees over ``cooldown_s`` less what its new instances hold while they start must be
+   (``P``, or after an SLO move the rate before the bump, so the plan that fixed the misses is not
+   undone while the load stays), and ``cooldown_s`` since the last migration or the last move
+   down that changed nothing: re-select for ``max(r_s, r_l) * h * (1 + down_margin)`` (a margin,
+   so that noise does not send it straight back up), and migrate only if it pays for itself: the
+   memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-A re-selection whose plan routes to the same instances (after keeping old instances of the same
-model and config, ``keep_matching``) only updates the planned rate (outcome ``update``); one that
-starts or drains an instance is a **migration**. A task with a migration under way is not
-re-selected until its new version serves. Hysteresis: the capacity test (a plan is replaced when
-the load outgrows it, not when the estimate wobbles), the long window and the cooldown for moves
-down, the gap after every migration, the saving rule, and the headroom. Start-up of a new
-instance (the simulator's model): ``startup_fixed_s + weights_gb / load_gb_per_s`` (weights read
-from disk).
+Each re-selection runs the selector twice: on the task's full problem, and (``rescale``) within
+the serving variant (its workflow, and per stage the models and configs it serves with), and
+takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least (the migration
+cost). Old instances of the same model and config are kept (``keep_matching``). A plan that
+routes to the same instances only updates the planned rate (outcome ``update``); one that starts
+or drains an instance is a **migration**. A task with a migration under way is not re-selected
+until its new version serves, and the gaps count from when a migration completes. Hysteresis:
+the capacity test (a plan is replaced when the load outgrows it, not when the estimate wobbles),
+the long window and the cooldown for moves down, the gap after every migration, the saving rule
+and the margin. Start-up of a new instance (the simulator's model): ``startup_fixed_s +
+weights_gb / load_gb_per_s`` (weights read from disk).
 """
 from __future__ import annotations
 
@@ -62,6 +67,8 @@ class ControllerConfig(BaseModel):
     window_long_s: float = Field(600.0, gt=0, description="long window: a fall must hold this long")
     headroom: float = Field(1.1, ge=1, description="plan for the estimated rate times this")
     drift_up: float = Field(0.0, ge=0, description="up when r_s * headroom > capacity * (1 + drift_up)")
+    up_z: float = Field(1.0, ge=0, description="up only when r_s exceeds the capacity by this many Poisson "
+                                                "standard deviations of the window's count")
     drift_down: float = Field(0.30, ge=0, lt=1, description="down when max(r_s, r_l) * headroom < the load the plan "
                                                             "is meant for * (1 - this)")
     slo_miss_share: float = Field(0.05, ge=0, le=1, description="share of late or failed requests that triggers")
@@ -179,7 +186,9 @@ class Controller:
             judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
                                                    tm.problem.task.latency_slo_s)
             up_ok = since >= c.up_gap_s and now >= self.next_up[name]
-            if r_s * c.headroom > self.rate_capacity(cur) * (1 + c.drift_up) + TOL and up_ok:
+            cap = self.rate_capacity(cur) * (1 + c.drift_up)
+            # a Poisson count of mean cap * w / headroom has sd sqrt(that): noise alone rarely passes
+            if r_s * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok:
                 self._reselect(k, r_s * c.headroom, r_s, "up", now)
             elif judged >= c.slo_min_judged and missed > c.slo_miss_share * judged and up_ok:
                 self._reselect(k, max(r_s * c.headroom, p) * c.slo_bump, r_s, "slo", now)
@@ -204,6 +213,8 @@ class Controller:
                 continue
             self.ledger.promote(v, now)
             self.backend.switch(v.k, self.sim_task(v))
+            if v.started:                       # gaps and cooldowns run from when a migration completes
+                self.last_move[name] = now
         for h in self.ledger.held.values():
             if not h.draining:
                 continue
@@ -342,6 +353,8 @@ class Controller:
         outcome = "update" if same else ("deploy" if reason in ("initial", "unplaced") else "migrate")
         if not same:
             self.last_move[name] = now
+        elif reason == "down":
+            self.next_down[name] = now + c.cooldown_s          # the plan is as small as it gets for now
         self.decisions.append({**row, "outcome": outcome, "version": vname, "workflow": raw.workflow,
                                "started": ",".join(i.id for i in started), "draining": ",".join(h.spec.id for h in drained),
                                "kept": ",".join(v.kept), "started_gb": sum(i.mem_gb for i in started),
