@@ -104,8 +104,9 @@ def task_path(name_or_path: str | Path) -> Path:
         raise ProblemError("task", f"'roles' holds the stage roles, not a task; known: {', '.join(task_names())}")
     try:
         return config_path(name_or_path, "tasks", "task")
-    except CatalogError as exc:
-        raise ProblemError("task", str(exc)) from None
+    except CatalogError:
+        raise ProblemError("task", f"unknown task '{name_or_path}'; known: {', '.join(task_names())} "
+                                   "(or give a path to a task file)") from None
 
 
 def cluster_path(name_or_path: str | Path) -> Path:
