@@ -18,7 +18,7 @@ $(CORE): pyproject.toml
 	touch $(CORE)
 
 $(TESTS): $(CORE)
-	$(BIN)/pip install -q -e '.[test]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[test-real]' '$(TORCH)'
 	touch $(TESTS)
 
 setup: $(CORE)
