@@ -12,7 +12,8 @@
   (``ModulePruning``: a module waits for the modules it reads from, as black boxes) and LLM
   prefix caching.
 * ablations: ``teola-no-<pass>`` (one pass off), ``teola-no-par-pipe`` (no passes, Teola's
-  scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``.
+  scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``, and
+  ``teola-no-prefill_split-{blind,topo-lowest}`` (the batching ablations without prompt splitting).
 """
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def _schemes() -> dict[str, Scheme]:
         Scheme("teola-topo-lowest", ALL, lambda: TopologyAware(direction="lowest")),
     ]
     out += [Scheme(f"teola-no-{p}", tuple(q for q in ALL if q != p), _topo) for p in ALL]
+    # where refine prompts are not split they start new sequences, which a binding batch cap holds
+    # back: the batching policy then decides which query's work goes first (teola_apps batch cap)
+    no_split = tuple(q for q in ALL if q != "prefill_split")
+    out += [Scheme("teola-no-prefill_split-blind", no_split, Blind),
+            Scheme("teola-no-prefill_split-topo-lowest", no_split, lambda: TopologyAware(direction="lowest"))]
     reg: dict[str, Scheme] = {}
     for s in out:
         if s.name in reg:

@@ -61,7 +61,11 @@ class Params(BaseModel):
     batch_cap_app: str | None = "advanced_rag"
     batch_cap_rate_rps: float = Field(1.0, gt=0)
     batch_cap: dict[str, int] = Field(default_factory=lambda: {"llm": 4})
-    batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest")
+    # Teola's e-graph, and the same without prompt splitting: there a refine step's prompt starts a
+    # new sequence the cap holds back, while a split one continues its partial prefill (placed
+    # whatever the cap), so only the former leaves the policy anything to reorder
+    batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest", "teola-no-prefill_split",
+                                          "teola-no-prefill_split-blind", "teola-no-prefill_split-topo-lowest")
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")

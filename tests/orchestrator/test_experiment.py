@@ -21,7 +21,9 @@ def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
     assert (sp.n_seeds == 2).all() and (sp.speedup_min <= sp.speedup_max).all()
     assert set(sp.regime) <= {"low", "low (saturated)"} and (sp.prefix_cache_speedup > 0).all()
     cap = pd.read_parquet(run / "batch_cap.parquet")
-    assert set(cap.capped) == {False, True} and set(cap.scheme) == {"teola", "teola-blind", "teola-topo-lowest"}
+    assert set(cap.capped) == {False, True} and {"teola", "teola-blind", "teola-topo-lowest",
+                                                 "teola-no-prefill_split-blind"} <= set(cap.scheme)
+    assert cap.lower_vs_blind.notna().all()                     # each scheme is set against its own blind twin
     assert "| app |" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
