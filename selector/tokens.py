@@ -2,7 +2,6 @@
 ``configs/task_tokens.yaml`` from the raw traces (``../shared/data`` or ``--data``)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -31,8 +30,11 @@ def trace_stats(csv: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m selector.tokens", description=__doc__)
-    ap.add_argument("--data", type=Path, default=default_data_dir())
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m selector.tokens", description=__doc__)
+    add_version(ap)
+    ap.add_argument("--data", type=Path, default=default_data_dir(),
+                    help="folder of the Azure trace CSVs (default: %(default)s, under $FLOWMAKER_SHARED_DATA or ../shared/data)")
     ap.add_argument("--check", action="store_true", help="exit 1 if configs/task_tokens.yaml disagrees")
     args = ap.parse_args(argv)
     if not args.data.exists():
@@ -52,4 +54,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flowmaker.entry import run
+    run(main)

@@ -56,7 +56,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="tiny fp32 shapes (CPU test of this script)")
     p.add_argument("--budget-s", type=float, default=400.0,
                    help="stop measuring after this many seconds (results so far are written)")
-    p.add_argument("--no-fingerprint", action="store_true")
+    p.add_argument("--no-fingerprint", action="store_true",
+                   help="skip the 1- and 2-layer fingerprint copies (full depth only)")
     p.add_argument("--no-ops", action="store_true", help="skip the per-operator stage")
     p.add_argument("--ops-budget-s", type=float, default=60.0,
                    help="seconds of --budget-s kept for the per-operator stage")
@@ -64,7 +65,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--loop-only", action="store_true", help="run only the closed-loop stage")
     p.add_argument("--loop-budget-s", type=float, default=150.0,
                    help="seconds of --budget-s kept for the closed-loop stage (run last)")
-    p.add_argument("--loop-server", choices=("torch", "transformers"), default="torch")
+    p.add_argument("--loop-server", choices=("torch", "transformers"), default="torch",
+                   help="server the closed-loop stage launches (default: torch)")
     a = p.parse_args(argv)
     a.out = a.out or os.environ.get("OUT")
     if not a.out:
