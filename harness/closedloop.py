@@ -31,6 +31,7 @@ prediction (no serving overhead) beside them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -380,8 +381,10 @@ def replay(cfg: LoopConfig, endpoints: dict, insts, tasks, wl: Workload, slo_s: 
 
 
 # ---- the loop ---------------------------------------------------------------------------
-def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] = print) -> dict:
-    """The whole loop; writes ``closed_loop.json`` to ``out`` and returns it."""
+def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = None) -> dict:
+    """The whole loop; writes ``closed_loop.json`` to ``out`` and returns it. ``log`` gets one line
+    per stage (default: this module's logger at INFO)."""
+    log = log or logging.getLogger(__name__).info
     from harness.servers import Fleet, ServerSpec
     from harness.servers.deploy import endpoints_from_fleet
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ class Params(LoopConfig):
 
 def run(params: Params, ctx: RunContext) -> None:
     cfg = LoopConfig(**{**params.model_dump(), "seed": ctx.seed})
-    res = run_loop(cfg, ctx.run_dir, log=lambda m: print(m, flush=True))
+    res = run_loop(cfg, ctx.run_dir)      # stage lines through logging (standard error)
     rows = [{"load": ld["load"], "rate_rps": ld["rate_rps"], "source": src,
              **{m: ld[src][m] for m in (*METRICS, "e2e_p50_s", "e2e_p99_s", "completed")}}
             for ld in res["loads"] for src in ("simulated", "measured", "profiler_only")]

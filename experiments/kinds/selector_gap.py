@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import show_progress
 from selector.plan import Plan
 from selector.problem import Problem, load_problem
 
@@ -277,8 +278,8 @@ def write_baseline(ci_suite: Path, out: Path, full_run: Path | None = None) -> d
     of a finished full run's ``gap.parquet``) as the regression baseline."""
     params = Params(suite=str(ci_suite), solvers=["flowmaker", "flowmaker-plus", "milp", "milp-pulp"])
     members = load_suite(params.suite)
-    df = pd.concat([solve_problem(pid, fam, p, params) for pid, fam, p in tqdm(members, desc="baseline")],
-                   ignore_index=True)
+    bar = tqdm(members, desc="baseline", disable=not show_progress())
+    df = pd.concat([solve_problem(pid, fam, p, params) for pid, fam, p in bar], ignore_index=True)
     data = {"ci": _figures(df, suite=str(ci_suite))}
     if full_run is not None:
         data["full"] = _figures(pd.read_parquet(full_run / "gap.parquet"), run=str(full_run))
