@@ -75,7 +75,9 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
     if none), ``failed``, ``acc_ok``; ``residency_s``: how long every instance was resident.
     With ``window_s`` (the arrival window) also the fixed-window cost: residency
     ``window_s + min(drain, drain_cap_s)`` (drain = ``residency_s - window_s``, at least 0;
-    no cap when ``drain_cap_s`` is None), its cost and both costs per served request."""
+    no cap when ``drain_cap_s`` is None), its cost and both costs per served request.
+    ``reserved_gb_s`` is reserved GB x residency (what a cluster bills), not the selection
+    objective ``cost_gb_s`` (new GB x end-to-end latency of one request)."""
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
     lat = done_s - workload.arrival_s
     served = ~failed & ~np.isnan(lat)
@@ -91,14 +93,14 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
         "latency_p99_s": float(np.percentile(done, 99)) if done.size else None,
         "instances": len(instances), "gb_reserved": gb,
         "tasks_unplaced": sum(not t.placed for t in tasks),
-        "residency_s": residency_s, "cost_gb_s": gb * residency_s, "cost_usd": gb * residency_s * price_per_gb_s,
+        "residency_s": residency_s, "reserved_gb_s": gb * residency_s, "cost_usd": gb * residency_s * price_per_gb_s,
     }
     if window_s is not None:
         drain = max(0.0, residency_s - window_s)
         win = window_s + (drain if drain_cap_s is None else min(drain, drain_cap_s))
         n = int(served.sum())
         summary.update({
-            "window_s": window_s, "drain_s": drain, "residency_window_s": win, "cost_window_gb_s": gb * win,
+            "window_s": window_s, "drain_s": drain, "residency_window_s": win, "reserved_window_gb_s": gb * win,
             "cost_window_usd": gb * win * price_per_gb_s,
             "cost_per_served_usd": gb * residency_s * price_per_gb_s / n if n else None,
             "cost_window_per_served_usd": gb * win * price_per_gb_s / n if n else None,

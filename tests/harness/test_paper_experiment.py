@@ -76,8 +76,8 @@ def test_window_cost_caps_the_drain():
     inst = [InstanceSpec("i", "m", 1, 1, (0,), 10.0)]
     s, _ = cell_metrics(tasks, inst, wl, done_s=done, failed=np.zeros(n, bool), acc_ok=np.ones(n, bool),
                         residency_s=40.0, price_per_gb_s=1.0, window_s=10.0, drain_cap_s=5.0)
-    assert s["cost_gb_s"] == 400.0 and s["drain_s"] == 30.0
-    assert s["residency_window_s"] == 15.0 and s["cost_window_usd"] == 150.0
+    assert s["reserved_gb_s"] == 400.0 and s["drain_s"] == 30.0 and "cost_gb_s" not in s  # not the objective
+    assert s["residency_window_s"] == 15.0 and s["reserved_window_gb_s"] == 15.0 * 10.0 and s["cost_window_usd"] == 150.0
     assert s["cost_window_per_served_usd"] == 150.0 / 4 and s["cost_per_served_usd"] == 100.0
     s, _ = cell_metrics(tasks, inst, wl, done_s=done, failed=np.zeros(n, bool), acc_ok=np.ones(n, bool),
                         residency_s=12.0, price_per_gb_s=1.0, window_s=10.0, drain_cap_s=5.0)
