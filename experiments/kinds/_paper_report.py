@@ -157,19 +157,47 @@ def deployments_table(deps: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _step(task: str, dep: str | None) -> str:
+    """One task's deployment in a sequence: the new instances (model, TP, count) and the owners of reused ones."""
+    if dep is None:
+        return f"{task}: not placed"
+    d = json.loads(dep)
+    new: dict[str, int] = {}
+    for i in d["instances"]:
+        k = f"{i['model']} TP{i['tp']}" + (f"PP{i['pp']}" if i.get("pp", 1) > 1 else "")
+        new[k] = new.get(k, 0) + 1
+    parts = [k + (f" x{n}" if n > 1 else "") for k, n in new.items()]
+    owners = sorted({r["instance"].split("/")[0] for r in d["reuse"]})
+    parts += [f"reuses {', '.join(owners)}"] if owners else []
+    return f"{task}: " + " + ".join(parts or ["nothing new"])
+
+
+def sequence_table(deps: pd.DataFrame) -> list[str]:
+    """Per selector and planned load, the tasks in deployment order with what each deployed or reused."""
+    lines = ["| selector | planned load | sequence (task: new instances, reused instances' tasks) |", "|---|---|---|"]
+    for (sel, ld), g in deps.groupby(["selector", "plan_load_pct"], sort=False):
+        steps = "; ".join(_step(t, d) for t, d in zip(g.task, g.deployment))
+        lines.append(f"| {sel} | {ld:g}% | {steps} |")
+    return lines
+
+
 def routellm_shares(df: pd.DataFrame) -> list[str]:
     sub = df[df.selector.str.startswith("routellm")]
     if sub.empty:
         return []
     lines = ["| SLO set | sharing | setting | strong share (router) | accuracy-SLO share, mean [95% CI] | min-max "
-             "over cells | paper |", "|---|---|---|---|---|---|---|"]
+             "over cells | paper | mean in the paper's range |", "|---|---|---|---|---|---|---|---|"]
     strong = {"routellm-max-quality": 1.0, "routellm-balanced": 0.65, "routellm-min-cost": 0.35}
-    paper = {"routellm-max-quality": "100%", "routellm-balanced": "62.6-65.6%", "routellm-min-cost": "34.9-36.8%"}
+    paper = {"routellm-max-quality": (1.0, 1.0), "routellm-balanced": (0.626, 0.656),
+             "routellm-min-cost": (0.349, 0.368)}
     for (slo, mode, sel), g in sub.groupby(["slo_set", "sharing", "selector"], sort=False):
         per_seed = g.groupby("seed").accuracy_ok_share.mean()
         cells = g.groupby(["trace", "load_pct"]).accuracy_ok_share.mean()
-        lines.append(f"| {slo} | {mode} | {sel} | {strong.get(sel, float('nan')):.0%} | "
-                     f"{fmt(*ci95(per_seed), digits=3)} | {cells.min():.3f}-{cells.max():.3f} | {paper.get(sel, '')} |")
+        m, h = ci95(per_seed)
+        lo, hi = paper.get(sel, (float("nan"), float("nan")))
+        inside = "yes" if round(lo, 3) <= round(m, 3) <= round(hi, 3) else "no"
+        lines.append(f"| {slo} | {mode} | {sel} | {strong.get(sel, float('nan')):.0%} | {fmt(m, h, digits=3)} | "
+                     f"{cells.min():.3f}-{cells.max():.3f} | {lo:.1%}-{hi:.1%} | {inside} |")
     return lines
 
 
@@ -223,12 +251,17 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
                  & deps.selector.isin(set(sub.selector)) & deps.plan_load_pct.isin(set(sub.plan_load_pct))]
     lines += ["", "### Deployments per planned load (sequence from the empty cluster; per task: deployments.parquet)",
               "", *deployments_table(keyed)]
+    if main:
+        lines += ["", "### Deployment sequence per planned load (tasks in the order deployed)", "",
+                  *sequence_table(keyed)]
     return lines + [""]
 
 
 def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
                  wall_s: float, cpu_s: float = float("nan")) -> None:
     """``summary.md`` and the plots of every scenario (the first scenario's also as goodput.png, cost.png)."""
+    from experiments.kinds._paper_differences import differences_md
+    from experiments.kinds._paper_targets import targets_md
     ref = params.reference
     ptm = df.groupby(["trace", "load_pct"]).peak_to_mean.mean()
     lines = ["# Paper goodput/cost experiment: summary", "",
@@ -242,6 +275,7 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
              + "; ".join(f"{tr} {ld:g}% {v:.2f}" for (tr, ld), v in ptm.items()), "",
              "Intervals: 95% t intervals over seeds (paired ratios); `[lo, hi]` after each mean; spans in "
              "parentheses are min-max over (trace, load) cells. Paper figures: shared/reference/flowmaker.md.", "",
+             *targets_md(df, params, wall_s=wall_s, cpu_s=cpu_s),
              "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
              "## Sensitivity rows (goodput ratio FlowMaker / baseline, window cost ratio baseline / FlowMaker)", "",
              *sensitivity_table(df, params, ref), ""]
@@ -252,8 +286,8 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
             plots(sub, out, suffix=f"-{sc.name}")
         if i == 0:
             plots(sub, out)
-    lines += ["Why our numbers differ from the paper's: docs/baselines.md and "
-              "results/paper_goodput_cost/summary.md (\"Remaining differences\")."]
+    lines += differences_md(df, deps, params)
+    lines += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
 
 
@@ -277,7 +311,7 @@ def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
             loads = sorted(sub.load_pct.unique())
             ax.set_xticks(loads, [f"{x:g}%" for x in loads])
             ax.minorticks_off()
-            ax.set_title(f"{tr} trace")
+            ax.set_title(f"{tr} trace (error bars: 95% CI over {sub.seed.nunique()} seeds)", fontsize=10)
             ax.set_xlabel("load (x the planned rate)")
             ax.set_ylabel(ylabel)
         handles, labels = axes[0][0].get_legend_handles_labels()

@@ -156,3 +156,35 @@ def test_report_intervals_and_paired_band_ratios():
     assert band(c, (25, 100))[0] == pytest.approx(4.0)
     n, worse = not_below(df, "flowmaker")
     assert n == 2 and worse == []
+
+
+def _target_frame(fm_code_400: float):
+    """A two-scenario frame: FlowMaker, LangChain and FlowMakerNoReuse on two traces, 3 seeds."""
+    import pandas as pd
+    rows = []
+    for seed in range(3):
+        for tr in ("code", "conv"):
+            for load in (25, 50, 75, 100, 400):
+                low = load <= 50
+                fm = fm_code_400 + 0.01 * seed if (tr, load) == ("code", 400) else 0.9
+                for sel, g, c in (("flowmaker", fm, 1.0), ("langchain", 0.5, 3.0 + 0.1 * seed),
+                                  ("flowmaker-noreuse", 0.85, 1.5 if low else 1.2)):
+                    rows.append(dict(scenario="main", selector=sel, trace=tr, load_pct=load, seed=seed,
+                                     goodput=g, cost_window_usd=c))
+    return pd.DataFrame(rows)
+
+
+def test_targets_section_says_met_or_missed_with_the_cells():
+    from experiments.kinds._paper_targets import targets_md
+    from experiments.kinds.paper_goodput_cost import Params
+    params = Params(tasks=TASKS[:1], selectors=["flowmaker", "langchain", "flowmaker-noreuse"],
+                    loads_pct=[25, 50, 75, 100, 400])
+    text = "\n".join(targets_md(_target_frame(0.9), params, wall_s=300.0, cpu_s=250.0))
+    assert text.count("**met**") == 4 and "missed" not in text
+    assert "smallest cell 3.10x" in text and "low 1.50 [1.50, 1.50]x vs high 1.20 [1.20, 1.20]x" in text
+    text = "\n".join(targets_md(_target_frame(0.2), params, wall_s=700.0, cpu_s=650.0))
+    lines = {ln.split(":")[0]: ln for ln in text.splitlines() if ln.startswith("- ")}
+    goodput = next(v for k, v in lines.items() if "goodput" in k)
+    assert "**missed**" in goodput and "langchain code 400%" in goodput      # names the cell it misses in
+    assert "**missed**" in next(v for k, v in lines.items() if "10 min" in k)
+    assert "**met**" in next(v for k, v in lines.items() if "Cost" in k)

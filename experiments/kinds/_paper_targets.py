@@ -1,0 +1,150 @@
+"""The targets section of ``paper_goodput_cost``'s ``summary.md`` (issue 17) and the paragraphs on
+what still differs from the paper, both computed from the run's tables (nothing here is written
+by hand after a run: a rerun rewrites every figure, and a target that the data misses says
+missed, with the cells that miss it).
+
+Targets, judged on the *headline* scenario (the first with ``sharing: compute`` and re-planning
+per load):
+
+- goodput: FlowMaker's is not below any baseline's beyond the 95% interval of the paired
+  difference, in any (baseline, trace, load) cell, and both traces were run;
+- cost: every (trace, load) cell's mean window-cost ratio LangChain / FlowMaker is >= 2;
+- reuse: the window-cost saving FlowMakerNoReuse / FlowMaker is larger in the low band (25/50%)
+  than in the high band (75/100%);
+- time: the whole run's wall time is <= 10 minutes.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from experiments.kinds._paper_report import BANDS, COST, band, ci95, fmt, not_below, paired
+
+TIME_LIMIT_S = 600.0
+COST_FACTOR = 2.0
+
+
+def headline(params):
+    """The scenario the targets are judged on, or None."""
+    return next((s for s in params.scenarios if s.sharing == "compute" and s.replan), None)
+
+
+def _loads(sub: pd.DataFrame, name: str) -> tuple:
+    want = dict(BANDS)[name]
+    return tuple(x for x in want if x in set(sub.load_pct))
+
+
+def _bandfmt(r: pd.Series, loads: tuple) -> str:
+    m, h, span, _ = band(r, loads)
+    return f"{fmt(m, h)}x" if np.isfinite(m) else "n/a"
+
+
+def _bands3(r: pd.Series, sub: pd.DataFrame) -> str:
+    """``low a / high b / overload c`` for the bands the scenario ran."""
+    parts = [f"{n} {_bandfmt(r, _loads(sub, n))}" for n, _ in BANDS if _loads(sub, n)]
+    return ", ".join(parts)
+
+
+def _point_below(sub: pd.DataFrame, ref: str) -> list[tuple[str, str, float, float]]:
+    """(baseline, trace, load, mean difference) where FlowMaker's mean goodput is below the baseline's."""
+    idx = ["trace", "load_pct", "seed"]
+    a = sub[sub.selector == ref].set_index(idx).goodput
+    out = []
+    for base in [s for s in sub.selector.unique() if s != ref]:
+        d = (a - sub[sub.selector == base].set_index(idx).goodput).dropna()
+        for (tr, ld), x in d.groupby(level=["trace", "load_pct"]):
+            if x.mean() < 0:
+                out.append((base, tr, ld, float(x.mean())))
+    return out
+
+
+def _goodput_target(sub, ref, traces) -> tuple[bool | None, str]:
+    """Met: not below beyond the interval anywhere; not judged (None) with fewer than two traces run."""
+    n, worse = not_below(sub, ref)
+    point = _point_below(sub, ref)
+    missing = sorted(set(traces) - set(sub.trace))
+    ok = None if sub.trace.nunique() < 2 else (not worse and not missing and n > 0)
+    idx = ["trace", "load_pct", "seed"]
+    a = sub[sub.selector == ref].set_index(idx).goodput
+    closest = min(((float((a - sub[sub.selector == b].set_index(idx).goodput).dropna()
+                          .groupby(level=["trace", "load_pct"]).mean().min()), b)
+                   for b in sub.selector.unique() if b != ref), default=(float("nan"), ""))
+    text = (f"below a baseline's beyond the interval in {len(worse)} of {n} (baseline, trace, load) cells"
+            + (" (" + "; ".join(worse) + ")" if worse else "")
+            + f"; mean below in {len(point)}"
+            + (" (" + "; ".join(f"{b} {t} {ld:g}% {d:+.3f}" for b, t, ld, d in point) + ")" if point else "")
+            + f"; smallest mean lead {closest[0]:+.3f} (over {closest[1]}); traces {', '.join(sorted(set(sub.trace)))}"
+            + (f"; trace(s) {', '.join(missing)} not run" if missing else ""))
+    return ok, text
+
+
+def _cost_target(sub, ref) -> tuple[bool | None, str]:
+    if "langchain" not in set(sub.selector):
+        return None, "LangChain not in the scenario"
+    r = paired(sub, ref, "langchain", COST, cost=True)
+    cells = r[np.isfinite(r)].groupby(level=["trace", "load_pct"]).mean()
+    (tr, ld), low = cells.idxmin(), float(cells.min())
+    return low >= COST_FACTOR, (f"window cost LangChain / FlowMaker {_bands3(r, sub)}; smallest cell "
+                                f"{low:.2f}x ({tr} {ld:g}%), {int((cells >= COST_FACTOR).sum())} of {len(cells)} "
+                                f"cells >= {COST_FACTOR:g}x")
+
+
+def _reuse_target(sub, ref) -> tuple[bool | None, str]:
+    if "flowmaker-noreuse" not in set(sub.selector) or not (_loads(sub, "low") and _loads(sub, "high")):
+        return None, "FlowMakerNoReuse or a load band not in the scenario"
+    r = paired(sub, ref, "flowmaker-noreuse", COST, cost=True)
+    lo, hi = band(r, _loads(sub, "low")), band(r, _loads(sub, "high"))
+    disjoint = lo[0] - lo[1] > hi[0] + hi[1]
+    return lo[0] > hi[0], (f"saving FlowMakerNoReuse / FlowMaker low {fmt(*lo[:2])}x vs high {fmt(*hi[:2])}x "
+                           f"(intervals {'disjoint' if disjoint else 'overlap'}; paper 1.61x vs 1.31x)")
+
+
+def _word(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "missed")
+
+
+def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float) -> list[str]:
+    """The ``## Targets`` section: one line per target, met or missed, with the numbers."""
+    ref, sc = params.reference, headline(params)
+    lines = ["## Targets (issue 17; computed from this run's tables)", ""]
+    if sc is None:
+        lines += ["No scenario with `sharing: compute` and re-planning per load: the goodput, cost and reuse "
+                  "targets are not judged.", ""]
+    else:
+        sub = df[df.scenario == sc.name]
+        lines += [f"Judged on scenario `{sc.name}` (compute-aware placement, re-planned per load, "
+                  f"{sub.seed.nunique()} seeds, loads {'/'.join(f'{x:g}' for x in sorted(sub.load_pct.unique()))}%).", ""]
+        ok, text = _goodput_target(sub, ref, params.traces)
+        lines.append(f"- FlowMaker's goodput >= every baseline's at every load on both traces (within the 95% "
+                     f"intervals): **{_word(ok)}**: {text}.")
+        ok, text = _cost_target(sub, ref)
+        lines.append(f"- Cost >= {COST_FACTOR:g}x lower than LangChain's at every load: **{_word(ok)}**: {text}.")
+        ok, text = _reuse_target(sub, ref)
+        lines.append(f"- Reuse saving larger at low load than at high load: **{_word(ok)}**: {text}.")
+    la = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines += [f"- Whole experiment <= {TIME_LIMIT_S / 60:g} min: **{_word(wall_s <= TIME_LIMIT_S)}**: wall time "
+              f"{wall_s:.0f} s ({wall_s / 60:.1f} min; CPU {cpu_s:.0f} s; {params.workers} worker(s) on "
+              f"{os.cpu_count()} CPUs; load average at the end {la} over 1/5/15 min).", ""]
+    lines += _other_scenarios(df, params, ref, sc)
+    return lines
+
+
+def _other_scenarios(df, params, ref, sc) -> list[str]:
+    rows = []
+    for s in params.scenarios:
+        if sc is not None and s.name == sc.name:
+            continue
+        sub = df[df.scenario == s.name]
+        c_ok, c_text = _cost_target(sub, ref)
+        r_ok, r_text = _reuse_target(sub, ref)
+        n, worse = not_below(sub, ref)
+        rows.append(f"| {s.name} | {len(worse)} of {n}" + (": " + "; ".join(worse) if worse else "")
+                    + f" | {_word(c_ok)}: {c_text} | {_word(r_ok)}: {r_text} |")
+    if not rows:
+        return []
+    return ["The same checks on the sensitivity scenarios (not targets: they change one setting of the "
+            "headline each):", "",
+            "| scenario | goodput below a baseline beyond the interval | cost >= 2x below LangChain | reuse low > high |",
+            "|---|---|---|---|", *rows, ""]
