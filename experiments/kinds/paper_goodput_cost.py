@@ -70,6 +70,8 @@ class Params(BaseModel):
     reference: str = "flowmaker"
     scenarios: list[Scenario] = Field(default_factory=lambda: [Scenario(name="main")], min_length=1)
     workers: int = Field(default=1, ge=1, description="processes replaying cells")
+    publish: bool = Field(default=False, description="copy summary.md, the plots and the parquet tables to "
+                                                     "results/<experiment>/ (the committed copy)")
     plots: list[str] | None = Field(default=None, description="scenarios to plot (default: all); the first "
                                                               "scenario is also goodput.png / cost.png")
 
@@ -253,4 +255,16 @@ def run(params: Params, ctx: RunContext) -> None:
     atomic_write_parquet(ctx.run_dir / "gpus.parquet", pd.DataFrame(gpus))
     write_report(params, ctx.run_dir, df.drop(columns=["per_task"]), pd.DataFrame(dep_rows), pd.DataFrame(gpus),
                  drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0))
+    if params.publish:
+        _publish(ctx.run_dir)
     print((ctx.run_dir / "summary.md").read_text())
+
+
+PUBLISHED = ("summary.md", "results.parquet", "tasks.parquet", "gpus.parquet", "deployments.parquet")
+
+
+def _publish(run_dir) -> None:
+    """Copy the run's summary, tables and plots beside its folder (``results/<experiment>/``)."""
+    import shutil
+    for path in [run_dir / n for n in PUBLISHED] + sorted(run_dir.glob("*.png")):
+        shutil.copyfile(path, run_dir.parent / path.name)
