@@ -194,13 +194,14 @@ def known_configs(folder: str) -> list[str]:
     return sorted(q.stem for q in (configs_dir() / folder).glob("*.yaml"))
 
 
-def config_path(name_or_path: str | Path, folder: str, what: str) -> Path:
+def config_path(name_or_path: str | Path, folder: str, what: str, *, exclude: tuple[str, ...] = ()) -> Path:
     """A config given by name (``configs/<folder>/<name>.yaml``) or by path.
 
     Text with a ``.yaml``/``.yml``/``.json`` suffix or a path separator is a path; a path
     written ``configs/...`` that does not exist here (an installed package, another working
     folder) is looked up in the shipped configs. Anything else is first a name, then a file of
-    that name. An unknown name is a CatalogError listing the known ones."""
+    that name. An unknown name is a CatalogError listing the known ones; ``exclude``: files of
+    that folder that are not configs of this kind (data it shares)."""
     s = str(name_or_path)
     p = Path(s)
     if p.suffix in CONFIG_SUFFIXES or "/" in s or os.sep in s:
@@ -210,13 +211,15 @@ def config_path(name_or_path: str | Path, folder: str, what: str) -> Path:
                 return shipped
         return p
     named = configs_dir() / folder / f"{s}.yaml"
-    if named.is_file():
+    if named.is_file() and s not in exclude:
         return named
     if p.is_file():
         return p
-    known = known_configs(folder)
-    raise CatalogError(f"unknown {what} '{s}'; known: {', '.join(known) or '(none)'} "
-                       f"(or give a path to a {what} file)")
+    known = [n for n in known_configs(folder) if n not in exclude]
+    shown = s if len(s) <= 80 else f"{s[:77]}..."       # the list of known names is what helps
+    article = "an" if what[:1] in "aeiou" else "a"
+    raise CatalogError(f"unknown {what} '{shown}'; known: {', '.join(known) or '(none)'} "
+                       f"(or give a path to {article} {what} file)")
 
 
 def profile_table_path(name_or_path: str | Path) -> Path:

@@ -63,7 +63,7 @@ class RunSummary:
 def load_profile_config(path: Path | str) -> ProfileConfig:
     """Read and validate a profile config; CatalogError names the file and the field."""
     from profiler.catalog import config_path, read_yaml_file
-    path = config_path(path, "profile", "profile config")
+    path = config_path(path, "profile", "profile config", exclude=("devices", "models"))  # their shared data
     raw = read_yaml_file(path)
     try:
         return ProfileConfig.model_validate(raw)

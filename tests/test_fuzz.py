@@ -128,6 +128,9 @@ PROCESS_CASES = [
     (["-m", "experiments.run", "{bin}"], "binary"),
     (["-m", "experiments.bench_selectors", "--time-limit", "nan"], "--time-limit"),
     (["-m", "experiments.bench_sim", "--only", "nothing"], "--only"),
+    # every known name listed, none cut (the last in order is the longest way in)
+    (["-m", "experiments.run", "quickstrat"], "teola_real_cpu (or give a path to an experiment config file)"),
+    (["-m", "profiler", "run", "models"], "unknown profile config 'models'"),   # data, not a profile config
 ]
 
 
