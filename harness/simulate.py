@@ -93,10 +93,13 @@ def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[
         mem = memory_budget_gb(eng, gpu_capacity_gb=gpu_spec(cfg.gpu).capacity_gb, n_gpus=cfg.tp * cfg.pp)
         kv = kv_capacity_tokens(step, eng, mem_gb=mem)
         if kv < eng.block_size:
+            whole = gpu_spec(cfg.gpu).capacity_gb * cfg.tp * cfg.pp       # every byte of the GPUs
+            more = (" or raise --gpu-mem-util" if eng.gpu_memory_utilization < 1
+                    and kv_capacity_tokens(step, eng, mem_gb=whole) >= eng.block_size else "")
             raise OptionError("tp", f"{cfg.model} does not fit {cfg.tp * cfg.pp}x {cfg.gpu} at tp={cfg.tp} "
                               f"pp={cfg.pp}: weights ({step.weights_gb:.1f} GB) and activations leave no room "
                               f"for the KV cache in {mem:.1f} GB (gpu_memory_utilization "
-                              f"{eng.gpu_memory_utilization}); use more GPUs (--tp/--pp)")
+                              f"{eng.gpu_memory_utilization}); use more GPUs (--tp/--pp){more}")
     insts = [LLMCore(name=f"replica{r}", step=step, kv_tokens=kv, sink=_no_op_sink, config=eng)
              for r in range(cfg.replicas)]
     return insts, insts[0].kv_tokens

@@ -95,6 +95,17 @@ def test_cli_user_errors_are_one_line_naming_the_option(tmp_path, capsys, argv, 
     assert len(err.strip().splitlines()) == 1 and option in err
 
 
+def test_cli_names_the_flag_that_helps(tmp_path, capsys):
+    """A model whose weights exceed the GPUs blames --tp/--pp alone; one squeezed out by a low
+    --gpu-mem-util is told about that flag too (issue 18 item 4)."""
+    native, _, _ = _write_all(tmp_path)
+    rc, _, err = _run(capsys, "--model", "llama-2-70b", "--gpu", "a6000", "--trace", str(native))
+    assert rc == 2 and err.startswith("error: --tp:") and "--gpu-mem-util" not in err
+    rc, _, err = _run(capsys, "--model", "llama-2-7b", "--gpu", "a6000", "--gpu-mem-util", "0.2",
+                      "--trace", str(native))
+    assert rc == 2 and "(--tp/--pp) or raise --gpu-mem-util" in err
+
+
 def test_cli_bad_trace_line(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("arrived_at_s,prompt_tokens,output_tokens\n0,1,1\n0.5,2,x\n")
