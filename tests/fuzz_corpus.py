@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from tests.shared import SMALL_PROBLEM
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: entry point name -> "module:function" called as ``function(argv)``
@@ -29,16 +31,7 @@ FACES = {
     "bench_vidur": "experiments.bench_vidur:main",
 }
 
-PROBLEM = {
-    "task": {"name": "t", "accuracy_slo": 20.0, "latency_slo_s": 10.0, "arrival_rate_rps": 1.0},
-    "models": [{"name": "a", "accuracy": 25.0, "active_params_b": 7.0}],
-    "configs": [{"tp": 1, "pp": 1}, {"tp": 2, "pp": 1}],
-    "workflows": [{"name": "w", "stages": [{"name": "s", "calls": 1}]}],
-    "deployments": [{"model": "a", "tp": 1, "pp": 1, "mem_gb": 16.0}],
-    "perf": [{"workflow": "w", "stage": "s", "model": "a", "tp": 1, "pp": 1, "latency_s": 1.0, "capacity_rps": 2.0}],
-    "cluster": {"gpus": [{"id": 0, "mem_gb": 48.0, "used_gb": 8.0}, {"id": 1, "mem_gb": 48.0, "used_gb": 0.0}],
-                "instances": [{"id": "i0", "model": "a", "tp": 1, "pp": 1, "gpus": [0], "utilization": 0.2}]},
-}
+PROBLEM = SMALL_PROBLEM
 TASK = {"name": "mine", "trace": "conv", "accuracy_slo": 20.0, "latency_slo_s": 8.0, "arrival_rate_rps": 1.0,
         "workflows": [{"name": "answer", "stages": [{"name": "answer", "role": "answer"}]}]}
 CLUSTER = {"name": "c", "nodes": [{"name": "n0", "gpus": [{"id": 0, "gpu": "a6000", "mem_gb": 48},
