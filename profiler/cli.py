@@ -281,6 +281,16 @@ def _validate(a: argparse.Namespace) -> None:
               "run python -m profiler calibrate --measured TABLE)")
 
 
+def _recorded(name_or_path: str | Path) -> str:
+    """A measured table's path as a calibration records it (relative to the repository inside it)."""
+    from profiler.catalog import profile_table_path, repo_root
+    path = profile_table_path(name_or_path)
+    try:
+        return str(path.resolve().relative_to(repo_root().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _calibrate_measured(a: argparse.Namespace) -> None:
     import datetime as dt
     import pandas as pd
@@ -310,7 +320,7 @@ def _calibrate_measured(a: argparse.Namespace) -> None:
         if e2 is not None:
             print(f"{gpu} leave-one-model-out: " + ", ".join(
                 f"{m} {report[gpu][m]['held_out']:.1f}%" for m in ERROR_METRICS))
-    files = sorted(set(prev.files) | {str(p) for p in a.measured})
+    files = sorted(set(prev.files) | {_recorded(p) for p in a.measured})
     cal = Calibration(source="measured profile tables", files=files,
                       fit_date=dt.date.today().isoformat(), gpus=fitted, mape_pct=report,
                       notes="python -m profiler calibrate: time constants (incl. overlap, "
