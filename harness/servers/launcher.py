@@ -309,6 +309,7 @@ class Fleet:
         if len(set(ports)) != len(ports):
             raise ValueError("two servers on one port")
         self.servers = {s.name: ServerProcess(s, log_dir=log_dir) for s in specs}
+        self.log_dir = log_dir
 
     def start(self) -> "Fleet":
         deadline: dict[str, float] = {}
@@ -331,6 +332,22 @@ class Fleet:
     def stop(self) -> None:
         for s in self.servers.values():
             s.stop()
+
+    def launch(self, spec: ServerSpec) -> ServerProcess:
+        """Start one more server now without waiting for it (poll its ``healthy()`` or call
+        ``wait_healthy``): a server added while the fleet serves (``harness.adaptive``). The fleet
+        stops it with the others."""
+        if spec.name in self.servers:
+            raise ValueError(f"duplicate server name: {spec.name}")
+        if any(s.spec.port == spec.port for s in self.servers.values()):
+            raise ValueError("two servers on one port")
+        proc = self.servers[spec.name] = ServerProcess(spec, log_dir=self.log_dir)
+        return proc.start()
+
+    def retire(self, name: str, *, timeout_s: float = 10.0) -> None:
+        """Stop server ``name`` (SIGTERM, SIGKILL after ``timeout_s``) and drop it from the fleet;
+        its log stays. The caller drains it first (no call in flight)."""
+        self.servers.pop(name).stop(timeout_s)
 
     def __enter__(self) -> "Fleet":
         return self.start()
