@@ -275,7 +275,7 @@ def _colocation(df, deps, sc, acc) -> str | None:
     if nocol is None or main is None:
         return None
     text = (f"**Colocation penalty and arrivals.** With the penalty off (`{sc['nocol'].name}`) FlowMaker's "
-            f"goodput ratio over LangChain is {_bands(nocol, 'langchain')} (with it: "
+            f"goodput ratio over LangChain is {_bands(nocol, 'langchain')} (with it, at the same loads: "
             f"{_bands(main[main.load_pct.isin(set(nocol.load_pct))], 'langchain')}): part of LangChain's loss is "
             "its packed GPUs.")
     if "flowmaker-noreuse" in set(nocol.selector):

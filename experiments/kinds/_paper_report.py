@@ -259,7 +259,8 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
 
 def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
                  wall_s: float, cpu_s: float = float("nan")) -> None:
-    """``summary.md`` and the plots of every scenario (the first scenario's also as goodput.png, cost.png)."""
+    """``summary.md`` and the plots: the first scenario's as goodput.png and cost.png, every other
+    scenario in ``params.plots`` (default: all) as goodput-<scenario>.png and cost-<scenario>.png."""
     from experiments.kinds._paper_differences import differences_md
     from experiments.kinds._paper_targets import targets_md
     ref = params.reference
@@ -282,10 +283,10 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
     for i, sc in enumerate(params.scenarios):
         sub = df[df.scenario == sc.name]
         lines += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
-        if params.plots is None or sc.name in params.plots:
-            plots(sub, out, suffix=f"-{sc.name}")
         if i == 0:
-            plots(sub, out)
+            plots(sub, out)                       # the headline: goodput.png, cost.png
+        elif params.plots is None or sc.name in params.plots:
+            plots(sub, out, suffix=f"-{sc.name}")
     lines += differences_md(df, deps, params)
     lines += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")

@@ -73,7 +73,7 @@ class Params(BaseModel):
     publish: bool = Field(default=False, description="copy summary.md, the plots and the parquet tables to "
                                                      "results/<experiment>/ (the committed copy)")
     plots: list[str] | None = Field(default=None, description="scenarios to plot (default: all); the first "
-                                                              "scenario is also goodput.png / cost.png")
+                                                              "scenario's plots are goodput.png / cost.png")
 
     @model_validator(mode="after")
     def _check(self) -> Params:

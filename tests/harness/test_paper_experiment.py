@@ -159,7 +159,7 @@ def test_report_intervals_and_paired_band_ratios():
 
 
 def _target_frame(fm_code_400: float):
-    """A two-scenario frame: FlowMaker, LangChain and FlowMakerNoReuse on two traces, 3 seeds."""
+    """Scenario `main`: FlowMaker, LangChain and FlowMakerNoReuse on two traces, five loads, 3 seeds."""
     import pandas as pd
     rows = []
     for seed in range(3):
