@@ -256,3 +256,32 @@ def test_rate_capacity_deducts_what_other_tasks_put_on_a_reused_instance():
     assert b.deployment.reuse and b.deployment.reuse[0][0] == "a/s/0"          # b rides on a's instance
     assert ctl.rate_capacity(b) == pytest.approx(1.0 - 0.6)
     assert ctl.rate_capacity(ctl.ledger.current["a"]) == pytest.approx(1.0 - 0.3)
+
+
+def test_rising_load_changes_the_workflow_and_drains_the_old_one():
+    """Two workflows: ``w`` (a 10 GB model carrying 1 req/s per replica) is cheaper at low load,
+    ``v`` (a 20 GB model carrying 5 req/s) once ``w`` needs three replicas: the move up
+    re-selects the workflow, not only the replica count, and the old workflow's instance drains."""
+    big = "qwen2.5-7b"
+    p = problem(rate=0.8)
+    two = parse_problem({**p.model_dump(mode="json"),
+                         "models": [*p.model_dump(mode="json")["models"],
+                                    {"name": big, "accuracy": 20.0, "active_params_b": 7.6}],
+                         "workflows": [{"name": "w", "stages": [{"name": "s"}]}, {"name": "v", "stages": [{"name": "s"}]}],
+                         "deployments": [{"model": MODEL, "tp": 1, "pp": 1, "mem_gb": 10.0},
+                                         {"model": big, "tp": 1, "pp": 1, "mem_gb": 20.0}],
+                         "perf": [*p.model_dump(mode="json")["perf"],
+                                  {"workflow": "v", "stage": "s", "model": big, "tp": 1, "pp": 1, "latency_s": 0.5,
+                                   "capacity_rps": 5.0}]})
+    back = Scripted(lambda t: 0.8 if t < 50 else 3.0, lambda t: 0.0)
+    ctl = Controller([TaskModel(two, {"w": [(100, 10)], "v": [(100, 10)]})], two.cluster, get_solver("flowmaker"),
+                     back, gpu="a6000", config=CFG)
+    ctl.deploy([0.8])
+    assert ctl.ledger.current["a"].deployment.workflow == "w"
+    _run(ctl, 200)
+    moves = [d for d in ctl.decisions if d["outcome"] == "migrate"]
+    assert {d["reason"] for d in moves} == {"up"}
+    assert moves[-1]["workflow"] == "v" and moves[-1]["models"] == big
+    w_ids = [i for i, h in ctl.ledger.held.items() if h.spec.model == MODEL]      # first window straddles the step
+    assert set(moves[-1]["draining"].split(",")) == set(w_ids) and sorted(back.stopped) == sorted(w_ids)
+    assert ctl.ledger.current["a"].deployment.workflow == "v" and ctl.ledger.held_gb() == pytest.approx(20.0)
