@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from experiments.kinds._paper_report import BANDS, COST, band, ci95, fmt, not_below, paired
+from experiments.kinds._paper_report import BANDS, COST, band, fmt, not_below, paired
 
 TIME_LIMIT_S = 600.0
 COST_FACTOR = 2.0
