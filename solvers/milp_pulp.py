@@ -192,7 +192,7 @@ class PulpBackend:
         if left <= 0:
             return "unknown"
         solver = pulp.HiGHS(msg=False, timeLimit=left, gapRel=0.0, gapAbs=1e-9, threads=self.threads)
-        lp.solve(solver)
+        stats = lp.solve(solver)
         status = lp.solverModel.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:
             return "optimal"
@@ -200,18 +200,22 @@ class PulpBackend:
             return "infeasible"
         if status == highspy.HighsModelStatus.kSolveError:
             return "error"
-        return "feasible" if lp.sol_status == pulp.LpSolutionIntegerFeasible else "unknown"
+        has = getattr(stats, "has_solution", None)     # PuLP 4 returns the stats, 3 an int status
+        if has is None:
+            has = lp.sol_status == pulp.LpSolutionIntegerFeasible
+        return "feasible" if has else "unknown"
 
     def _solve_built(self, build, bounds: dict[int, float] | None, deadline: float):
         """Build (``build(bounds)``) and solve; on a HiGHS solve error (seen when the bound row is
         tight at the optimum) solve once more without the driver's bound rows, which are only a
-        help. Returns ``(status, x, y)``."""
+        help. Returns ``(status, x, y, lp)``: keep ``lp`` while reading ``x`` and ``y`` (PuLP 4's
+        variables hold only a weak reference to their problem and refuse values without it)."""
         lp, x, y = build(bounds)
         status = self._solve(lp, deadline)
         if status == "error" and bounds:
             lp, x, y = build(None)
             status = self._solve(lp, deadline)
-        return ("unknown" if status == "error" else status), x, y
+        return ("unknown" if status == "error" else status), x, y, lp
 
     @staticmethod
     def _variant(x, y) -> Variant:
@@ -221,7 +225,7 @@ class PulpBackend:
 
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
                  hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
-        status, x, y = self._solve_built(
+        status, x, y, _lp = self._solve_built(
             lambda b: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts,
                                   workflows=workflows, bounds=b), {w: bound for w in workflows}, deadline)
         if status in ("infeasible", "unknown"):
@@ -236,7 +240,7 @@ class PulpBackend:
             return found, True
         while True:
             more = cuts + [no_good(v) for v in found]
-            status, x, y = self._solve_built(
+            status, x, y, _lp = self._solve_built(
                 lambda b, more=more: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=more,
                                                  workflows=workflows, bounds=b), bounds, deadline)
             if status == "infeasible":
