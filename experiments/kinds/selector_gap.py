@@ -196,6 +196,21 @@ def _figures(df: pd.DataFrame, **where) -> dict:
                            for m, g in df.groupby("sharing", sort=False)}}
 
 
+#: the columns of summary.md (also in the README, "Output columns")
+COLUMNS = """\
+- `problems`: problems of the suite; `feasible`: those the reference (`exhaustive`) proved
+  feasible, so they have an optimum.
+- `answered_pct`: share of the feasible problems where the solver did not answer `infeasible` (%).
+- `match_pct`: share of the feasible problems where the solver's `cost_gb_s` is within 1e-6
+  relative of the optimum (%); `same_variant_pct`: share of all problems where its variant,
+  placement and numbers equal the reference's (%).
+- `mean_gap_pct`, `max_gap_pct`: `100 (cost_gb_s - optimum) / optimum` over the feasible
+  problems it answered (%).
+- `infeasible_agree_pct`: share of the infeasible problems it also found infeasible (%).
+- `mean_time_s`, `max_time_s`: wall seconds per selection.
+"""
+
+
 def markdown(summary: pd.DataFrame, title: str) -> str:
     try:
         table = summary.to_markdown(index=False, floatfmt=".4g")
@@ -226,6 +241,7 @@ def run(params: Params, ctx: RunContext) -> None:
     text += "\n## By family\n\n" + markdown(by_family, "").lstrip("# \n")
     by_mode = pd.concat([summarise(g).assign(sharing=m) for m, g in df.groupby("sharing", sort=False)])
     text += "\n## By sharing mode (spec section 9)\n\n" + markdown(by_mode, "").lstrip("# \n")
+    text += f"\n## Columns\n\n{COLUMNS}"
     atomic_write_text(ctx.run_dir / "summary.md", text)
     if params.publish:
         import shutil

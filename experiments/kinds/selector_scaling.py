@@ -180,6 +180,18 @@ def draw_panel(ax, sub: pd.DataFrame, solvers: list, x: str, metric: str, axis: 
     ax.grid(alpha=0.3)
 
 
+#: the columns of summary.md (also in the README, "Output columns")
+COLUMNS = """\
+- `axis`: `depth` (one workflow of `depth` stages, 11 models), `multi` (three workflows, the
+  deepest of `depth` stages) or `catalog` (`n_models` models); `sharing`: spec section 9's mode.
+- `variant_space`: variants of the problem (workflows x per-stage options).
+- `<solver>_s`: mean wall seconds per selection over the seeds (capped at the time limit).
+- `<solver>_gap_pct`: mean `100 (cost_gb_s - reference) / reference` (%), the reference being an
+  exact solver's proved optimum, else the best cost any solver found; `inf` when the reference
+  costs 0 and the answer does not; `nan` when the solver gave no answer (or was skipped).
+"""
+
+
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     df = df if "sharing" in df else df.assign(sharing="memory")
     keys = ["axis", "depth", "n_models", "sharing"]
@@ -214,7 +226,8 @@ def run(params: Params, ctx: RunContext) -> None:
         text = table.to_string(index=False)
     atomic_write_text(ctx.run_dir / "summary.md",
                       f"# Selector scaling (cap {params.time_limit_s:g} s per solver)\n\n"
-                      f"Mean selection time (s) and gap (%) per problem size.\n\n{text}\n")
+                      f"Mean selection time (s) and gap (%) per problem size.\n\n{text}\n\n"
+                      f"## Columns\n\n{COLUMNS}")
     paths = plot(df, ctx.run_dir, params.time_limit_s)
     if params.publish:
         for p in [*paths, ctx.run_dir / "summary.md", ctx.run_dir / "scaling.parquet"]:
