@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.core-installed
 TESTS := $(VENV)/.test-installed
 
-.PHONY: setup setup-test run test bench clean
+.PHONY: setup setup-test run test bench clean check-pythons light-skip
 
 $(CORE): pyproject.toml
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) on PATH (or make PY=/path/to/python3.11)"; exit 2; }
@@ -33,6 +33,24 @@ test: $(TESTS)
 
 bench: $(CORE)
 	$(BIN)/python -m experiments.bench_selectors
+
+# Tests the light `test` extra cannot run (they need torch, transformers, ray or PostgreSQL)
+LIGHT_SKIP := --ignore=tests/real --ignore=tests/profiler/test_device_ops.py \
+	--ignore=tests/profiler/test_measured.py --ignore=tests/profiler/test_torch_model.py
+light-skip:
+	@echo $(LIGHT_SKIP)
+
+# Python 3.12 and 3.13 (pyproject's range): a fresh venv each, flowmaker with its light `test`
+# extra from the index (the newest releases the ranges admit), then the light tests
+PYS ?= python3.12 python3.13
+check-pythons:
+	@for py in $(PYS); do \
+	  v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])') || exit 2; \
+	  env=$${TMPDIR:-/tmp}/flowmaker-py$$v; rm -rf $$env; \
+	  echo "== Python $$v in $$env"; \
+	  $$py -m venv $$env && $$env/bin/pip install -q -e '.[test]' && \
+	  $$env/bin/python -m pytest -q -p no:cacheprovider -m "not slow and not gpu" $(LIGHT_SKIP) || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV)
