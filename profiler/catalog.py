@@ -239,6 +239,16 @@ def profile_table_path(name_or_path: str | Path) -> Path:
                        "(or give a path to a .parquet table)")
 
 
+def recorded_table_path(name_or_path: str | Path) -> str:
+    """A profile table's path as a calibration records it: relative to the repository when inside
+    it, so a table given by name and by path is one entry."""
+    path = profile_table_path(name_or_path)
+    try:
+        return str(path.resolve().relative_to(repo_root().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def read_yaml_file(path: Path | str) -> Any:
     """A YAML (or ``.json``) file as data, read with size and nesting bounds, duplicate keys refused
     (``flowmaker.inputs``); a CatalogError naming the file (with line and column for a syntax

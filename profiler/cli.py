@@ -18,7 +18,8 @@ from pathlib import Path
 from flowmaker.entry import OneLineParser as _Parser  # one-line usage errors, exit 2
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
-from profiler.catalog import CatalogError, load_deploy_configs, load_gpus, load_models, shared_data_dir
+from profiler.catalog import (CatalogError, load_deploy_configs, load_gpus, load_models, recorded_table_path,
+                              shared_data_dir)
 
 DEFAULT_BATCHES = [1, 2, 4, 8, 16, 32, 64]
 DEFAULT_PROMPTS = [128, 512, 1024, 2048, 4096]
@@ -281,16 +282,6 @@ def _validate(a: argparse.Namespace) -> None:
               "run python -m profiler calibrate --measured TABLE)")
 
 
-def _recorded(name_or_path: str | Path) -> str:
-    """A measured table's path as a calibration records it (relative to the repository inside it)."""
-    from profiler.catalog import profile_table_path, repo_root
-    path = profile_table_path(name_or_path)
-    try:
-        return str(path.resolve().relative_to(repo_root().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def _calibrate_measured(a: argparse.Namespace) -> None:
     import datetime as dt
     import pandas as pd
@@ -320,7 +311,7 @@ def _calibrate_measured(a: argparse.Namespace) -> None:
         if e2 is not None:
             print(f"{gpu} leave-one-model-out: " + ", ".join(
                 f"{m} {report[gpu][m]['held_out']:.1f}%" for m in ERROR_METRICS))
-    files = sorted(set(prev.files) | {_recorded(p) for p in a.measured})
+    files = sorted(set(prev.files) | {recorded_table_path(p) for p in a.measured})
     cal = Calibration(source="measured profile tables", files=files,
                       fit_date=dt.date.today().isoformat(), gpus=fitted, mape_pct=report,
                       notes="python -m profiler calibrate: time constants (incl. overlap, "
