@@ -15,7 +15,7 @@ ENTRY_POINTS = [
     "experiments.bench_selectors", "experiments.bench_sim", "experiments.bench_time_limits",
     "experiments.bench_measured", "experiments.bench_prefill_split", "experiments.bench_nonllm",
     "experiments.bench_pgvector", "experiments.bench_vidur", "profiler.scripts.device_check",
-    "harness.servers.torchserve",
+    "harness.servers.torchserve", "experiments.kinds.selector_gap",
 ]
 
 

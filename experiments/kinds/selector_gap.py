@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -303,17 +302,37 @@ def write_baseline(ci_suite: Path, out: Path, full_run: Path | None = None) -> d
     return data
 
 
-USAGE = ("usage: python -m experiments.kinds.selector_gap --freeze configs/benchmarks/SUITE.yaml [memory|compute ...]\n"
-         "       python -m experiments.kinds.selector_gap --baseline configs/benchmarks/selector_gap_ci.yaml "
-         "[results/selector_gap/RUN]")
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.kinds.selector_gap``: maintain the benchmark suite."""
+    from flowmaker.entry import OneLineParser, add_version
+    ap = OneLineParser(prog="python -m experiments.kinds.selector_gap",
+                       description="Freeze a benchmark suite's problems, or write the CI regression baseline.")
+    add_version(ap)
+    job = ap.add_mutually_exclusive_group(required=True)
+    job.add_argument("--freeze", metavar="SUITE", type=Path,
+                     help="rewrite the frozen problems of this suite (configs/benchmarks/*.yaml)")
+    job.add_argument("--baseline", metavar="SUITE", type=Path,
+                     help="solve this CI suite and write results/baselines/selector_gap.json")
+    ap.add_argument("rest", nargs="*", metavar="MODE|RUN",
+                    help="with --freeze: the sharing modes to rewrite (default: the suite's); with --baseline: "
+                         "at most one finished full run folder whose figures are recorded too")
+    a = ap.parse_args(argv)
+    suite = a.freeze or a.baseline
+    if not suite.is_file():
+        ap.error(f"{suite}: no such suite file")
+    if a.freeze:
+        if bad := [m for m in a.rest if m not in ("memory", "compute")]:
+            ap.error(f"unknown sharing mode {bad[0]!r}; known: memory, compute")
+        for p in freeze(a.freeze, a.rest or None):
+            print(f"wrote {p}")
+        return 0
+    if len(a.rest) > 1 or (a.rest and not (Path(a.rest[0]) / "gap.parquet").is_file()):
+        ap.error("--baseline takes at most one run folder, holding gap.parquet")
+    full = Path(a.rest[0]) if a.rest else None
+    print(json.dumps(write_baseline(a.baseline, Path("results/baselines/selector_gap.json"), full), indent=1))
+    return 0
+
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "--freeze":
-        for p in freeze(Path(sys.argv[2]), sys.argv[3:] or None):
-            print(f"wrote {p}")
-    elif len(sys.argv) in (3, 4) and sys.argv[1] == "--baseline":
-        full = Path(sys.argv[3]) if len(sys.argv) == 4 else None
-        print(json.dumps(write_baseline(Path(sys.argv[2]), Path("results/baselines/selector_gap.json"), full), indent=1))
-    else:
-        print(USAGE, file=sys.stderr)
-        sys.exit(2)
+    from flowmaker.entry import run as _run
+    _run(main)
