@@ -269,10 +269,14 @@ class _Run:
                 self.acc_ok[i] = False
             prompt, output = self._sizes(i, st)
             for c in range(st.calls):
-                err = await self._call(i, k, st.name, c, ids, prompt, output)
+                err = await self._stage_call(i, k, st.name, c, ids, prompt, output)
                 if err is not None:
                     return err
         return None
+
+    async def _stage_call(self, i: int, k: int, stage: str, c: int, ids, prompt: int, output: int) -> str | None:
+        """One call of a stage (a subclass may prepare its prompt here); an error or None."""
+        return await self._call(i, k, stage, c, ids, prompt, output)
 
     async def _call(self, i: int, k: int, stage: str, c: int, ids, prompt: int, output: int) -> str | None:
         iid = self.router.acquire(ids)

@@ -101,22 +101,16 @@ class _AdaptiveRun(_Run):
                 CorpusPrompts(None, seed=self.s.seed)
         return self._sources[key]
 
-    async def _stages(self, i: int, task: SimTask) -> str | None:
-        for k, st in enumerate(task.stages):
-            ids, ok = st.route(float(self.w.difficulty[i]))
-            if not ok:
-                self.acc_ok[i] = False
-            prompt, output = self._sizes(i, st)
-            live = [x for x in ids if x in self.eps and not self.eps[x].dead()]
-            if not live:
-                return f"stage {st.name}: no live instance (dead: {', '.join(ids)})"
-            for c in range(st.calls):
-                self.texts[(i, k, c)] = self._source(live[0]).text(prompt, (i, k, c))
-                err = await self._call(i, k, st.name, c, ids, prompt, output)
-                self.texts.pop((i, k, c), None)
-                if err is not None:
-                    return err
-        return None
+    async def _stage_call(self, i: int, k: int, stage: str, c: int, ids, prompt: int, output: int) -> str | None:
+        # the prompt is made per call, from the tokenizer of an instance live now (routes change)
+        live = [x for x in ids if x in self.eps and not self.eps[x].dead()]
+        if not live:
+            return f"stage {stage}: no live instance (dead: {', '.join(ids)})"
+        self.texts[(i, k, c)] = self._source(live[0]).text(prompt, (i, k, c))
+        try:
+            return await self._call(i, k, stage, c, ids, prompt, output)
+        finally:
+            self.texts.pop((i, k, c), None)
 
     async def go(self) -> None:
         control = asyncio.create_task(self._control())
