@@ -32,7 +32,7 @@ def plots(frames: dict[str, pd.DataFrame], params, out) -> None:
     ax.patch.set_visible(False)
     res = frames["results"][frames["results"].seed == seed].set_index("policy")
     for policy, g in mem.groupby("policy", sort=False):
-        cost = f" ({res.cost_gb_s[policy]:.3g} GB*s)" if policy in res.index else ""
+        cost = f" ({res.reserved_gb_s[policy]:.3g} GB*s)" if policy in res.index else ""
         ax.step(prof.hour_at(g.t_s.to_numpy()), g.gb.to_numpy(), where="post", label=policy + cost,
                 color=COLORS.get(policy), lw=1.4, **STYLES.get(policy, {}))
     ax.set_xlabel(f"hour of the day (profile; 1 h = {prof.hour_s:g} simulated s)")
@@ -87,7 +87,7 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
     prof = params.profile
     agg = res.groupby("policy", sort=False).agg(
         seeds=("seed", "nunique"), requests=("requests", "mean"), goodput=("goodput", "mean"),
-        goodput_min=("goodput", "min"), cost_gb_s=("cost_gb_s", "mean"), gb_mean=("gb_mean", "mean"),
+        goodput_min=("goodput", "min"), reserved_gb_s=("reserved_gb_s", "mean"), gb_mean=("gb_mean", "mean"),
         gb_peak=("gb_peak", "max"), gb_min=("gb_min", "min"), migrations=("migrations", "mean"),
         mig_rate=("migrations_per_task_hour", "mean"), mig_rate_max=("migrations_per_task_hour", "max"),
         reselections=("reselections", "mean"), wall_s=("wall_s", "max"), events=("events", "mean"))
@@ -102,14 +102,14 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     ref = agg.loc[REF] if REF in agg.index else None
     for policy, r in agg.iterrows():
-        ratio = f"{ref.cost_gb_s / r.cost_gb_s:.2f}x" if ref is not None else "-"
-        lines.append(f"| {policy} | {r.goodput:.4f} / {r.goodput_min:.4f} | {r.cost_gb_s:.4g} | {ratio} | "
+        ratio = f"{ref.reserved_gb_s / r.reserved_gb_s:.2f}x" if ref is not None else "-"
+        lines.append(f"| {policy} | {r.goodput:.4f} / {r.goodput_min:.4f} | {r.reserved_gb_s:.4g} | {ratio} | "
                      f"{r.gb_mean:.1f} / {r.gb_peak:.1f} / {r.gb_min:.1f} | {r.migrations:.1f} | "
                      f"{r.mig_rate:.3f} (max {r.mig_rate_max:.3f}) | {r.reselections:.0f} | {r.wall_s:.1f} |")
     if ref is not None and "adaptive" in agg.index:
         a = agg.loc["adaptive"]
         per_seed = res.set_index(["policy", "seed"])
-        ratios = [per_seed.loc[(REF, s), "cost_gb_s"] / per_seed.loc[("adaptive", s), "cost_gb_s"]
+        ratios = [per_seed.loc[(REF, s), "reserved_gb_s"] / per_seed.loc[("adaptive", s), "reserved_gb_s"]
                   for s in res.seed.unique() if (REF, s) in per_seed.index and ("adaptive", s) in per_seed.index]
         gaps = [1 - per_seed.loc[("adaptive", s), "goodput"] / per_seed.loc[(REF, s), "goodput"]
                 for s in res.seed.unique() if (REF, s) in per_seed.index and ("adaptive", s) in per_seed.index]

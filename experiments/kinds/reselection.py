@@ -196,7 +196,7 @@ def run(params: Params, ctx: RunContext) -> None:
                     atomic_write_parquet(paths[t], cell[t])
                 if ctx.progress:
                     r = cell["results"].iloc[0]
-                    print(f"{policy} seed {seed}: goodput {r.goodput:.4f}, cost {r.cost_gb_s:.4g} GB*s, "
+                    print(f"{policy} seed {seed}: goodput {r.goodput:.4f}, cost {r.reserved_gb_s:.4g} GB*s, "
                           f"migrations {int(r.migrations)}, {r.wall_s:.1f} s", flush=True)
             for t in TABLES:
                 out[t].append(pd.read_parquet(paths[t]))

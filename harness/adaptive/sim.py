@@ -190,7 +190,7 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
         "instances": len(led.held), "gb_reserved": None,
         "gb_mean": gb_s / residency if residency > 0 else 0.0, "gb_peak": max(g for _, g in steps),
         "gb_min": min(g for t, g in steps if t < residency) if steps else 0.0,
-        "cost_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s,
+        "reserved_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s,
         "migrations": len(moves), "instances_started": sum(len(d["started"].split(",")) for d in moves if d["started"]),
         "reselections": sum(d["reason"] not in ("initial",) for d in ctl.decisions),
         "updates": sum(d["outcome"] == "update" for d in ctl.decisions),

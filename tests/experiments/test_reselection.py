@@ -30,7 +30,7 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     res = pd.read_parquet(run / "results.parquet").set_index("policy")
     assert list(res.index) == ["static-peak", "adaptive"] and (res.requests == res.requests.iloc[0]).all()
     assert res.loc["static-peak", "migrations"] == 0 and res.loc["adaptive", "migrations"] >= 1
-    assert (res.goodput > 0.9).all() and (res.cost_gb_s > 0).all() and (res.wall_s < 60).all()
+    assert (res.goodput > 0.9).all() and (res.reserved_gb_s > 0).all()
     mem = pd.read_parquet(run / "memory.parquet")
     assert mem[mem.policy == "adaptive"].gb.nunique() > 2                       # memory moves with the load
     md = (top / "summary.md").read_text()

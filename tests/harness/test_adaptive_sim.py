@@ -33,12 +33,12 @@ def test_adaptive_day_follows_the_load_and_pays_for_what_it_held(day):
     assert s["requests"] == len(wl) and s["failed"] == 0 and s["completed"] == len(wl)
     assert s["migrations"] >= 2 and s["gb_peak"] > s["gb_min"]
     assert {d["reason"] for d in ada.decisions if d["outcome"] == "migrate"} >= {"up", "down"}
-    assert s["cost_gb_s"] == pytest.approx(sum(r["mem_gb"] * ((r["released_s"] if r["released_s"] is not None
+    assert s["reserved_gb_s"] == pytest.approx(sum(r["mem_gb"] * ((r["released_s"] if r["released_s"] is not None
                                                               else s["residency_s"]) - r["start_s"])
                                                for r in ada.instances))
     steps = ada.gb_steps
     integral = sum(g * (t2 - t1) for (t1, g), (t2, _) in zip(steps, steps[1:]))
-    assert integral == pytest.approx(s["cost_gb_s"])
+    assert integral == pytest.approx(s["reserved_gb_s"])
     # every instance started mid-run became ready only after its modelled start-up, and every
     # released one was released after it drained (no request failed)
     for r in ada.instances:
@@ -47,7 +47,7 @@ def test_adaptive_day_follows_the_load_and_pays_for_what_it_held(day):
         if r["released_s"] is not None:
             assert r["released_s"] >= r["drain_s"]
     assert static.summary["migrations"] == 0 and static.summary["gb_min"] == static.summary["gb_peak"]
-    assert s["cost_gb_s"] < static.summary["cost_gb_s"]
+    assert s["reserved_gb_s"] < static.summary["reserved_gb_s"]
     assert s["goodput"] >= static.summary["goodput"] - 0.02
 
 
@@ -59,5 +59,5 @@ def test_the_same_day_twice_gives_the_same_result(day):
                          diurnal_workload(trace, [1.0], PROFILE, seed=3), gpu="a6000",
                          initial_rates=[3.0 * float(PROFILE.multiplier(0.0))], end_s=PROFILE.duration_s, config=CFG)
     assert again.summary["goodput"] == ada.summary["goodput"]
-    assert again.summary["cost_gb_s"] == ada.summary["cost_gb_s"]
+    assert again.summary["reserved_gb_s"] == ada.summary["reserved_gb_s"]
     assert [d["outcome"] for d in again.decisions] == [d["outcome"] for d in ada.decisions]

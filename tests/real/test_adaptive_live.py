@@ -53,7 +53,7 @@ def _check(res, n):
     served = [r for r in late if s["calls_by_instance"].get(r["instance"], 0) > 0]
     assert served, (late, s["calls_by_instance"])                      # a server launched mid-run took calls
     assert any(r["released_s"] is not None for r in res.instances)     # and one was drained and stopped
-    assert s["gb_peak"] > s["gb_min"] and s["cost_gb_s"] > 0
+    assert s["gb_peak"] > s["gb_min"] and s["reserved_gb_s"] > 0
 
 
 def test_live_controller_launches_and_drains_servers(tiny_llama_dir, tmp_path):
