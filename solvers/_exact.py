@@ -53,7 +53,7 @@ import numpy as np
 
 from selector.diagnose import empty_space_reason, infeasibility_reason
 from selector.evaluate import PLACEMENT, Evaluation, choose, demands, evaluate, infeasible_plan, routed, to_plan
-from selector.index import NEW, Compiled, Option
+from selector.index import NEW, REUSE, Compiled, Option
 from selector.pareto import front, suffix_minima
 from selector.placement import free_memory, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan
@@ -113,6 +113,18 @@ def prepare(cp: Compiled) -> Prepared:
 
 PACKING_KS = (1, 2, 3, 4)
 PACKING_SHIFT = 1e-8     # > the spec's 1e-9, so shifted utilisations on one GPU sum to below 1
+
+
+def reuse_by_gpu(data: Prepared, keys) -> dict[int, list[tuple[tuple, float]]]:
+    """Section 9's reuse check, per GPU of a reused instance that two or more options reuse: the
+    (option key, utilisation the option adds) of each; the row is sum util y <= 1 - busy_g."""
+    by_gpu: dict[int, list[tuple[tuple, float]]] = {}
+    for k in keys:
+        o = data.opt(*k)
+        if o.kind == REUSE:
+            for g in map(int, data.cp.instance_gpus[o.instance].nonzero()[0]):
+                by_gpu.setdefault(g, []).append((k, o.util_add))
+    return {g: terms for g, terms in by_gpu.items() if len(terms) > 1}
 
 
 def packing_rows(data: Prepared) -> list[tuple[dict[tuple[int, int, int], int], int]]:

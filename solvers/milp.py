@@ -58,7 +58,7 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, packing_rows, solve_exact
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, packing_rows, reuse_by_gpu, solve_exact
 from solvers.base import Selector
 
 SCALE = 1_000_000
@@ -176,15 +176,9 @@ class CpSatBackend:
         slow the search, up to 2x here and 5x for HiGHS): sum (utilisation o adds over its GPUs) y
         <= sum_g max(0, 1 - busy_g), and the packing rows."""
         d, cp = self.data, self.data.cp
-        by_gpu: dict[int, list] = {}
-        for k, v in y.items():
-            o = d.opt(*k)
-            if o.kind == REUSE:
-                for g in map(int, cp.instance_gpus[o.instance].nonzero()[0]):
-                    by_gpu.setdefault(g, []).append(round(o.util_add * self.us) * v)
-        for g, terms in by_gpu.items():
-            if len(terms) > 1:
-                m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
+        for g, terms in reuse_by_gpu(d, y).items():
+            m.add(sum(round(u * self.us) * y[k] for k, u in terms)
+                  <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
         if not necessary:
             return
         m.add(sum(round(d.opt(*k).compute_load * self.us) * v for k, v in y.items())

@@ -40,7 +40,8 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, packing_rows, solve_exact
+from solvers._exact import (TOL, Answer, Cut, Objective, Prepared, Variant, no_good, packing_rows, reuse_by_gpu,
+                            solve_exact)
 from solvers.base import Selector
 
 WINDOW_REL = 1e-6
@@ -167,15 +168,8 @@ class PulpBackend:
         import pulp
 
         d, cp = self.data, self.data.cp
-        by_gpu: dict[int, list] = {}
-        for k, v in y.items():
-            o = d.opt(*k)
-            if o.kind == REUSE:
-                for g in map(int, cp.instance_gpus[o.instance].nonzero()[0]):
-                    by_gpu.setdefault(g, []).append(o.util_add * v)
-        for g, terms in by_gpu.items():
-            if len(terms) > 1:
-                lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_busy[g])
+        for g, terms in reuse_by_gpu(d, y).items():
+            lp += pulp.lpSum(u * y[k] for k, u in terms) <= 1.0 + TOL - float(cp.base_busy[g])
         if not necessary:
             return
         lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
