@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Callable, Literal, Protocol
 
 import numpy as np
 
@@ -190,19 +190,7 @@ def placement_cuts(data: Prepared, ev: Evaluation) -> list[Cut]:
     if data.cp.problem.cluster.compute:
         return _compute_cuts(data, ev, fail)
     classes = [_demand_class(o) for o in ev.options[: fail + 1]]
-    cuts = []
-    for w, wf in enumerate(data.cp.workflows):
-        if len(wf.stages) <= fail:
-            continue
-        sets = []
-        for s, cls in enumerate(classes):
-            same = frozenset(o for o in data.options[w][s] if _demand_class(data.opt(w, s, o)) == cls)
-            if not same:
-                break
-            sets.append((s, same))
-        else:
-            cuts.append(Cut(w, tuple(sets)))
-    return cuts
+    return _class_cuts(data, fail, lambda o, s: _demand_class(o), lambda s: classes[s], every_stage=False)
 
 
 def _compute_cuts(data: Prepared, ev: Evaluation, fail: int) -> list[Cut]:
@@ -216,14 +204,20 @@ def _compute_cuts(data: Prepared, ev: Evaluation, fail: int) -> list[Cut]:
         return ("new", o.replicas, o.shards, o.mem_gb, o.replica_util) if s <= fail else ("new",)
 
     classes = [cls(o, s) for s, o in enumerate(ev.options)]
+    return _class_cuts(data, fail, cls, lambda s: classes[s] if s < len(classes) else ("new",), every_stage=True)
+
+
+def _class_cuts(data: Prepared, fail: int, cls: Callable[[Option, int], tuple], want: Callable[[int], tuple], *,
+                every_stage: bool) -> list[Cut]:
+    """One cut per workflow longer than ``fail`` stages: its stage ``s`` (``0..fail``, or every
+    stage) restricted to the options of class ``want(s)``; no cut where a stage has none."""
     cuts = []
-    for w, wf in enumerate(cp.workflows):
+    for w, wf in enumerate(data.cp.workflows):
         if len(wf.stages) <= fail:
             continue
         sets = []
-        for s in range(len(wf.stages)):
-            want = classes[s] if s < len(classes) else ("new",)
-            same = frozenset(o for o in data.options[w][s] if cls(data.opt(w, s, o), s) == want)
+        for s in range(len(wf.stages) if every_stage else fail + 1):
+            same = frozenset(o for o in data.options[w][s] if cls(data.opt(w, s, o), s) == want(s))
             if not same:
                 break
             sets.append((s, same))
