@@ -1,6 +1,7 @@
 """An OpenAI-compatible HTTP client (``/v1/completions`` or ``/v1/chat/completions``, streamed or
 not; ``/health``) with an overall deadline per call and careful retries, and
-:class:`OpenAIEngine`, which makes one server an orchestrator engine.
+:class:`OpenAIEngine`, which makes one server an orchestrator engine (in ``harness.servers.engine``;
+a call's faults, result and event loop live in ``harness.servers.calls``; all importable from here).
 
 Works with any server speaking the OpenAI API: ``transformers serve``, ``vllm serve``,
 ``trtllm-serve``. One implementation, asynchronous (:meth:`OpenAIClient.agenerate`, httpx's
@@ -39,140 +40,21 @@ decoding makes the repeat identical; anything else is ``diverged``).
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Sequence
+from typing import Any, Callable
 
-from orchestrator import ops
-from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput
-from orchestrator.engines.real.worker import FuturePendingBatch, PieceCallback, check_kinds
-from orchestrator.jsonstream import IncrementalJsonList, JsonStreamError
-from orchestrator.primitives import Kind, PREFILL_KINDS
-
-FAULT_KINDS = ("deadline", "timeout", "overloaded", "server", "http", "stream_error", "truncated", "malformed",
-               "diverged", "dead")
-
-
-class ServerError(EngineError):
-    """A call failed; ``kind`` is one of :data:`FAULT_KINDS` (module docstring)."""
-
-    def __init__(self, message: str, kind: str = "http") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class EngineDeadError(ServerError):
-    """The server cannot be reached any more (connection refused/reset after the retries)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "dead")
+from harness.servers.calls import (FAULT_KINDS, Completion, EngineDeadError, Generation,  # noqa: F401 - re-exported
+                                   ServerError, client_loop, exact_output_body, is_client_loop, run_sync,
+                                   served_model)
+from harness.servers.calls import retry_after_s as _retry_after_s
+from harness.servers.engine import OpenAIEngine  # noqa: F401 - re-exported
 
 
 class _Cut(Exception):
     """The connection broke mid-stream (retried with deduplication)."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One completed call. Times in seconds from when the call was made (its first attempt):
-    ``ttft_s`` (None unstreamed), ``latency_s`` (last token chunk, or the whole answer),
-    ``itl_s`` the gaps between token chunks; token counts from the server's ``usage`` (None
-    when it reports none; ``usage_reported`` False then)."""
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    finish_reason: str | None
-    ttft_s: float | None = None
-    latency_s: float = 0.0
-    itl_s: tuple[float, ...] = ()
-    attempts: int = 1
-    usage_reported: bool = True
-
-    @property
-    def tpot_s(self) -> float | None:
-        """(latency - TTFT) / (completion tokens - 1); None unstreamed or for one token."""
-        n = self.completion_tokens
-        if self.ttft_s is None or n is None or n < 2:
-            return None
-        return (self.latency_s - self.ttft_s) / (n - 1)
-
-
-Completion = Generation   # the name of the earlier, unstreamed result
-
-
-def exact_output_body(backend: str | None, max_tokens: int) -> dict:
-    """Request fields that make ``backend`` generate exactly ``max_tokens`` tokens (EOS ignored):
-    vLLM and TensorRT-LLM take ``ignore_eos``; ``transformers serve`` rejects unknown fields but
-    takes a ``generation_config`` JSON (``min_new_tokens = max_new_tokens``). ``None``: nothing is
-    asked (a generic server); the caller records the tokens it actually got."""
-    if backend is None:
-        return {}
-    if backend in ("vllm", "trtllm"):
-        return {"ignore_eos": True}
-    if backend == "torch":
-        return {}                 # harness/servers/torchserve.py always generates max_tokens
-
-    if backend == "transformers":
-        n = int(max_tokens)
-        return {"generation_config": json.dumps({"max_new_tokens": n, "min_new_tokens": n, "do_sample": False})}
-    raise KeyError(f"unknown backend {backend!r}; known: transformers, vllm, trtllm, torch (or none)")
-
-
-def served_model(base_url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> str:
-    """The first model id ``GET /v1/models`` lists (the name to put in requests)."""
-    import httpx
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s, headers=headers)
-    r.raise_for_status()
-    data = r.json().get("data") or []
-    if not data:
-        raise ServerError(f"{base_url}: /v1/models lists no model", "malformed")
-    return str(data[0]["id"])
-
-
-# ---- one event loop for every client's blocking calls ---------------------------------------
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_THREAD: threading.Thread | None = None
-_LOOP_LOCK = threading.Lock()
-
-
-def client_loop() -> asyncio.AbstractEventLoop:
-    """The shared event loop (a daemon thread, started on first use) that blocking calls run on."""
-    global _LOOP, _LOOP_THREAD
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            _LOOP = asyncio.new_event_loop()
-            _LOOP_THREAD = threading.Thread(target=_LOOP.run_forever, daemon=True, name="openai-client-loop")
-            _LOOP_THREAD.start()
-        return _LOOP
-
-
-def run_sync(coro: Coroutine) -> Any:
-    """Run ``coro`` on :func:`client_loop` and wait for it (not from inside that loop)."""
-    loop = client_loop()
-    if threading.current_thread() is _LOOP_THREAD:
-        coro.close()
-        raise RuntimeError("run_sync called from the client loop itself (use the async methods there)")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 @dataclass
@@ -235,7 +117,7 @@ class OpenAIClient:
             self._aclient = None
 
     def close(self) -> None:
-        if self._aclient is not None and self._aclient_loop is _LOOP and _LOOP is not None:
+        if self._aclient is not None and is_client_loop(self._aclient_loop):
             run_sync(self.aclose())
         self._aclient = None
 
@@ -431,97 +313,3 @@ class OpenAIClient:
         piece handed to it once, as it arrives. Returns the whole completion."""
         return self.generate(prompt, max_tokens=max_tokens, extra=extra, stream=on_text is not None,
                              on_text=on_text).text
-
-
-class OpenAIEngine(Engine):
-    """An LLM engine on an OpenAI-compatible server (continuous batching is the server's).
-
-    PREFILLING records the prompt; PARTIAL_PREFILLING sends the prefix as a 1-token completion so
-    a server with prefix caching (vLLM ``--enable-prefix-caching``, TensorRT-LLM KV reuse) holds
-    its KV cache, and FULL_PREFILLING appends the rest; DECODING sends the whole prompt, streams
-    the answer and, for ``json_list``, feeds the incremental JSON parser so each completed item
-    is reported while the server still generates. Invocations of a batch run concurrently.
-    ``json_list`` needs a server that emits JSON (a real instruction model, or guided decoding via
-    ``extra_body``, e.g. vLLM's ``{"guided_json": ...}``); an unparsable stream stops streaming
-    pieces and the decode's value is the raw text.
-    """
-    continuous = True
-    streams = True
-
-    def __init__(self, *, name: str, client: OpenAIClient, max_batch: int = 16, warm_prefix: bool = True,
-                 extra_body: dict | None = None) -> None:
-        self.name, self.kind = name, "llm"
-        self.serves = frozenset(PREFILL_KINDS | {Kind.DECODING})
-        self.client, self._max_batch = client, max_batch
-        self.warm_prefix, self.extra_body = warm_prefix, dict(extra_body or {})
-        self._prompts: dict[str, str] = {}
-        self._lock = threading.Lock()
-        # batches and their requests on separate pools: a batch waiting on its requests never
-        # holds the thread one of them needs (at most max_batch items are in flight)
-        self._batches = ThreadPoolExecutor(max_workers=max_batch, thread_name_prefix=f"oai-{name}-b")
-        self._pool = ThreadPoolExecutor(max_workers=max_batch, thread_name_prefix=f"oai-{name}")
-
-    def max_batch_size(self) -> int:
-        return self._max_batch
-
-    def occupied_kv_tokens(self) -> int:
-        with self._lock:
-            return sum(ops.n_tokens(p) for p in self._prompts.values())
-
-    def holds_kv(self, kv_key: str) -> bool:
-        return kv_key in self._prompts
-
-    def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
-               on_piece: PieceCallback | None = None) -> FuturePendingBatch:
-        check_kinds(self, batch)
-        batch = list(batch)
-        return FuturePendingBatch(self._batches.submit(self._batch, batch, on_piece))
-
-    def _batch(self, batch: list[Invocation], on_piece: PieceCallback | None):
-        from orchestrator.engines.base import BatchResult
-        t0 = time.perf_counter()
-        futs = [self._pool.submit(self._one, inv, t0, on_piece) for inv in batch] \
-            if len(batch) > 1 else None
-        outs = [f.result() for f in futs] if futs else [self._one(batch[0], t0, on_piece)]
-        return BatchResult(tuple(outs), time.perf_counter() - t0)
-
-    def _one(self, inv: Invocation, t0: float, on_piece: PieceCallback | None) -> InvocationOutput:
-        if inv.kind in PREFILL_KINDS:
-            text = "\n".join(ops.prompt_segments(inv.inputs["segments"]))
-            if inv.kind == Kind.FULL_PREFILLING:
-                with self._lock:
-                    if inv.kv_key not in self._prompts:
-                        raise EngineError(f"{self.name}: FullPrefilling {inv.key} has no prompt {inv.kv_key!r}")
-                    self._prompts[inv.kv_key] += "\n" + text
-            else:
-                with self._lock:
-                    self._prompts[inv.kv_key] = text
-                if inv.kind == Kind.PARTIAL_PREFILLING and self.warm_prefix:
-                    self.client.complete(text, max_tokens=1, extra=self.extra_body)
-            return InvocationOutput(tuple(ops.prompt_segments(inv.inputs["segments"])), time.perf_counter() - t0)
-        with self._lock:
-            prompt = self._prompts.pop(inv.kv_key, None)
-        if prompt is None:
-            raise EngineError(f"{self.name}: Decoding {inv.key} has no prompt {inv.kv_key!r}")
-        pieces: list = []
-        parser = IncrementalJsonList() if inv.params.get("fmt") == "json_list" else None
-
-        def on_text(delta: str) -> None:
-            nonlocal parser
-            if parser is None:
-                return
-            try:
-                for el in parser.feed(delta):
-                    pieces.append((time.perf_counter() - t0, [el]))
-                    if on_piece is not None:
-                        on_piece(inv.key, len(pieces) - 1, [el])
-            except JsonStreamError:
-                parser = None
-        text = self.client.complete(prompt, max_tokens=int(inv.params.get("output_tokens", 16)),
-                                    on_text=on_text, extra=self.extra_body)
-        return InvocationOutput(text, time.perf_counter() - t0, tuple(pieces))
-
-    def close(self) -> None:
-        self._batches.shutdown(wait=False, cancel_futures=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self.client.close()
