@@ -3,9 +3,10 @@
 Both simulators run every LLM instance through :class:`LLMCore`: the harness (one call of a
 workflow stage = one :class:`Seq` with a prompt and an output) and the orchestrator (Teola's
 primitives: a partial prefill parks its KV under a key, a full prefill or a decoding continues
-it). Which sequences run in the next iteration is the admission policy's decision
-(``orchestrator.engines.admission``); how colocated instances slow each other is the
-:class:`Colocation` policy's; the settings are one ``profiler.engine.EngineConfig``.
+it; the sequence and its token rules are ``orchestrator.engines.llm_seq``). Which sequences run
+in the next iteration is the admission policy's decision (``orchestrator.engines.admission``);
+how colocated instances slow each other is the :class:`Colocation` policy's (with the step time,
+``orchestrator.engines.llm_timing``); the settings are one ``profiler.engine.EngineConfig``.
 
 Bookkeeping every policy shares, O(1) amortised per iteration whatever the batch size:
 
@@ -19,103 +20,19 @@ Bookkeeping every policy shares, O(1) amortised per iteration whatever the batch
 - ``ctx_sum`` (total context of the decode batch, what decode attention reads) grows by the
   batch size per decode iteration and shrinks when sequences leave.
 
-Tokens: the prefill that completes a prompt produces the first output token (vLLM); each
-decode iteration one more. A prefill-only sequence (``output == 0``) parks its KV under
-``park`` (blocks stay allocated) and records whether its last logits give a first token
-(``final``); a later sequence with ``kv_from`` set takes that KV over: it prefills only its own
-new tokens, paying attention over the parked prefix, or, with nothing new to prefill, joins the
-decode batch at once. Preemption is by recomputation: the sequence's blocks are freed and its
-whole context (prefix, prompt and generated tokens) is prefilled again when it is readmitted.
+Preemption is by recomputation: the sequence's blocks are freed and its whole context (prefix,
+prompt and generated tokens) is prefilled again when it is readmitted.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, NAN, PREFILL, WAITING,  # noqa: F401 - re-exported
+                                          PieceSink, Seq, Sink)
+from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, P_KICK, Event, Simulator
-
-WAITING, PREFILL, DECODE, DONE, FAILED = range(5)
-NAN = float("nan")
-
-
-class StepTime(Protocol):
-    """Duration (s) of one iteration: ``prefill_tokens`` new prompt tokens whose attention work is
-    ``prefill_attn_tokens2`` (sum of ``(cached + n)^2 - cached^2``) over ``prefill_seqs``
-    sequences, plus one decode token for each of ``decode_batch`` sequences reading
-    ``decode_context_tokens`` tokens in total. The profiler's ``StepModel`` is one."""
-
-    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
-               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float: ...
-
-
-class Seq:
-    """One sequence served by one core: ``prompt`` new tokens in, ``output`` tokens out.
-
-    ``cached``: prefix tokens whose KV is already computed (a prefix-cache hit; not prefilled,
-    blocks allocated). ``kv_from``/``park``/``final``: see the module docstring. ``marks``:
-    ascending counts of generated tokens at which the core reports a piece. ``background``: a
-    low-priority prefill (Teola's partial prefilling): admitted only into a prefill pass that runs
-    anyway, with what its budget leaves, or on an idle instance; never ahead of a queued
-    sequence (:meth:`LLMCore.promote` makes it a regular one). Times are simulated
-    seconds (NaN until they happen): ``arrival_s`` (reached the instance), ``sched_s`` (first
-    admitted), ``first_s`` (first output token), ``done_s`` (finished, parked or rejected).
-    ``owner`` is free for the caller."""
-
-    __slots__ = ("id", "prompt", "output", "cached", "kv_from", "park", "final", "marks", "mark_i",
-                 "arrival_s", "sched_s", "first_s", "done_s", "state", "gen", "have", "held", "eff",
-                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "instance", "background")
-
-    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: Any = None, *,
-                 cached: int = 0, kv_from: Any = None, park: Any = None, final: bool = True,
-                 marks: Sequence[int] = (), background: bool = False) -> None:
-        self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
-        self.background = background
-        self.cached, self.kv_from, self.park, self.final = cached, kv_from, park, final
-        self.marks, self.mark_i = tuple(marks), 0
-        self.arrival_s = arrival_s
-        self.sched_s = self.first_s = self.done_s = NAN
-        self.state = WAITING
-        self.gen = 0          # output tokens generated so far
-        self.have = cached    # context tokens whose KV exists when admitted
-        self.held = 0         # KV blocks it owns before admission (a parked prefix)
-        self.eff = prompt     # tokens the next prefill must process
-        self.filled = 0       # of `eff`, already prefilled (chunked prefill)
-        self.tokens0 = cached + prompt   # its context before generating (set again on kv_from)
-        self.ctx0 = 0         # KV tokens when it joined the decode pool ...
-        self.join = 0         # ... at this decode-iteration index
-        self.finish = -1      # decode-iteration index of its last token
-        self.preemptions = 0
-        self.instance: Any = None
-
-    @property
-    def failed(self) -> bool:
-        return self.state == FAILED
-
-
-Sink = Callable[[Seq, float], "Iterable[Event] | None"]
-PieceSink = Callable[[Seq, int, float], "Iterable[Event] | None"]
-
-
-class GpuSlot:
-    """One physical GPU; ``busy`` counts instances with a shard on it that are mid-iteration."""
-
-    __slots__ = ("id", "busy")
-
-    def __init__(self, id: int) -> None:
-        self.id = id
-        self.busy = 0
-
-
-class Colocation:
-    """Processor sharing: an iteration that starts while ``k`` instances (itself included)
-    are busy on one of its GPUs takes ``k`` times as long (the slowest shard bounds it).
-
-    Approximation: the factor is fixed when the iteration starts, so an instance that
-    starts first is slowed from its next iteration on (iterations last milliseconds)."""
-
-    def factor(self, gpus: Sequence[GpuSlot]) -> float:
-        return float(max(g.busy for g in gpus))
 
 
 class IterationEnd(Event):

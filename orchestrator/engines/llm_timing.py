@@ -1,0 +1,38 @@
+"""How long one iteration of the LLM core (``orchestrator.engines.llm_core``) takes: the step
+time model it is given (:class:`StepTime`) and how instances sharing a GPU slow each other
+(:class:`GpuSlot`, :class:`Colocation`)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class StepTime(Protocol):
+    """Duration (s) of one iteration: ``prefill_tokens`` new prompt tokens whose attention work is
+    ``prefill_attn_tokens2`` (sum of ``(cached + n)^2 - cached^2``) over ``prefill_seqs``
+    sequences, plus one decode token for each of ``decode_batch`` sequences reading
+    ``decode_context_tokens`` tokens in total. The profiler's ``StepModel`` is one."""
+
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float: ...
+
+
+class GpuSlot:
+    """One physical GPU; ``busy`` counts instances with a shard on it that are mid-iteration."""
+
+    __slots__ = ("id", "busy")
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+        self.busy = 0
+
+
+class Colocation:
+    """Processor sharing: an iteration that starts while ``k`` instances (itself included)
+    are busy on one of its GPUs takes ``k`` times as long (the slowest shard bounds it).
+
+    Approximation: the factor is fixed when the iteration starts, so an instance that
+    starts first is slowed from its next iteration on (iterations last milliseconds)."""
+
+    def factor(self, gpus: Sequence[GpuSlot]) -> float:
+        return float(max(g.busy for g in gpus))
