@@ -35,6 +35,7 @@ from solvers.base import Selector, unknown_plan
 
 class BayesianSelector(Selector):
     name = "bayesian"
+    backend_modules = ("optuna",)
 
     def __init__(self, *, n_trials: int = 200, seed: int = 0, n_startup_trials: int = 10) -> None:
         self.n_trials = n_trials

@@ -49,6 +49,7 @@ WINDOW_REL = 1e-6
 
 class MilpPulpSelector(Selector):
     name = "milp-pulp"
+    backend_modules = ("pulp", "highspy")
     exact = True
 
     def __init__(self, *, threads: int = 1) -> None:
