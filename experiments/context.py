@@ -73,16 +73,16 @@ def config_hash(config: dict) -> str:
 def _stored_hash(run_dir: Path) -> str | None:
     """The config hash a run folder was started with: ``meta.json``'s, else (older runs) the hash
     of its ``config.yaml``; None for a folder with neither."""
-    import yaml
+    from flowmaker.inputs import load_data, read_text
     try:
-        meta = json.loads((run_dir / "meta.json").read_text())
-        if isinstance(meta.get("config_sha256"), str):
+        meta = json.loads(read_text(run_dir / "meta.json"))     # bounded: a FIFO there never blocks
+        if isinstance(meta, dict) and isinstance(meta.get("config_sha256"), str):
             return meta["config_sha256"]
-    except (OSError, ValueError):
+    except ValueError:                                          # InputError, JSONDecodeError
         pass
     try:
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except OSError:
+        old = load_data(run_dir / "config.yaml")
+    except ValueError:
         return None
     return config_hash(old) if isinstance(old, dict) else None
 

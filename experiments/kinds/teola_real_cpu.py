@@ -23,6 +23,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from experiments.context import NameList, RunContext, UserError, atomic_write_parquet
+from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
@@ -50,7 +51,7 @@ class Params(BaseModel):
 
 def load_corpus(name: str) -> tuple[list[str], list[str]]:
     p = CORPUS_DIR / f"{name}.yaml"
-    if not p.exists():
+    if name_problem(name) is not None or not p.exists():
         known = ", ".join(sorted(q.stem for q in CORPUS_DIR.glob("*.yaml")))
         raise UserError(f"field 'params.corpus': unknown corpus {name!r}; known: {known}")
     raw = yaml.safe_load(p.read_text())

@@ -26,7 +26,8 @@ Every call either returns a complete :class:`Generation` or raises a :class:`Ser
 - ``stream_error``: an ``{"error": ...}`` event in the stream; ``truncated``: a stream that ends
   cleanly without ``[DONE]`` (servers that never send it, ``transformers serve``, must end with
   a ``finish_reason`` instead: ``done_marker=False``); ``malformed``: a 200 whose body (or an
-  event) is not JSON or has no ``choices``; ``diverged``: a retried stream that does not repeat
+  event) is not JSON, has no ``choices`` or has the wrong shape (``calls.event_parts``), or a
+  stream line over ``calls.MAX_EVENT_BYTES``; ``diverged``: a retried stream that does not repeat
   what the first attempt already delivered;
 - ``dead`` (:class:`EngineDeadError`): the server could not be reached after the retries
   (connection refused or reset before a response); later calls fail at once.
