@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: --solvers: unknown solver '{unknown[0]}'; known: {', '.join(names())}", file=sys.stderr)
         return 2
-    print(f"{'problem':<14}{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
+    print(f"{'problem':<18}{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
     bad = 0
     for problem in args.problems or [None]:
         label = problem or f"instances-{args.instances}"
@@ -123,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                                      utilization=args.utilization, problem_name=problem)
                 if "error" in r:
                     bad += 1
-                    print(f"{label:<14}{name:<20}{limit:>8g}  error: {r['error']}", flush=True)
+                    print(f"{label:<18}{name:<20}{limit:>8g}  error: {r['error']}", flush=True)
                     continue
                 ok = r["over_s"] <= args.max_over and r["peak_rss_mb"] <= args.max_rss_mb
                 bad += not ok
-                print(f"{label:<14}{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}"
+                print(f"{label:<18}{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}"
                       f"{r['peak_rss_mb']:>9.0f}  {r['status']}{'' if ok else '  MISSED'}", flush=True)
     return 1 if bad else 0
 
