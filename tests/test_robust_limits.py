@@ -104,3 +104,25 @@ def test_milp_pulp_starts_no_model_build_it_cannot_finish_in_time() -> None:
     t0 = time.perf_counter()
     assert backend.minimise(deadline=t0 + 5.0, **kw).status == "unknown"
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_flowmaker_plus_local_search_stops_inside_a_pass(monkeypatch) -> None:
+    """Before: the deadline was checked once per pass over every stage's options (24 instances:
+    hundreds of exact evaluations), so 0.5 s overran by 0.4-0.6 s."""
+    import time
+
+    import solvers.flowmaker_plus as fp
+    from selector.evaluate import evaluate
+    from selector.stress import many_instances_problem
+    cp = compile_problem(many_instances_problem(n_instances=24, n_stages=3, n_models=11, utilization=0.1))
+    start = next(e for e in (evaluate(cp, 0, c) for c in [(0, 0, 0)]) if e is not None)
+    calls = []
+
+    def slow(*a):
+        calls.append(1)
+        time.sleep(0.02)
+        return evaluate(*a)
+    monkeypatch.setattr(fp, "evaluate", slow)
+    options = sum(len(st.options) for st in cp.workflows[0].stages)
+    fp._local_search(cp, start, time.perf_counter() + 0.1)
+    assert options > 30 and len(calls) < 15
