@@ -67,11 +67,10 @@ def path_inside(root: Path, *parts: str) -> Path:
 
 def check_distinct(names: Iterable[str], field: str) -> None:
     """:class:`BadName` naming the first name that occurs twice in ``names``."""
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise BadName(field, f"'{n}' occurs twice; names must be distinct")
-        seen.add(n)
+    try:
+        distinct(list(names))
+    except ValueError as exc:
+        raise BadName(field, str(exc)) from None
 
 
 def distinct(names: list[str]) -> list[str]:
