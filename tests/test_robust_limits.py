@@ -126,3 +126,28 @@ def test_flowmaker_plus_local_search_stops_inside_a_pass(monkeypatch) -> None:
     options = sum(len(st.options) for st in cp.workflows[0].stages)
     fp._local_search(cp, start, time.perf_counter() + 0.1)
     assert options > 30 and len(calls) < 15
+
+
+def test_flowmaker_noreuse_counts_its_own_compile_inside_the_limit(monkeypatch) -> None:
+    """Before: it gave flowmaker the whole limit and compiled the problem afterwards (2 s overran
+    by 0.46 s on a loaded machine with 24 instances)."""
+    import time
+
+    import solvers.baselines.noreuse as nr
+    from solvers.flowmaker import FlowMakerSelector
+    from tests.shared import SMALL_PROBLEM
+    from selector.problem import parse_problem
+    seen: list[float] = []
+    orig_select, orig_compile = FlowMakerSelector.select, nr.compile_problem
+
+    def spy(self, problem, *, time_limit_s):
+        seen.append(time_limit_s)
+        return orig_select(self, problem, time_limit_s=time_limit_s)
+
+    def slow_compile(p):
+        time.sleep(0.3)
+        return orig_compile(p)
+    monkeypatch.setattr(FlowMakerSelector, "select", spy)
+    monkeypatch.setattr(nr, "compile_problem", slow_compile)
+    nr.FlowMakerNoReuseSelector().select(parse_problem(SMALL_PROBLEM), time_limit_s=1.0)
+    assert seen and seen[0] <= 0.7
