@@ -203,6 +203,14 @@ def compile_problem(problem: Problem) -> Compiled:
     return cp
 
 
+def remember(problem: Problem, cp: Compiled) -> None:
+    """Make ``cp`` what :func:`compile_problem` returns for ``problem`` (by identity) until another
+    problem is compiled: for a caller that derived it from another compiled problem."""
+    if cp.problem is not problem:
+        raise ValueError("remember: cp was not compiled for this problem")
+    _LAST[:] = [problem, cp]
+
+
 def _compile(problem: Problem) -> Compiled:
     p = problem
     model_idx = {m.name: i for i, m in enumerate(p.models)}

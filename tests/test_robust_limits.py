@@ -151,3 +151,95 @@ def test_flowmaker_noreuse_counts_its_own_compile_inside_the_limit(monkeypatch) 
     monkeypatch.setattr(nr, "compile_problem", slow_compile)
     nr.FlowMakerNoReuseSelector().select(parse_problem(SMALL_PROBLEM), time_limit_s=1.0)
     assert seen and seen[0] <= 0.7
+
+
+def test_bayesian_reads_its_trial_count_without_copying_the_trials(monkeypatch) -> None:
+    """Before: three ``study.trials`` after the study deep-copied every trial, 0.2-0.4 s each
+    after 200-stage trials (2 s overran by 0.8 s on a loaded machine)."""
+    import optuna
+
+    from selector.synthetic import synthetic_problem
+    from solvers.bayesian import BayesianSelector
+
+    def copied(self, *a, **kw):
+        if kw.get("deepcopy", True):
+            raise AssertionError("trials deep-copied")
+        return orig(self, *a, **kw)
+    orig = optuna.Study.get_trials
+    monkeypatch.setattr(optuna.Study, "get_trials", copied)
+    plan = BayesianSelector(n_trials=12).select(synthetic_problem(n_stages=2, n_models=3), time_limit_s=30.0)
+    assert plan.status == "feasible" and plan.extra["trials"] == 12
+
+
+def test_bayesian_reserves_more_before_its_first_model_based_trial() -> None:
+    """Before: the stop margin was 1.5x the slowest trial, but the first TPE trial over 200 stages
+    took 2.6x the random trials before it."""
+    import time
+
+    from solvers.bayesian import _Deadline
+
+    class Study:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    class Trial:
+        def __init__(self, number: int) -> None:
+            self.number = number
+
+    def stops(number: int, slowest: float, left: float) -> bool:
+        d = _Deadline(time.perf_counter() + 3600, n_startup=10)
+        d.slowest = slowest                       # the trials so far; the one just ended took ~0
+        d.deadline = d.last + left
+        study = Study()
+        d(study, Trial(number))
+        return study.stopped
+    # 2 x the slowest random trial left: enough for another random trial, not for the first TPE one
+    assert not stops(number=5, slowest=0.1, left=0.2)
+    assert stops(number=9, slowest=0.1, left=0.2)
+    assert not stops(number=9, slowest=0.1, left=0.5)
+    assert not stops(number=12, slowest=0.1, left=0.2)
+
+
+def _copy_equals_compiled(copy, derived) -> None:
+    from selector.index import _compile
+    assert derived.problem is copy and compile_problem(copy) is derived   # the solver will not compile it again
+    assert derived.workflows == _compile(copy).workflows
+
+
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_baseline_copies_equal_the_parsed_ones_and_are_not_compiled_again(sharing: str) -> None:
+    """Before: murakkab and flowmaker-noreuse dumped the problem, parsed the edited dump and
+    compiled it again (0.3-0.5 s of a 0.5 s limit on a loaded machine with 12-24 instances)."""
+    from selector.problem import parse_problem
+    from selector.stress import many_instances_problem
+    from solvers.baselines.common import compiled_copy, only_workflow
+    from solvers.baselines.murakkab import _offline
+    from solvers.baselines.noreuse import without_reuse
+    d = many_instances_problem(n_instances=4, n_stages=3, n_models=5, utilization=0.3).to_dict()
+    d["cluster"]["sharing"] = sharing
+    d["workflows"].append({"name": "solo", "stages": [{"name": "only"}]})
+    first, stage = d["workflows"][0]["name"], d["workflows"][0]["stages"][0]["name"]
+    d["perf"] += [dict(r, workflow="solo", stage="only") for r in d["perf"] if r["stage"] == stage]
+    problem = parse_problem(d)
+    cp = compile_problem(problem)
+    # the dump-and-parse copies the solvers made before
+    ref = problem.to_dict()
+    ref["workflows"], ref["perf"] = ref["workflows"][:1], [r for r in ref["perf"] if r["workflow"] == first]
+    assert only_workflow(problem, first) == parse_problem(ref)
+    for inst in ref["cluster"]["instances"]:
+        inst["utilization"] = min(1.0, inst["utilization"] * 2.0)
+    offline = _offline(problem, cp, 0, 2.0)
+    assert offline == parse_problem(ref)
+    _copy_equals_compiled(offline, compile_problem(offline))
+    noreuse = without_reuse(problem)
+    ref = problem.to_dict()
+    if sharing == "memory":
+        ref["cluster"]["instances"] = []
+    else:
+        ref["models"].append({"name": "(deployed)", "accuracy": 0.0, "active_params_b": 1.0})
+        for inst in ref["cluster"]["instances"]:
+            inst["model"] = "(deployed)"
+    assert noreuse == parse_problem(ref)
+    _copy_equals_compiled(noreuse, compiled_copy(cp, noreuse, range(len(cp.workflows)), reuse=False))
