@@ -66,25 +66,26 @@ def shapley(lat: dict[tuple[str, ...], float]) -> dict[str, float]:
 
 def decompose(app: str, rate: float, setting: str, lat: dict[tuple[str, ...], float],
               baseline: str, baseline_s: float) -> pd.DataFrame:
-    """One row per pass, plus ``baseline->unoptimised`` and ``total`` rows (factors; shares in
-    percent of ``ln(total)``)."""
+    """One row per pass, plus ``baseline->unoptimised`` and ``total`` rows (factors; a pass's share
+    in percent of the passes' joint gain ``ln(L(none) / L(all))``, the share of the total being
+    meaningless where the total is near 1x)."""
     none, full = lat[()], lat[tuple(ALL)]
     total = baseline_s / full
     phi = shapley(lat)
-    ln_t = log(total)
+    gain = log(none / full)
 
     def pct(x: float) -> float:
-        return 100 * x / ln_t if ln_t else float("nan")
+        return 100 * x / gain if abs(gain) > 1e-12 else float("nan")
 
     rows = [{"part": f"{baseline} -> unoptimised graph", "factor": baseline_s / none,
-             "share_pct": pct(log(baseline_s / none)), "off_alone": float("nan"), "only_on": float("nan")}]
+             "share_pct": float("nan"), "off_alone": float("nan"), "only_on": float("nan")}]
     for p in ALL:
         rows.append({"part": p, "factor": exp(phi[p]), "share_pct": pct(phi[p]),
                      "off_alone": lat[tuple(q for q in ALL if q != p)] / full, "only_on": none / lat[(p,)]})
     off_sum = log(baseline_s / none) + sum(log(r["off_alone"]) for r in rows[1:])
     only_sum = log(baseline_s / none) + sum(log(r["only_on"]) for r in rows[1:])
     rows.append({"part": "total (product of the factors above)", "factor": total,
-                 "share_pct": pct(log(baseline_s / none) + sum(phi.values())),
+                 "share_pct": pct(sum(phi.values())),
                  "off_alone": exp(off_sum), "only_on": exp(only_sum)})
     return pd.DataFrame(rows).assign(app=app, rate_rps=rate, setting=setting, baseline=baseline,
                                      baseline_s=baseline_s, teola_s=full, unoptimised_s=none)
@@ -93,7 +94,8 @@ def decompose(app: str, rate: float, setting: str, lat: dict[tuple[str, ...], fl
 def markdown(dec: pd.DataFrame) -> list[str]:
     out = ["", "## Each pass's share of the speedup (per app, each app's low rate and one query)", "",
            "Factor: Shapley value of each pass on ln(latency), as a factor; the factors multiply to "
-           "the total exactly (`experiments/kinds/_teola_passes.py`). Share: percent of ln(total). "
+           "the total exactly (`experiments/kinds/_teola_passes.py`). Share: percent of the passes' joint gain "
+           "ln(L(no pass) / L(all)). "
            "Off alone: L(all but p) / L(all); only on: L(no pass) / L(p alone); in the total row, the "
            "product of the off-alone (only-on) factors with the baseline's, which misses the total by "
            "the passes' interactions.", ""]
@@ -102,10 +104,10 @@ def markdown(dec: pd.DataFrame) -> list[str]:
         rate = "one query" if setting == "one_query" else f"{r0.rate_rps:g} req/s"
         out += [f"### {app}, {rate}: best baseline {r0.baseline} {r0.baseline_s:.3f} s, unoptimised graph "
                 f"{r0.unoptimised_s:.3f} s, Teola {r0.teola_s:.3f} s", "",
-                "| part | factor | share of ln(total) | off alone | only on |", "|---|---|---|---|---|"]
+                "| part | factor | share of the passes' gain | off alone | only on |", "|---|---|---|---|---|"]
         for r in g.itertuples():
-            off = "-" if pd.isna(r.off_alone) else f"{r.off_alone:.3f}x"
-            on = "-" if pd.isna(r.only_on) else f"{r.only_on:.3f}x"
-            out.append(f"| {r.part} | {r.factor:.3f}x | {r.share_pct:.1f}% | {off} | {on} |")
+            off, on, sh = ("-" if pd.isna(v) else f"{v:.3f}x" for v in (r.off_alone, r.only_on, r.factor))
+            share = "-" if pd.isna(r.share_pct) else f"{r.share_pct:.1f}%"
+            out.append(f"| {r.part} | {sh} | {share} | {off} | {on} |")
         out.append("")
     return out

@@ -42,7 +42,7 @@ class Params(BaseModel):
     corpus: str = "ostvik_guide"
     n_queries: int = Field(3, ge=1)
     rates_rps: dict[str, list[float]] = Field(
-        default_factory=lambda: {"naive_rag": [0.25, 0.5], "advanced_rag": [0.15, 0.3]},
+        default_factory=lambda: {"naive_rag": [0.2, 0.4], "advanced_rag": [0.1, 0.2]},
         description="Poisson arrival rates per app; the same arrivals for every scheme of a block")
     n_paragraphs: int | None = Field(12, ge=1, description="the corpus's first paragraphs (one chunk each); None: all")
     fetch_k: int | None = Field(6, ge=1, description="chunks retrieved per (expanded) query; None: the app's")

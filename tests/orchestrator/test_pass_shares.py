@@ -28,7 +28,7 @@ def test_shapley_splits_an_interaction_evenly_and_sums_to_the_total():
     dec = by_pass.decompose("app", 1.0, "load", lat, "base", 3.0)
     parts, total = dec[~dec.part.str.startswith("total")], dec[dec.part.str.startswith("total")].iloc[0]
     assert parts.factor.prod() == pytest.approx(total.factor) and total.factor == pytest.approx(3.0 / lat[tuple(ALL)])
-    assert total.share_pct == pytest.approx(100.0)
+    assert total.share_pct == pytest.approx(100.0) and parts.share_pct.sum() == pytest.approx(100.0)
     # off-alone factors miss the total by the interaction, which the table reports
     assert not total.off_alone == pytest.approx(total.factor)
 
