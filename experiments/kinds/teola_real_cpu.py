@@ -19,14 +19,16 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from flowmaker.names import name_problem
+from orchestrator.apps import check_apps
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
 
@@ -36,17 +38,17 @@ SCHEMES = ["teola", "llamadist-to", "llamadistpc-po", "llamadistpc-to", "llamadi
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    apps: list[str] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"], min_length=1)
+    apps: Annotated[NameList, AfterValidator(check_apps)] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"])
     schemes: list[str] = Field(default_factory=lambda: list(SCHEMES), min_length=2,
                                description="the first is Teola; the rest are baselines")
     corpus: str = "ostvik_guide"
-    n_queries: int = Field(3, ge=1)
+    n_queries: int = Field(3, ge=1, le=10_000)
     rates_rps: dict[str, list[float]] = Field(
         default_factory=lambda: {"naive_rag": [0.2, 0.4], "advanced_rag": [0.1, 0.2]},
         description="Poisson arrival rates per app; the same arrivals for every scheme of a block")
     n_paragraphs: int | None = Field(12, ge=1, description="the corpus's first paragraphs (one chunk each); None: all")
     fetch_k: int | None = Field(6, ge=1, description="chunks retrieved per (expanded) query; None: the app's")
-    repeats: int = Field(3, ge=1)
+    repeats: int = Field(3, ge=1, le=100)
     saturation: float = Field(1.6, gt=1)
     answer_tokens: int = Field(16, ge=1)
     leaf_tokens: int = Field(16, ge=1, description="tokens per tree-synthesis leaf answer")
@@ -64,7 +66,7 @@ class Params(BaseModel):
 
 def load_corpus(name: str) -> tuple[list[str], list[str]]:
     p = CORPUS_DIR / f"{name}.yaml"
-    if not p.exists():
+    if name_problem(name) is not None or not p.exists():
         known = ", ".join(sorted(q.stem for q in CORPUS_DIR.glob("*.yaml")))
         raise UserError(f"field 'params.corpus': unknown corpus {name!r}; known: {known}")
     raw = yaml.safe_load(p.read_text())
