@@ -93,7 +93,8 @@ def _solve(args: argparse.Namespace) -> int:
 def _env(args: argparse.Namespace):
     """(catalog, cluster, gpu, perf) from the options shared by resolve, bundle and deploy."""
     from profiler.catalog import CatalogError
-    from selector.resolve import AnalyticPerf, TablePerf, load_catalog, load_cluster_file
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import AnalyticPerf, TablePerf, load_catalog
     try:
         catalog = load_catalog(models=getattr(args, "models", None), accuracy=getattr(args, "accuracy", None))
         cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)

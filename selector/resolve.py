@@ -24,7 +24,7 @@ from typing import Protocol
 
 from profiler.engine import DEFAULT, EngineConfig
 from selector.errors import ProblemError
-from selector.problem import SHARING_MODES, Cluster, Gpu, Instance, Problem, parse_problem
+from selector.problem import Cluster, Problem, parse_problem
 from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
 
 
@@ -107,71 +107,6 @@ def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gp
     return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
 
 
-def load_cluster_file(path: Path | str = "a6000x8", *,
-                      sharing: str | None = None) -> tuple[Cluster, str]:
-    """A cluster file, by name (``configs/clusters/<name>.yaml``) or path, as the problem's
-    ``Cluster`` plus its (single) GPU type.
-
-    The file may carry ``sharing: memory | compute`` (spec section 9; default ``memory``); a
-    ``sharing`` argument overrides it. A bad value is a ProblemError naming ``cluster.sharing``
-    (or ``--sharing``)."""
-    from selector.yamlio import load_mapping
-    path = cluster_path(path)
-    return cluster_from_spec(load_mapping(path), where=str(path), sharing=sharing)
-
-
-def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None = None) -> tuple[Cluster, str]:
-    """A cluster in the cluster-file layout (``nodes: [{gpus: [{id, gpu, mem_gb}]}]``, optional
-    ``instances`` and ``sharing``) as the problem's ``Cluster`` plus its GPU type. Errors name
-    ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, mixed GPU
-    types, or a GPU memory larger than the catalog's GPU of that type holds (a unit mistake)."""
-    from pydantic import ValidationError
-
-    from profiler.catalog import CatalogError, ClusterSpec, load_gpus
-    raw = dict(raw)
-    if "gpus" in raw and "nodes" not in raw:
-        raise ProblemError(where, "this is a resolved problem's cluster (`gpus:`); a cluster file lists "
-                                  "`nodes: [{name, gpus: [{id, gpu, mem_gb}]}]` (docs/your-own-task.md)")
-    mode = raw.pop("sharing", "memory")
-    _check_sharing(mode, "cluster.sharing")
-    if sharing is not None:
-        _check_sharing(sharing, "--sharing")
-        mode = sharing
-    try:
-        spec = ClusterSpec.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise CatalogError(f"{where}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
-                           f"{err['msg']}") from None
-    gpus = [g for node in spec.nodes for g in node.gpus]
-    types = {g.gpu for g in gpus}
-    if len(types) != 1:
-        raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
-    catalog = load_gpus()
-    for ni, node in enumerate(spec.nodes):
-        for gi, g in enumerate(node.gpus):
-            known = catalog.get(g.gpu)
-            if known is not None and g.mem_gb > known.capacity_gb * 1.05:
-                raise ProblemError(f"{where}: nodes[{ni}].gpus[{gi}].mem_gb",
-                                   f"{g.mem_gb:g} GB is more than the catalog's {g.gpu} holds ({known.mem_gb:g} GB, "
-                                   "configs/gpus.yaml); memory is in GB (1e9 bytes), not MB or MiB")
-    from selector.problem import first_error
-    try:
-        cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
-                          instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
-                                          for i in getattr(spec, "instances", ()) or ()),
-                          sharing=mode)
-    except ValidationError as exc:
-        err = first_error(exc)
-        raise ProblemError(f"{where}: instances.{err.field}", str(err).split(": ", 1)[-1]) from None
-    return cluster, types.pop()
-
-
-def _check_sharing(mode, field: str) -> None:
-    if not isinstance(mode, str) or mode not in SHARING_MODES:
-        raise ProblemError(field, f"must be one of {', '.join(SHARING_MODES)} (got {mode!r})")
-
-
 def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
     best, b = 1.0 / lat1, 2
     while b <= s.engine.max_num_seqs and b * (prompt + output) <= s.kv_reserve_tokens:
@@ -192,7 +127,8 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
     catalog = catalog or load_catalog()
     check_task_accuracy(task.name, task.accuracy_slo, catalog.accuracy)
     if cluster is None:
-        cluster, gpu = load_cluster_file()
+        from selector.clusterfile import load_cluster_file
+        cluster, gpu = load_cluster_file(settings=settings)
     if gpu not in catalog.gpus:
         raise ProblemError("gpu", f"unknown GPU type '{gpu}'; known: {', '.join(catalog.gpus)}")
     g = catalog.gpus[gpu]
@@ -204,6 +140,11 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
             if mem is not None and mem / (tp * pp) <= g.mem_gb:
                 deployments.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem})
                 fits.add((name, tp, pp))
+    for i, inst in enumerate(cluster.instances):
+        if inst.model not in catalog.models:
+            raise ProblemError(f"cluster.instances[{i}].model",
+                               f"{inst.model!r} is not a catalog model with an accuracy score; known: "
+                               f"{', '.join(catalog.models)}")
     extra = {(i.model, i.tp, i.pp) for i in cluster.instances}
     rows = []
     for wf in task.workflows:

@@ -46,7 +46,8 @@ class Params(BaseModel):
 def run(params: Params, ctx: RunContext) -> None:
     from selector.deploy import deploy_task
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from solvers.registry import get_solver, names
 
     for s in params.selectors:

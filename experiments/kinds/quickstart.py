@@ -17,7 +17,8 @@ from tqdm import tqdm
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
 from selector.deploy import deploy_task, with_cluster
 from selector.errors import ProblemError
-from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.clusterfile import load_cluster_file
+from selector.resolve import load_catalog, resolve_task
 
 
 class Params(BaseModel):

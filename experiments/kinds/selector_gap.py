@@ -257,7 +257,8 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     mode. Memory-mode files are ``paper-sized.json`` and ``quickstart-<k>-<task>.json``; a compute
     mode's carry ``-compute`` after ``paper-sized`` / ``quickstart``."""
     from selector.deploy import deploy_task
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.synthetic import paper_problem
     from solvers.registry import get_solver
 
