@@ -20,9 +20,9 @@ from selector.taskspec import cluster_path
 
 
 def load_cluster_file(path: Path | str = "a6000x8", *, sharing: str | None = None,
-                      settings: ResolveSettings = ResolveSettings()) -> tuple[Cluster, str]:
+                      settings: ResolveSettings = ResolveSettings()) -> tuple[Cluster, str | None]:
     """A cluster file, by name (``configs/clusters/<name>.yaml``) or path, as the problem's
-    ``Cluster`` plus its (single) GPU type.
+    ``Cluster`` plus its GPU type (None for a mixed cluster), see :func:`cluster_from_spec`.
 
     The file may carry ``sharing: memory | compute`` (spec section 9; default ``memory``); a
     ``sharing`` argument overrides it. A bad value is a ProblemError naming ``cluster.sharing``
@@ -34,12 +34,14 @@ def load_cluster_file(path: Path | str = "a6000x8", *, sharing: str | None = Non
 
 
 def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None = None,
-                      settings: ResolveSettings = ResolveSettings()) -> tuple[Cluster, str]:
+                      settings: ResolveSettings = ResolveSettings()) -> tuple[Cluster, str | None]:
     """A cluster in the cluster-file layout (``nodes: [{gpus: [{id, gpu, mem_gb}]}]``, optional
-    ``instances`` and ``sharing``) as the problem's ``Cluster`` plus its GPU type. Errors name
-    ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, mixed GPU
-    types, a GPU memory larger than the catalog's GPU of that type holds (a unit mistake), and a
-    deployed instance that is malformed, of an unknown model, or does not fit its GPUs."""
+    ``instances``, ``sharing``, ``pricing`` and ``prices``) as the problem's ``Cluster`` plus its
+    GPU type (None when the cluster mixes types). Every GPU carries its type (spec section 10:
+    ``nodes[*].gpus[*].gpu``) and the cluster its prices (:func:`cluster_prices`). Errors name
+    ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, a GPU
+    memory larger than the catalog's GPU of that type holds (a unit mistake), and a deployed
+    instance that is malformed, of an unknown model, on GPUs of several types, or does not fit."""
     from profiler.catalog import load_gpus
     raw = dict(raw)
     if "gpus" in raw and "nodes" not in raw:
@@ -52,16 +54,34 @@ def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None 
         mode = sharing
     spec = _spec(raw, where)
     gpus = [g for node in spec.nodes for g in node.gpus]
-    types = {g.gpu for g in gpus}
-    if len(types) != 1:
-        raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
+    types = list(dict.fromkeys(g.gpu for g in gpus))
     catalog = load_gpus()
     _check_capacities(spec, catalog, where)
     instances = [_instance(raw_i, i, where) for i, raw_i in enumerate(spec.instances)]
     used = _reserved(instances, {g.id: g for g in gpus}, catalog, settings, where)
-    cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=used.get(g.id, 0.0)) for g in gpus),
-                      instances=tuple(inst for inst, _ in instances), sharing=mode)
-    return cluster, types.pop()
+    cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=used.get(g.id, 0.0), type=g.gpu)
+                                 for g in gpus),
+                      instances=tuple(inst for inst, _ in instances), sharing=mode,
+                      prices=cluster_prices(types, spec.pricing, spec.prices))
+    return cluster, (types[0] if len(types) == 1 else None)
+
+
+def cluster_prices(types: list[str], pricing: str = "on_demand",
+                   override: dict[str, float] | None = None) -> dict[str, float] | None:
+    """US dollars per GPU-hour of each GPU type (spec section 10's ``cluster.prices``): the
+    cluster file's own ``prices`` first, else configs/prices.yaml's ``pricing`` column. None when
+    some type has neither (a problem then carries no prices, and ``usd_per_hour`` is refused)."""
+    from profiler.catalog import load_prices
+    listed = load_prices()
+    out: dict[str, float] = {}
+    for t in types:
+        usd = (override or {}).get(t)
+        if usd is None and t in listed:
+            usd = listed[t].usd_per_hour(pricing)
+        if usd is None:
+            return None
+        out[t] = usd
+    return out
 
 
 def _check_sharing(mode: Any, field: str) -> None:
@@ -134,6 +154,10 @@ def _reserved(instances: list[tuple[Instance, float | None]], gpus: dict, catalo
         for g in inst.gpus:
             if g not in gpus:
                 raise ProblemError(f"{field}.gpus", f"GPU {g} is not in the cluster's nodes")
+        types = sorted({gpus[g].gpu for g in inst.gpus})
+        if len(types) > 1:
+            raise ProblemError(f"{field}.gpus", f"GPUs of different types {types} (an instance's GPUs "
+                                                "must share one type)")
         if mem is None:
             mem = _footprint(inst, models[inst.model], catalog.get(gpus[inst.gpus[0]].gpu), settings, field)
         shard = mem / (inst.tp * inst.pp)

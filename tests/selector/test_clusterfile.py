@@ -88,3 +88,78 @@ def test_an_instance_of_a_model_without_accuracy_score_is_named() -> None:
     with pytest.raises(ProblemError) as exc:
         resolve_task("chat", catalog=catalog, cluster=cluster, gpu=gpu)
     assert exc.value.field == "cluster.instances[0].model"
+
+
+# -- mixed types and prices (issue 24 item 3, spec section 10) ------------------------------------
+def test_a_mixed_cluster_resolves_rows_per_type_with_prices_from_the_catalog() -> None:
+    from profiler.catalog import load_prices
+    from selector.clusterfile import load_cluster_file
+    cluster, gpu = load_cluster_file("mixed-a6000-h100")
+    assert gpu is None and [g.type for g in cluster.gpus] == ["a6000"] * 4 + ["h100-sxm"] * 4
+    listed = load_prices()
+    assert cluster.prices == {t: listed[t].on_demand.usd_per_hour for t in ("a6000", "h100-sxm")}
+    p = resolve_task("chat", catalog=load_catalog(), cluster=cluster, objective="usd_per_hour")
+    assert p.objective == "usd_per_hour"
+    assert [c.gpu_type for c in p.configs] == ["a6000"] * 10 + ["h100-sxm"] * 10
+    mem = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in p.deployments}
+    assert ("llama-3.1-70b", 2, 1, "h100-sxm") in mem and ("llama-3.1-70b", 2, 1, "a6000") not in mem
+    lat = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r.latency_s for r in p.perf}
+    key = ("respond", "respond", "llama-3.1-8b", 1, 1)
+    assert lat[(*key, "h100-sxm")] < lat[(*key, "a6000")]             # H100: more bandwidth
+
+
+def test_the_latency_slo_follows_the_reference_gpu_not_the_pool() -> None:
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import ResolveSettings
+    a6000, _ = load_cluster_file("a6000x8")
+    mixed, _ = load_cluster_file("mixed-six")
+    ref = ResolveSettings(reference_gpu="a6000")
+    slo = [resolve_task("rag-qa", cluster=c, settings=ref).task.latency_slo_s for c in (a6000, mixed)]
+    assert slo[0] == pytest.approx(slo[1])
+    h100 = resolve_task("rag-qa", cluster=mixed, settings=ResolveSettings(reference_gpu="h100-sxm"))
+    assert h100.task.latency_slo_s < slo[0]
+
+
+def test_spot_pricing_and_a_cluster_override() -> None:
+    from profiler.catalog import load_prices
+    from selector.clusterfile import load_cluster_file
+    cluster, _ = load_cluster_file("mixed-spot-a100-h200")
+    assert cluster.prices == {"a100-80gb": load_prices()["a100-80gb"].spot.usd_per_hour, "h200": 2.5}
+    assert [g.used_gb for g in cluster.gpus][4:] == [pytest.approx(cluster.gpus[4].used_gb)] * 2
+    assert cluster.gpus[4].used_gb > 70
+
+
+def test_an_instance_across_types_and_a_missing_price_are_named() -> None:
+    spec = _h100x2()
+    spec["nodes"][0]["gpus"][1]["gpu"] = "a100-80gb"
+    with pytest.raises(ProblemError) as exc:
+        cluster_from_spec({**spec, "instances": [{**BIG, "mem_gb": 100.0}]})
+    assert exc.value.field == "cluster: instances[0].gpus"
+    cluster, _ = cluster_from_spec(spec)
+    assert cluster.prices is not None
+    with pytest.raises(ProblemError) as exc:
+        resolve_task("chat", cluster=cluster.model_copy(update={"prices": None}), objective="usd_per_hour")
+    assert exc.value.field == "cluster.prices" and "h100-sxm" in str(exc.value)
+    from profiler.catalog import CatalogError
+    with pytest.raises(CatalogError, match=r"field 'prices.h100-sxm': Input should be greater than 0"):
+        cluster_from_spec({**spec, "prices": {"h100-sxm": -1.0}})
+
+
+def test_every_catalog_gpu_has_a_sourced_price() -> None:
+    from profiler.catalog import load_gpus, load_prices
+    prices = load_prices()
+    assert set(load_gpus()) <= set(prices)
+    for name in ("a6000", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h200"):
+        p = prices[name]
+        assert p.spot is not None and p.spot.usd_per_hour < p.on_demand.usd_per_hour
+        for entry in (p.on_demand, p.spot):
+            assert entry.note if entry.estimate else (entry.source.startswith("https://") and entry.read[:4] == "2026")
+
+
+def test_resolve_cli_objective_usd_per_hour(tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    r = subprocess.run([sys.executable, "-m", "selector", "resolve", "chat", "--cluster", "mixed-a6000-h100",
+                        "--objective", "usd_per_hour", "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    p = yaml.safe_load(out.read_text())
+    assert p["objective"] == "usd_per_hour" and p["cluster"]["prices"]["h100-sxm"] > p["cluster"]["prices"]["a6000"]
