@@ -40,6 +40,7 @@ from harness.servers.client import OpenAIClient, served_model
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
+from selector.problem import DEFAULT_GPU_TYPE
 
 
 @dataclass
@@ -66,6 +67,16 @@ def catalog_path(model: str) -> str:
     """The catalog's ``hf_id`` of ``model`` (what a server resolves when no local path is given)."""
     from profiler.steps import model_spec
     return model_spec(model).hf_id
+
+
+def instance_gpu(inst: InstanceSpec | None, default: Any = None) -> Any:
+    """The catalog GPU (``GpuSpec``) an instance runs on: its own ``gpu_type`` (spec section 10)
+    when the plan names one, else ``default`` (a name or a ``GpuSpec``; None: unknown)."""
+    from profiler.steps import gpu_spec
+    name = getattr(inst, "gpu_type", DEFAULT_GPU_TYPE) if inst is not None else DEFAULT_GPU_TYPE
+    if name != DEFAULT_GPU_TYPE:
+        return gpu_spec(name)
+    return gpu_spec(default) if isinstance(default, str) else default
 
 
 def memory_share(inst: InstanceSpec, *, backend: str, gpu: Any, engine: EngineConfig | None = None,
@@ -115,8 +126,7 @@ def specs_for_instances(instances: Sequence[InstanceSpec], *, model_paths: Mappi
     its default (``ServerSpec.engine_config``). ``common`` goes to every spec
     (``dtype``, ``startup_timeout_s``, ``env``, ...)."""
     if isinstance(gpu, str):
-        from profiler.steps import gpu_spec
-        gpu = gpu_spec(gpu)
+        gpu = instance_gpu(None, gpu)
     args = dict(instance_args or {})
     unknown = sorted(set(args) - {i.id for i in instances} - {"*"})
     if unknown:
@@ -141,8 +151,9 @@ def specs_for_instances(instances: Sequence[InstanceSpec], *, model_paths: Mappi
             else:
                 model = catalog_path(inst.model)
             tp, pp, gpus = inst.tp, inst.pp, tuple(inst.gpus)
-            if gpu is not None:
-                fields.update(memory_share(inst, backend=backend, gpu=gpu, engine=engine, earlier_gb=taken))
+            own = instance_gpu(inst, gpu)
+            if own is not None:
+                fields.update(memory_share(inst, backend=backend, gpu=own, engine=engine, earlier_gb=taken))
                 for g in inst.gpus:
                     taken[g] = taken.get(g, 0.0) + inst.shard_gb
         extra = tuple(common.get("extra_args", ())) + tuple(args.get("*", ())) + tuple(args.get(inst.id, ()))
