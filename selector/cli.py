@@ -194,9 +194,10 @@ def _deploy(args: argparse.Namespace) -> int:
         print()
     inst = result["cluster"]["instances"]
     solved = sum(p["status"] in ("optimal", "feasible") for p in result["plans"])
+    usd = [p["usd_per_hour"] for p in result["plans"] if p.get("usd_per_hour") is not None]
     print(f"final cluster: {len(inst)} instances, {sum(g['used_gb'] for g in result['cluster']['gpus']):.4g} GB "
           f"used of {sum(g['mem_gb'] for g in result['cluster']['gpus']):.4g} GB; "
-          f"{solved} of {len(result['plans'])} tasks placed")
+          f"{solved} of {len(result['plans'])} tasks placed" + (f"; ${sum(usd):.4g}/h of new GPUs" if usd else ""))
     return 0
 
 

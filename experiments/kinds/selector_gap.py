@@ -8,7 +8,9 @@ copies end in ``-compute``). Per problem, the reference (``exhaustive``) proves 
 every solver then answers and gets a row::
 
     problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
-    gap_pct, match, same_variant, elapsed_s
+    gap_pct, usd_per_hour, match, same_variant, elapsed_s
+
+(``usd_per_hour``: the plan's dollars per hour, spec section 10; NaN where the problem has no prices)
 
 ``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
 or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
@@ -144,6 +146,7 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: 
     return {"problem": pid, "family": family, "sharing": sharing, "variant_space": ref.variant_space,
             "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
+            "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None else math.nan,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
             "elapsed_s": plan.elapsed_s}
 
