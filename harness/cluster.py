@@ -136,7 +136,7 @@ class ClusterSim:
         colo = Colocation() if colocation else _NoSlowdown()
         self.instances: dict[str, LLMCore] = {}
         for spec in instances:
-            sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
+            sm = step_override or step_model(spec.model, spec.gpu_name(gpu), spec.tp, spec.pp)
             kv = kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)   # the plan's allocation
             gs = [slots.setdefault(g, slot(g)) for g in spec.gpus]
             self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done, config=engine,
@@ -224,7 +224,7 @@ class ClusterSim:
         if spec.id in self.instances:
             raise ValueError(f"instance {spec.id!r} already exists")
         gpu, step_override, colo, slot = self._spawn
-        sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
+        sm = step_override or step_model(spec.model, spec.gpu_name(gpu), spec.tp, spec.pp)
         kv = kv_capacity_tokens(sm, self.engine, mem_gb=spec.mem_gb)
         gs = [self.gpus.setdefault(g, slot(g)) for g in spec.gpus]
         inst = self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done,

@@ -125,10 +125,11 @@ def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
             out[name] = []
             cfg = engine.model_copy(update={"prefix_caching": prefix_caching})
             for inst in b.stage_instances[name.removeprefix("stage:")]:
-                kv = kv_capacity_tokens(step_model(inst.model, gpu, inst.tp, inst.pp), cfg, mem_gb=inst.mem_gb)
+                own = inst.gpu_name(gpu)               # spec section 10: the instance's own type
+                kv = kv_capacity_tokens(step_model(inst.model, own, inst.tp, inst.pp), cfg, mem_gb=inst.mem_gb)
                 if kv < cfg.block_size:
                     raise OrchestrationError(f"task {b.task}: instance {inst.id} has no KV-cache memory left")
-                out[name] += profiler_llm_instances(inst.model, gpu, tp=inst.tp, pp=inst.pp, n_instances=1,
+                out[name] += profiler_llm_instances(inst.model, own, tp=inst.tp, pp=inst.pp, n_instances=1,
                                                     kv_capacity_tokens=kv, config=cfg)
         elif name in b.app.engines:
             bind_ = b.app.engines[name]

@@ -40,7 +40,6 @@ from harness.servers.client import OpenAIClient, served_model
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
-from selector.problem import DEFAULT_GPU_TYPE
 
 
 @dataclass
@@ -73,9 +72,8 @@ def instance_gpu(inst: InstanceSpec | None, default: Any = None) -> Any:
     """The catalog GPU (``GpuSpec``) an instance runs on: its own ``gpu_type`` (spec section 10)
     when the plan names one, else ``default`` (a name or a ``GpuSpec``; None: unknown)."""
     from profiler.steps import gpu_spec
-    name = getattr(inst, "gpu_type", DEFAULT_GPU_TYPE) if inst is not None else DEFAULT_GPU_TYPE
-    if name != DEFAULT_GPU_TYPE:
-        return gpu_spec(name)
+    if inst is not None and inst.gpu_name(None) is not None:
+        return gpu_spec(inst.gpu_name(None))
     return gpu_spec(default) if isinstance(default, str) else default
 
 
