@@ -21,7 +21,6 @@ from typing import Any, NoReturn
 
 from flowmaker.entry import OneLineParser, add_version, one_line, run, setup_logging
 from selector.errors import ProblemError
-from selector.problem import DEFAULT_GPU_TYPE
 
 DEFAULT_CLUSTER = "a6000x8"
 
@@ -237,14 +236,14 @@ def format_plan(d: dict) -> str:
         deployed = "" if dep is None else (f"\n  deploys anyway ({dep['rule']}): {len(dep['instances'])} instances, "
                                            f"{sum(i['mem_gb'] for i in dep['instances']):.4g} GB")
         return f"{head}\n  reason: {d['reason']}{deployed}"
-    usd = d.get("usd_per_hour")
     lines = [head, f"  workflow {d['workflow']}: cost {d['cost_gb_s']:.4g} GB*s (new GB x latency), "
-                   f"latency {d['latency_s']:.4g} s, new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots"
-                   f"{'' if usd is None else f' (${usd:.4g}/h)'}, accuracy {d['accuracy']:.2f}"]
+                   f"latency {d['latency_s']:.4g} s, new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots, "
+                   f"accuracy {d['accuracy']:.2f}"
+                   + (f", ${d['usd_per_hour']:.4g}/h of new GPUs" if d.get("usd_per_hour") is not None else "")]
     for s in d["stages"]:
         where = f"reuse {s['reuse']}" if s["reuse"] else f"{s['replicas']}x new on GPUs {s['gpus']}"
-        typed = "" if s.get("gpu_type", DEFAULT_GPU_TYPE) == DEFAULT_GPU_TYPE else f" on {s['gpu_type']}"
-        lines.append(f"  - {s['stage']}: {s['model']} tp{s['tp']} pp{s['pp']}{typed} {where}")
+        kind = "" if s.get("gpu_type", "gpu") == "gpu" else f" on {s['gpu_type']}"   # spec section 10
+        lines.append(f"  - {s['stage']}: {s['model']} tp{s['tp']} pp{s['pp']}{kind} {where}")
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
     instances, ``sum_{o reuses an instance on g} util[o] y <= (1 + 1e-9 - busy_g) UTIL_SCALE + S/2``
     (exact: the reuse check), and the necessary ``sum cload[o] y <= room UTIL_SCALE + S/2`` with
     ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``,
-    and the integer bin-packing rows of ``_exact.packing_rows`` (e.g. shards above one half
+    and the integer bin-packing rows of ``_rows.packing_rows`` (e.g. shards above one half
     cannot share a GPU), also necessary for any placement; these two only once a cut exists
   - the driver's lower bound on the workflow's cost: ``P >= bound`` (widened as below)
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
@@ -58,8 +58,8 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import (TOL, Answer, Cut, Objective, Prepared, Variant, packing_rows, reuse_by_gpu, solve_exact,
-                            type_memory_rows)
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
+from solvers._rows import packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 SCALE = 1_000_000

@@ -15,7 +15,7 @@ data and *linearises* the product ``M * L``:
     ``busy_g + sum_{o reuses an instance on g} util[o] y <= 1 + 1e-9`` (exact: the reuse check),
     and the necessary ``sum cload[o] y <= sum_g max(0, 1 + 1e-9 - busy_g)`` (``cload``: the
     utilisation an option adds over all its GPUs), and the integer bin-packing rows of
-    ``_exact.packing_rows``
+    ``_rows.packing_rows``
   - the driver's lower bound on the workflow's cost (``solvers/_exact.py``):
     ``cost >= bound (1 - WINDOW_REL)``
   - product linearisation (big-M with ``U = latency_slo_s``):
@@ -40,8 +40,8 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import (TOL, Answer, Cut, Objective, Prepared, Variant, no_good, packing_rows, reuse_by_gpu,
-                            solve_exact, type_memory_rows)
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
+from solvers._rows import packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 WINDOW_REL = 1e-6

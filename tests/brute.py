@@ -110,3 +110,9 @@ def brute_force(problem: Problem):
     best = min((f for f in feas if f[2] == gmin), key=lambda f: f[3])
     descr = [(o[1][0], o[1][1], o[1][2]) for o in best[5]]
     return best[4], descr, best[0], best[1]
+
+
+def plan_descr(plan) -> list[tuple]:
+    """A plan's per-stage descriptors in :func:`brute_force`'s form, to compare the two."""
+    return [("reuse", s.reuse, s.model) if s.reuse else ("new", (s.tp, s.pp, s.gpu_type), s.model)
+            for s in plan.stages]
