@@ -140,7 +140,7 @@ class ClusterSim:
             kv = kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)   # the plan's allocation
             gs = [slots.setdefault(g, slot(g)) for g in spec.gpus]
             self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done, config=engine,
-                                              gpus=gs, colocation=colo, meta=spec)
+                                              gpus=gs, colocation=colo, loop=self.sim)
         self._groups: dict[tuple[str, ...], list[LLMCore]] = {}
         for t in tasks:
             for s in t.stages:
@@ -228,7 +228,7 @@ class ClusterSim:
         kv = kv_capacity_tokens(sm, self.engine, mem_gb=spec.mem_gb)
         gs = [self.gpus.setdefault(g, slot(g)) for g in spec.gpus]
         inst = self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done,
-                                                 config=self.engine, gpus=gs, colocation=colo, meta=spec)
+                                                 config=self.engine, gpus=gs, colocation=colo, loop=self.sim)
         return inst
 
     def set_task(self, k: int, task: SimTask) -> None:

@@ -115,6 +115,8 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
     instances, kv = build_instances(cfg, step)
     feed = _Feed(trace, instances, make_router(cfg.router))
     sim = Simulator()
+    for inst in instances:
+        inst.bind(sim)
     if len(trace):
         sim.push(Arrivals(float(trace.arrived_at_s[0]), 0, feed))
     sim.run()
