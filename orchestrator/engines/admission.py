@@ -61,10 +61,6 @@ def _queue(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq]) -> Iterat
         yield s, s.eff, v.new_blocks(s)
 
 
-def _attn(done: int, n: int) -> float:
-    return float(done + n) ** 2 - float(done) ** 2
-
-
 class VllmV0:
     name = "vllm"
 

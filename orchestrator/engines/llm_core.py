@@ -1,35 +1,27 @@
 """The one iteration-level LLM engine core (continuous batching, paged KV cache, preemption).
 
-Both simulators run every LLM instance through :class:`LLMCore`: the harness (one call of a
-workflow stage = one :class:`Seq` with a prompt and an output) and the orchestrator (Teola's
-primitives: a partial prefill parks its KV under a key, a full prefill or a decoding continues
-it; the sequence and its token rules are ``orchestrator.engines.llm_seq``). Which sequences run
-in the next iteration is the policy's decision (``orchestrator.engines.admission``): it reads the
-core as a read-only ``CoreView`` and returns an immutable ``IterationPlan``; only the core applies
-a plan (preemptions, the decode batch's blocks, admissions) and times it with the step time model.
-How colocated instances slow each other is the ``Colocation`` policy's (with the step time,
-``orchestrator.engines.llm_timing``); the settings are one ``profiler.engine.EngineConfig``.
+Every simulated LLM instance is an :class:`LLMCore`: the harness's (one call of a workflow
+stage = one ``Seq`` with a prompt and an output) and the orchestrator's (Teola's primitives: a
+partial prefill parks its KV under a key, a full prefill or a decoding continues it; sequences
+and their token rules: ``orchestrator.engines.llm_seq``). Its policy
+(``orchestrator.engines.admission``) reads it as a read-only ``CoreView`` and returns an
+immutable ``IterationPlan``; only the core applies a plan (preemptions, the decode batch's
+blocks, admissions) and times it with the step model. Colocation and step time:
+``orchestrator.engines.llm_timing``; settings: one ``profiler.engine.EngineConfig``.
 
-States of a sequence: WAITING (queued) -> PREFILL (admitted; its prompt is prefilled in one or
-more chunks) -> DECODE (one token per decode iteration) -> DONE; a preemption sends PREFILL or
-DECODE back to WAITING; a sequence that can never fit the cache is FAILED at once. An idle core
-that receives work starts its next iteration at the end of the instant (the event loop's
-``defer``), so every submission of an instant can join it.
+A sequence goes WAITING -> PREFILL (admitted; prompt prefilled in one or more chunks) -> DECODE
+(a token per decode iteration) -> DONE; a preemption (by recomputation: blocks freed, the whole
+context prefilled again on readmission) sends it back to WAITING; one that can never fit the
+cache is FAILED at once. An idle core that receives work starts its next iteration at the end
+of the instant (the event loop's ``defer``), so every submission of an instant can join it.
 
-Bookkeeping every policy shares, O(1) amortised per iteration whatever the batch size:
-
-- KV cache in blocks of ``block_size`` tokens (vLLM's paged allocation). A decoding sequence's
-  context grows by one token per decode iteration, so it needs a new block exactly when its
-  context is a multiple of ``block_size``. Sequences are grouped by ``(ctx0 - join) mod
-  block_size``; those needing a block in decode iteration ``k`` are group ``(-k) mod
-  block_size``, so a counter per group gives the demand without visiting sequences.
-- A decoding sequence's last iteration (and the iteration of each streamed piece) is known when
-  it joins, so it waits in a bucket per iteration index instead of being advanced one by one.
-- ``ctx_sum`` (total context of the decode batch, what decode attention reads) grows by the
-  batch size per decode iteration and shrinks when sequences leave.
-
-Preemption is by recomputation: the sequence's blocks are freed and its whole context (prefix,
-prompt and generated tokens) is prefilled again when it is readmitted.
+Bookkeeping, O(1) amortised per iteration whatever the batch size: KV in blocks of
+``block_size`` tokens (vLLM's paged allocation); a decoding sequence needs a new block exactly
+when its context is a multiple of ``block_size``, so sequences are grouped by ``(ctx0 - join)
+mod block_size`` and group ``(-k) mod block_size`` is the demand of decode iteration ``k``. A
+decoding sequence's last iteration (and each streamed piece's) is known when it joins, so it
+waits in a bucket per iteration index. ``ctx_sum`` (the decode batch's total context, what
+decode attention reads) grows by the batch size per decode iteration.
 """
 from __future__ import annotations
 
@@ -262,14 +254,16 @@ class LLMCore:
 
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
-        for s in plan.preempt:
-            self._preempt(s)
+        preempt, decode, chunks = plan
+        if preempt:
+            for s in preempt:
+                self._preempt(s)
         n = 0
-        if plan.decode and self.running:
-            self.free -= self.need_blocks()
+        if decode and self.running:
+            self.free -= self.groups[-self.dit % self.block_size]     # need_blocks()
             n = len(self.running)
         self.n_decode = n
-        self.chunks = chunks = plan.chunks
+        self.chunks = chunks
         if not chunks:
             if self.free < 0:
                 raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
