@@ -8,12 +8,13 @@ seconds with the token sizes of the Azure 2023 ``trace`` (``harness.workload.poi
 tasks and load grow with the fleet). Each size runs in a fresh process, alone, so its peak
 resident memory is its own.
 
-Rows (``scaling.parquet``, one per size): ``gpus, tasks, requests, calls, completed, simulated_s,
+Rows (``scaling.parquet``, one per size; ``scaling.png`` plots wall time, events per second
+and peak memory against the fleet size): ``gpus, tasks, requests, calls, completed, simulated_s,
 events, wall_s`` (the simulation, ``ClusterSim.run``), ``build_s`` (building the fleet and the
 workload), ``events_per_s, requests_per_s`` (per wall second of the simulation), ``peak_rss_mb``
 (the process's peak resident set), ``base_rss_mb`` (before the fleet and workload were built),
-``latency_mean_s``, ``trace_source``. Also ``summary.md``. With ``publish``, both are copied to
-``results/sim_scaling/``. Wall times depend on what else the machine runs: the load average at
+``latency_mean_s``, ``trace_source``. Also ``summary.md``. With ``publish``, the three are
+copied to ``results/sim_scaling/``. Wall times depend on what else the machine runs: the load average at
 the start of each size is a column (``load_avg_1m``).
 """
 from __future__ import annotations
@@ -120,12 +121,33 @@ def run(params: Params, ctx: RunContext) -> None:
     atomic_write_parquet(ctx.run_dir / "scaling.parquet", df)
     text = summary_md(df, params)
     atomic_write_text(ctx.run_dir / "summary.md", text)
+    plot(df, ctx.run_dir / "scaling.png")
     print(text)
     if params.publish:
         out = ctx.run_dir.parents[1] / "sim_scaling"
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("scaling.parquet", "summary.md"):
+        for name in ("scaling.parquet", "summary.md", "scaling.png"):
             shutil.copyfile(ctx.run_dir / name, out / name)
+
+
+def plot(df: pd.DataFrame, path) -> None:
+    """Wall time, events per second and peak memory against fleet size (log-log)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, col, label in zip(axes, ("wall_s", "events_per_s", "peak_rss_mb"),
+                              ("simulation wall time (s)", "events per wall second", "peak resident memory (MB)")):
+        ax.plot(df["gpus"], df[col], marker="o")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("fleet size (GPUs)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("Simulator cost per simulated hour as the fleet grows (tasks and load in proportion)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def summary_md(df: pd.DataFrame, params: Params) -> str:

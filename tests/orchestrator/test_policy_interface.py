@@ -121,3 +121,57 @@ def test_a_decode_plan_advances_the_whole_batch_and_the_core_times_it():
     assert core.n_decode == 2 and core.free == 10 - 1 - 2 - 1     # a's context reaches 17: a new block
     core.end_iteration(dur + dur2)
     core.check()
+
+
+class _RunningFirst:
+    """A policy written against the interface alone (no core change), in the shape of vLLM v1's
+    scheduler: one token budget per step shared by the decode batch and prefill chunks, running
+    sequences first (decodes, then unfinished prompts), chunked prefill always, prompts capped at
+    ``long_prefill``, recompute preemption of the newest decoding sequence."""
+
+    name = "running-first"
+
+    def __init__(self, budget: int, long_prefill: int) -> None:
+        self.budget, self.long_prefill = budget, long_prefill
+
+    def schedule(self, v) -> IterationPlan:
+        free, decodes, victims = v.free, list(v.running.values()), []
+        need = v.need_blocks() if decodes else 0
+        while free < need and decodes:
+            s = decodes.pop()
+            victims.append(s)
+            free += v.held_blocks(s)
+            need -= v.needs_block(s)
+        free -= need
+        tokens, chunks = len(decodes), []
+        for s in v.prefilling:
+            m = min(s.eff - s.filled, self.long_prefill, self.budget - tokens)
+            if m <= 0:
+                break
+            chunks.append((s, m))
+            tokens += m
+        seats = v.max_batch - len(decodes) - len(v.prefilling)
+        queue = [(s, v.recompute_tokens(s), v.blocks(v.recompute_tokens(s))) for s in reversed(victims)]
+        queue += [(s, s.eff, v.new_blocks(s)) for s in v.waiting]
+        for s, eff, nb in queue:
+            m = min(eff, self.long_prefill, self.budget - tokens)
+            if m <= 0 or seats <= 0 or free - nb < v.watermark:
+                break
+            free, seats, tokens = free - nb, seats - 1, tokens + m
+            chunks.append((s, m))
+        return IterationPlan(preempt=tuple(victims), decode=bool(decodes), chunks=tuple(chunks))
+
+
+def test_a_new_policy_runs_on_the_core_unchanged():
+    loop = Simulator()
+    done: dict[int, float] = {}
+    core = LLMCore(name="v1", step=LinearStep(), kv_tokens=16 * 24, loop=loop,
+                   sink=lambda s, now: done.__setitem__(s.id, now), config=EngineConfig(max_num_seqs=8),
+                   policy=_RunningFirst(budget=64, long_prefill=48))
+    seqs = [Seq(i, 30 + 17 * i, 20 + 5 * i) for i in range(10)]
+    for s in seqs:
+        core.submit(s, 0.0)
+    loop.run()
+    core.check()
+    assert sorted(done) == list(range(10)) and core.preemptions > 0
+    assert all(s.first_s <= s.done_s for s in seqs) and core.free == core.total_blocks
