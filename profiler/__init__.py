@@ -10,8 +10,7 @@ and the standard library (the GPU check runs where pydantic, yaml and pandas are
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from flowmaker.lazy import lazy_exports
 
 _EXPORTS = {
     "AnalyticModel": "analytic", "Prediction": "analytic", "StepModel": "analytic",
@@ -25,15 +24,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'profiler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"profiler.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

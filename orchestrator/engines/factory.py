@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.llm_core import StepTime
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
 from orchestrator.engines.sim import AYO_ENGINE, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
