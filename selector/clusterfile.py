@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.errors import ProblemError
-from selector.problem import SHARING_MODES, TOL, Cluster, Gpu, Instance
+from selector.problem import SHARING_MODES, TOL, Cluster, Gpu, Instance, check_instance_gpus
 from selector.resolve import ResolveSettings
 from selector.taskspec import cluster_path
 
@@ -58,9 +58,9 @@ def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None 
     catalog = load_gpus()
     _check_capacities(spec, catalog, where)
     instances = [_instance(raw_i, i, where) for i, raw_i in enumerate(spec.instances)]
-    used = _reserved(instances, {g.id: g for g in gpus}, catalog, settings, where)
-    cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=used.get(g.id, 0.0), type=g.gpu)
-                                 for g in gpus),
+    free = {g.id: Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0, type=g.gpu) for g in gpus}
+    used = _reserved(instances, free, catalog, settings, where)
+    cluster = Cluster(gpus=tuple(g.model_copy(update={"used_gb": used.get(g.id, 0.0)}) for g in free.values()),
                       instances=tuple(inst for inst, _ in instances), sharing=mode,
                       prices=cluster_prices(types, spec.pricing, spec.prices))
     return cluster, (types[0] if len(types) == 1 else None)
@@ -135,8 +135,9 @@ def _instance(raw: Any, i: int, where: str) -> tuple[Instance, float | None]:
 
 def _reserved(instances: list[tuple[Instance, float | None]], gpus: dict, catalog: dict,
               settings: ResolveSettings, where: str) -> dict[int, float]:
-    """GB reserved per GPU id by the deployed instances (section 8's rule: ``mem_gb / (tp*pp)``
-    on each GPU of the instance); an instance that does not fit is a ProblemError."""
+    """GB reserved per GPU id (``gpus``: the cluster's GPUs by id) by the deployed instances
+    (section 8's rule: ``mem_gb / (tp*pp)`` on each GPU of the instance); an instance that does
+    not fit is a ProblemError."""
     from profiler.catalog import load_models
     models = load_models()
     used: dict[int, float] = {}
@@ -148,18 +149,9 @@ def _reserved(instances: list[tuple[Instance, float | None]], gpus: dict, catalo
         seen.add(inst.id)
         if inst.model not in models:
             raise ProblemError(f"{field}.model", f"unknown model {inst.model!r}; known: {', '.join(models)}")
-        if len(inst.gpus) != inst.tp * inst.pp or len(set(inst.gpus)) != len(inst.gpus):
-            raise ProblemError(f"{field}.gpus", f"must list tp*pp = {inst.tp * inst.pp} distinct GPUs "
-                                                f"(got {list(inst.gpus)})")
-        for g in inst.gpus:
-            if g not in gpus:
-                raise ProblemError(f"{field}.gpus", f"GPU {g} is not in the cluster's nodes")
-        types = sorted({gpus[g].gpu for g in inst.gpus})
-        if len(types) > 1:
-            raise ProblemError(f"{field}.gpus", f"GPUs of different types {types} (an instance's GPUs "
-                                                "must share one type)")
+        check_instance_gpus(inst, gpus, field)
         if mem is None:
-            mem = _footprint(inst, models[inst.model], catalog.get(gpus[inst.gpus[0]].gpu), settings, field)
+            mem = _footprint(inst, models[inst.model], catalog.get(gpus[inst.gpus[0]].type), settings, field)
         shard = mem / (inst.tp * inst.pp)
         for g in inst.gpus:
             used[g] = used.get(g, 0.0) + shard
