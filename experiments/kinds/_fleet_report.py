@@ -21,17 +21,18 @@ def _solved(df: pd.DataFrame, objective: str) -> pd.DataFrame:
     return df[df["objective"] == objective]
 
 
-def served(df: pd.DataFrame) -> pd.DataFrame:
-    """The (task, rate) pairs the mixed pool serves under usd_per_hour (a single type can serve
-    no more: the mixed pool offers its GPUs too)."""
-    d = df[(df["objective"] == "usd_per_hour") & (df["pool"] == "mixed") & df["usd_per_hour"].notna()]
-    return d[["task", "rate_rps"]]
+def served(df: pd.DataFrame) -> pd.Series:
+    """The tasks the mixed pool serves under usd_per_hour at every rate (a single type can serve
+    no more: the mixed pool offers its GPUs too), so that totals compare across rates."""
+    d = df[(df["objective"] == "usd_per_hour") & (df["pool"] == "mixed")]
+    ok = d.groupby("task")["usd_per_hour"].apply(lambda v: bool(v.notna().all()))
+    return pd.Series(ok[ok].index, name="task")
 
 
 def totals(df: pd.DataFrame, objective: str = "usd_per_hour") -> pd.DataFrame:
-    """Per family, rate and pool: total $/h over the tasks the mixed pool serves at that rate; NaN
-    when the pool has no plan for one of them."""
-    d = _solved(df, objective).merge(served(df), on=["task", "rate_rps"])
+    """Per family, rate and pool: total $/h over the tasks :func:`served` keeps; NaN when the
+    pool has no plan for one of them."""
+    d = _solved(df, objective).merge(served(df), on="task")
     g = d.groupby(["family", "rate_rps", "pool"], sort=False)["usd_per_hour"]
     out = g.sum(min_count=1).where(g.count() == g.size())
     return out.unstack("pool")
@@ -42,8 +43,9 @@ def fleet_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
     t = totals(df)
     single = t[[c for c in types if c in t]]
     out = single.copy()
-    n = served(df).merge(df[["task", "family"]].drop_duplicates(), on="task")
-    out.insert(0, "tasks", n.groupby(["family", "rate_rps"]).size().reindex(out.index).fillna(0).astype(int))
+    n = served(df).to_frame().merge(df[["task", "family"]].drop_duplicates(), on="task")
+    out.insert(0, "tasks", n.groupby("family").size().reindex(out.index.get_level_values(0)).fillna(0)
+               .astype(int).to_numpy())
     out["best_single"] = single.min(axis=1)
     out["best_type"] = [r.idxmin() if r.notna().any() else "-" for _, r in single.iterrows()]
     out["mixed"] = t["mixed"]
@@ -142,6 +144,28 @@ def type_use(df: pd.DataFrame) -> pd.DataFrame:
     return s.unstack(fill_value=0).astype(int).reset_index(names="rate_rps") if len(s) else pd.DataFrame()
 
 
+def seven_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The mixed pool's usd_per_hour plan of each of the seven tasks per rate: where it goes."""
+    d = _solved(df, "usd_per_hour")
+    d = d[(d["pool"] == "mixed") & (d["family"] == "seven")]
+    cell = d["choice"].where(d["usd_per_hour"].isna(), d["choice"] + " ($" + d["usd_per_hour"].map("{:.4g}".format)
+                                                                       + "/h)").replace("", "-")
+    return d.assign(cell=cell).pivot_table(index="task", columns="rate_rps", values="cell", aggfunc="first") \
+        .rename(columns=lambda r: f"{r:g} rps").reset_index()
+
+
+def why_not(df: pd.DataFrame) -> pd.DataFrame:
+    """Per pool, the usd_per_hour answers without a plan by the constraint the exact solver names
+    first (``placement``: the pool has too few GPUs of the type, or too little memory on them)."""
+    d = _solved(df, "usd_per_hour")
+    d = d[d["usd_per_hour"].isna()]
+    if d.empty:
+        return pd.DataFrame()
+    first = d["reason"].str.split(":").str[0].str.strip()
+    return d.assign(constraint=first).pivot_table(index="pool", columns="constraint", values="task",
+                                                  aggfunc="count", fill_value=0).reset_index()
+
+
 def gb_s_table(df: pd.DataFrame) -> pd.DataFrame:
     """FlowMaker's GB*s plan priced in dollars beside the usd_per_hour optimum, per family, rate and
     pool (totals; NaN where a task has no plan)."""
@@ -167,14 +191,17 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         "## Prices", "", _prices_md(prices), "",
         "## Total $/h per pool", "",
         "Each task alone on the empty pool; the total over the `tasks` of the family that the mixed pool serves at "
-        "that rate (`-`: the type alone cannot serve one of them).", "", _md(fleet), "",
+        "every rate (`-`: the type alone cannot serve one of them).", "", _md(fleet), "",
         "## Each task against its own cheapest single type", "", _md(tasks), "",
+        "## Answers without a plan, per pool and first violated constraint (spec section 6)", "",
+        _md(why_not(df)) if len(why_not(df)) else "- none", "",
         "## Target: the mixed pool never costs more per hour than the best single type", "",
         *target_lines(fleet, tasks), "",
         "## GPUs the mixed pool's plans reserve, per type (all tasks)", "", _md(use) if len(use) else "-", "",
         "## The mix chosen (where it uses several types or beats every single type)", "",
-        "The seven tasks:", "",
-        *(mixes or ["- every mixed plan of the seven tasks uses one type, the one of the cheapest single pool"]), "",
+        "The seven tasks' plans on the mixed pool:", "", _md(seven_table(df)), "",
+        *(mixes or ["- each of them uses one type, the one of that task's cheapest single pool: the seven "
+                    "gain from the mix at fleet level, each task taking its own cheapest type"]), "",
         f"The random tasks ({len(rest)} (task, rate) pairs{', the first 30' if len(rest) > 30 else ''}):", "",
         *(rest[:30] or ["- none"]), "",
         f"## FlowMaker's GB*s plan (`{params.gb_s_solver}`) priced in dollars", "",
@@ -188,6 +215,7 @@ def plot(df: pd.DataFrame, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
     usd, gbs = totals(df, "usd_per_hour"), totals(df, "gb_s")
     fams = list(dict.fromkeys(df["family"]))
     fig, axes = plt.subplots(1, len(fams), figsize=(6.4 * len(fams), 5.2), squeeze=False)
@@ -201,6 +229,7 @@ def plot(df: pd.DataFrame, path):
                     label="mixed pool, FlowMaker GB*s plan in $")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("request rate per task (requests/s)")
         ax.set_ylabel(f"total $/hour of the reserved GPUs ({df[df.family == fam].task.nunique()} tasks)")
         ax.set_title(f"{fam} tasks: cost vs rate (missing point: some task has no plan)")
