@@ -220,6 +220,9 @@ def plot(df: pd.DataFrame, path):
     fams = list(dict.fromkeys(df["family"]))
     fig, axes = plt.subplots(1, len(fams), figsize=(6.4 * len(fams), 5.2), squeeze=False)
     for ax, fam in zip(axes[0], fams):
+        if fam not in usd.index:          # no task of the family is served at every rate
+            ax.text(0.5, 0.5, f"{fam}: no task has a plan at every rate", ha="center", transform=ax.transAxes)
+            continue
         t = usd.loc[fam]
         for i, pool in enumerate(c for c in t.columns if c != "mixed"):
             ax.plot(t.index, t[pool], marker="os^vDP"[i % 6], lw=1.2, label=f"{pool} alone")

@@ -163,3 +163,25 @@ def test_resolve_cli_objective_usd_per_hour(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     p = yaml.safe_load(out.read_text())
     assert p["objective"] == "usd_per_hour" and p["cluster"]["prices"]["h100-sxm"] > p["cluster"]["prices"]["a6000"]
+
+
+def test_bundle_and_deploy_keep_types_prices_and_objective(tmp_path: Path, capsys) -> None:
+    import json
+
+    from selector.cli import main
+    out = tmp_path / "b.yaml"
+    assert main(["bundle", "chat", "rag-qa", "--cluster", "mixed-a6000-h100", "--objective", "usd_per_hour",
+                 "--out", str(out)]) == 0
+    b = yaml.safe_load(out.read_text())
+    assert b["cluster"]["prices"] == {"a6000": 1.09, "h100-sxm": 3.99}
+    assert {t["objective"] for t in b["tasks"]} == {"usd_per_hour"}
+    capsys.readouterr()
+    assert main(["deploy", str(out), "--solver", "milp", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [g.get("type") for g in res["cluster"]["gpus"]] == ["a6000"] * 4 + ["h100-sxm"] * 4
+    assert res["cluster"]["prices"] == b["cluster"]["prices"]
+    for plan in res["plans"]:
+        assert plan["status"] == "optimal"
+        usd = sum(s["replicas"] * s["tp"] * s["pp"] * b["cluster"]["prices"][s["gpu_type"]] for s in plan["stages"])
+        assert usd > 0 and plan["usd_per_hour"] == pytest.approx(usd)
+        assert all(i["gpu_type"] in ("a6000", "h100-sxm") for i in plan["deployment"]["instances"])
