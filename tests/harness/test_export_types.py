@@ -9,6 +9,7 @@ import subprocess
 import yaml
 
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
+from tests.real.test_serve_cli import _export
 
 A, B = "chat/classify/0", "chat/respond/0"
 
@@ -21,13 +22,6 @@ def _plan(tmp_path, typed: bool = True) -> str:
     p = tmp_path / "plan.json"
     p.write_text(json.dumps({"task": "chat", "status": "optimal", "deployment": dep.to_dict()}))
     return str(p)
-
-
-def _export(capsys, *argv) -> tuple[int, str, str]:
-    from selector.cli import main
-    rc = main(["export", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_k8s_selects_nodes_by_gpu_product_and_shares_memory_per_type(tmp_path, capsys):
