@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from selector.errors import ProblemError
-from selector.problem import SHARING_MODES, TOL, Cluster, Gpu, Instance, check_instance_gpus
+from selector.problem import DEFAULT_GPU_TYPE, SHARING_MODES, TOL, Cluster, Gpu, Instance, check_instance_gpus
 from selector.resolve import ResolveSettings
 from selector.taskspec import cluster_path
 
@@ -37,8 +37,11 @@ def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None 
                       settings: ResolveSettings = ResolveSettings()) -> tuple[Cluster, str | None]:
     """A cluster in the cluster-file layout (``nodes: [{gpus: [{id, gpu, mem_gb}]}]``, optional
     ``instances``, ``sharing``, ``pricing`` and ``prices``) as the problem's ``Cluster`` plus its
-    GPU type (None when the cluster mixes types). Every GPU carries its type (spec section 10:
-    ``nodes[*].gpus[*].gpu``) and the cluster its prices (:func:`cluster_prices`). Errors name
+    GPU type (None when the cluster mixes types). On a mixed cluster every GPU carries its type
+    (spec section 10: ``nodes[*].gpus[*].gpu``); a cluster of one type stays the untyped cluster
+    of sections 1-9 (so every problem resolved on it is exactly as before section 10), its
+    catalog type the second value and its price under the default type ``"gpu"``. Prices:
+    :func:`cluster_prices`. Errors name
     ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, a GPU
     memory larger than the catalog's GPU of that type holds (a unit mistake), and a deployed
     instance that is malformed, of an unknown model, on GPUs of several types, or does not fit."""
@@ -60,9 +63,12 @@ def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None 
     instances = [_instance(raw_i, i, where) for i, raw_i in enumerate(spec.instances)]
     free = {g.id: Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0, type=g.gpu) for g in gpus}
     used = _reserved(instances, free, catalog, settings, where)
+    prices = cluster_prices(types, spec.pricing, spec.prices)
+    if len(types) == 1:      # one type: the problem of sections 1-9, its price under the default type
+        free = {i: g.model_copy(update={"type": DEFAULT_GPU_TYPE}) for i, g in free.items()}
+        prices = None if prices is None else {DEFAULT_GPU_TYPE: prices[types[0]]}
     cluster = Cluster(gpus=tuple(g.model_copy(update={"used_gb": used.get(g.id, 0.0)}) for g in free.values()),
-                      instances=tuple(inst for inst, _ in instances), sharing=mode,
-                      prices=cluster_prices(types, spec.pricing, spec.prices))
+                      instances=tuple(inst for inst, _ in instances), sharing=mode, prices=prices)
     return cluster, (types[0] if len(types) == 1 else None)
 
 

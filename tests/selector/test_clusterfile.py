@@ -47,6 +47,13 @@ def test_the_plan_only_uses_the_memory_the_instance_leaves() -> None:
     assert all(placed[g.id] <= g.mem_gb + 1e-9 for g in p.cluster.gpus)
 
 
+def test_a_one_type_cluster_stays_the_untyped_problem_with_its_price() -> None:
+    cluster, gpu = cluster_from_spec(_h100x2(BIG))
+    assert gpu == "h100-sxm" and {g.type for g in cluster.gpus} == {"gpu"} and cluster.prices == {"gpu": 3.99}
+    p = resolve_task("chat", catalog=load_catalog(), cluster=cluster, gpu=gpu)
+    assert "type" not in p.to_dict()["cluster"]["gpus"][0] and "gpu_type" not in p.to_dict()["configs"][0]
+
+
 def test_an_explicit_mem_gb_is_taken_as_the_footprint() -> None:
     cluster, _ = cluster_from_spec(_h100x2({**BIG, "mem_gb": 100.0}))
     assert [g.used_gb for g in cluster.gpus] == [50.0, 50.0]
@@ -111,10 +118,11 @@ def test_a_mixed_cluster_resolves_rows_per_type_with_prices_from_the_catalog() -
 def test_the_latency_slo_follows_the_reference_gpu_not_the_pool() -> None:
     from selector.clusterfile import load_cluster_file
     from selector.resolve import ResolveSettings
-    a6000, _ = load_cluster_file("a6000x8")
+    a6000, gpu = load_cluster_file("a6000x8")
     mixed, _ = load_cluster_file("mixed-six")
     ref = ResolveSettings(reference_gpu="a6000")
-    slo = [resolve_task("rag-qa", cluster=c, settings=ref).task.latency_slo_s for c in (a6000, mixed)]
+    slo = [resolve_task("rag-qa", cluster=c, gpu=g, settings=ref).task.latency_slo_s
+           for c, g in ((a6000, gpu), (mixed, None))]
     assert slo[0] == pytest.approx(slo[1])
     h100 = resolve_task("rag-qa", cluster=mixed, settings=ResolveSettings(reference_gpu="h100-sxm"))
     assert h100.task.latency_slo_s < slo[0]
