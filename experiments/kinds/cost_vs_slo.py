@@ -27,17 +27,18 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from selector.taskspec import TaskList
 
 DEFAULT_SELECTORS = ["milp", "flowmaker", "flowmaker-plus", "bayesian", "langchain", "routellm", "murakkab"]
 
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(default_factory=lambda: ["rag-qa", "code-review"], min_length=1)   # names or files
+    tasks: TaskList = Field(default_factory=lambda: ["rag-qa", "code-review"])   # names or files
     cluster: str = "a6000x8"
     sharing: Literal["memory", "compute"] | None = None          # default: the cluster file's
-    selectors: list[str] = Field(default_factory=lambda: list(DEFAULT_SELECTORS), min_length=1)
+    selectors: NameList = Field(default_factory=lambda: list(DEFAULT_SELECTORS))
     points: int = Field(default=16, ge=2, le=200)          # SLO values per task
     tightest: float = Field(default=0.6, gt=0, lt=1)        # the last SLO: this x the optimum's latency L0
     time_limit_s: float = Field(default=30.0, gt=0)
