@@ -152,7 +152,8 @@ def resolve_all(params) -> tuple[list, str, list[dict]]:
     """The tasks' resolved problems on ``params.cluster``, its GPU name, and per task
     ``{workflow: [(prompt, output) tokens per stage]}``."""
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
 
     try:

@@ -84,7 +84,8 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.orchestration import OrchestrationError, bind
     from harness.workload import azure_or_synthetic, cell_workload
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import load_task
 
     _check(params)

@@ -81,7 +81,8 @@ def setup(params: Params):
     """``(problems, tokens, cluster, gpu)``: every task resolved on the replicated cluster."""
     from selector.errors import ProblemError
     from selector.problem import Cluster, Gpu
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
     try:
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")

@@ -11,7 +11,7 @@ from flowmaker.inputs import InputError, load_mapping
 from flowmaker.names import name_problem
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.llm_core import StepTime
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
 from orchestrator.engines.sim import AYO_ENGINE, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
