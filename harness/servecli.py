@@ -88,8 +88,7 @@ def _specs(args: argparse.Namespace):
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from harness.servers import Fleet
-    from harness.servers.launcher import ServerStartError, build_command
+    from harness.servers.launcher import Fleet, ServerStartError, build_command
     specs = _specs(args)
     if args.dry_run:
         for iid, s in specs.items():

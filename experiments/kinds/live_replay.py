@@ -76,7 +76,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
     """``(fleet or None, {instance id: Endpoint})`` for one selector's instances."""
     import os
 
-    from harness.servers import Fleet
+    from harness.servers.launcher import Fleet
     from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
     client = {"chat": params.chat, "max_connections": params.max_concurrency}
     if params.endpoints:
@@ -118,7 +118,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
 
 def run(params: Params, ctx: RunContext) -> None:
     from harness.live import LiveSettings, replay_live
-    from harness.servers import ServerError
+    from harness.servers.calls import ServerError
     from harness.workload import cell_workload
 
     if params.endpoints and len(params.selectors) > 1:

@@ -267,7 +267,7 @@ def run_live_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
         back.wait_all(startup_timeout_s)
         run = _AdaptiveRun(back.tasks, workload, back.endpoints, settings, back, ctl)
         back.run = run
-        from harness.servers.client import run_sync
+        from harness.servers.calls import run_sync
         run_sync(_with_stops(run, back))
     finally:
         back.fleet.stop()

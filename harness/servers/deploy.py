@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.servers.client import OpenAIClient, served_model
+from harness.servers.calls import served_model
+from harness.servers.client import OpenAIClient
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
@@ -45,7 +46,7 @@ from selector.deployment import InstanceSpec
 @dataclass
 class Endpoint:
     """Where one instance's calls go. ``backend`` says how to ask for exact output lengths
-    (``harness.servers.client.exact_output_body``; None: ask nothing, record what comes back);
+    (``harness.servers.calls.exact_output_body``; None: ask nothing, record what comes back);
     ``alive`` is the server process's liveness when we launched it (None: unknown);
     ``tokenizer``: a local tokenizer path for exact-length prompts (None: corpus words)."""
     client: OpenAIClient

@@ -101,7 +101,7 @@ def test_launch_then_replay_on_a_stand_in(tiny_llama_dir, tmp_path, capsys):
                  "--endpoints-out", str(eps), "--check"]) == 0
     assert json.loads(capsys.readouterr().out) == {A: f"http://127.0.0.1:{port}"}
     # the servers are stopped after --check: start one by hand and replay a trace on it
-    from harness.servers import Fleet, ServerSpec
+    from harness.servers.launcher import Fleet, ServerSpec
     trace = tmp_path / "t.csv"
     trace.write_text("arrived_at_s,prompt_tokens,output_tokens\n0,24,3\n0.1,40,4\n0.2,16,2\n")
     with Fleet([ServerSpec(name="s", model=str(tiny_llama_dir), port=port, dtype="float32", startup_timeout_s=180)],
