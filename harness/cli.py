@@ -2,6 +2,7 @@
 servers, from the shell.
 
     python -m harness simulate ...        what-if: one deployment on one trace, simulated
+    python -m harness export PLAN.json    a plan's servers as a launch script, compose file or manifests
     python -m harness launch PLAN.json    one server per planned instance; prints the endpoints
     python -m harness replay ...          the what-if's trace replayed on live endpoints (same JSON)
 
@@ -144,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
-    from harness.servecli import add_launch, add_replay
+    from harness.servecli import add_export, add_launch, add_replay
+    add_export(sub)
     add_launch(sub)
     add_replay(sub)
     return ap

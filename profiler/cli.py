@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
                     "TensorRT-LLM kv_cache free_gpu_memory_fraction")
     me.add_argument("--json", action="store_true", help="print the split as JSON (GB)")
     dp = sub.add_parser("device-plan", help="write the GPU check's plan (archs, grid, predictions)")
-    dp.add_argument("--out", type=Path, help="default profiler/scripts/device_check_plan.json")
+    dp.add_argument("--out", type=Path, help="default experiments/scripts/device_check_plan.json")
     return p
 
 

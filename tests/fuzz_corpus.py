@@ -230,10 +230,10 @@ def selector_cases(c: Corpus) -> None:
     c.add("deploy/cluster-file-as-task", "selector", ["deploy", str(ROOT / "configs" / "clusters" / "a6000x8.yaml")])
     # export
     for label, path in file_syntax_cases(c, "plan")[:8]:
-        c.add(f"export/file/{label}", "selector", ["export", path, "--format", "sh", "--gpu", "a6000"])
-    c.add("export/not-a-plan", "selector", ["export", c.file("plan/problem.json", PROBLEM), "--format", "sh", "--gpu", "a6000"])
-    c.add("export/bad-model-path", "selector", ["export", good, "--format", "sh", "--gpu", "a6000", "--model-path", "x"])
-    c.add("export/bad-format", "selector", ["export", good, "--format", "zip", "--gpu", "a6000"])
+        c.add(f"export/file/{label}", "harness", ["export", path, "--format", "sh", "--gpu", "a6000"])
+    c.add("export/not-a-plan", "harness", ["export", c.file("plan/problem.json", PROBLEM), "--format", "sh", "--gpu", "a6000"])
+    c.add("export/bad-model-path", "harness", ["export", good, "--format", "sh", "--gpu", "a6000", "--model-path", "x"])
+    c.add("export/bad-format", "harness", ["export", good, "--format", "zip", "--gpu", "a6000"])
 
 
 # -- profile tables ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ ENTRY_POINTS = [
     "selector.cli", "selector.tokens", "harness.cli", "profiler.cli", "experiments.run",
     "experiments.bench_selectors", "experiments.bench_sim", "experiments.bench_time_limits",
     "experiments.bench_measured", "experiments.bench_prefill_split", "experiments.bench_nonllm",
-    "experiments.bench_pgvector", "experiments.bench_vidur", "profiler.scripts.device_check",
+    "experiments.bench_pgvector", "experiments.bench_vidur", "experiments.scripts.device_check",
     "harness.servers.torchserve", "experiments.kinds.selector_gap",
 ]
 

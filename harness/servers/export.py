@@ -87,7 +87,7 @@ def render(specs: Mapping[str, ServerSpec], fmt: str, *, image: str | None = Non
 
 
 def _sh(specs: Mapping[str, ServerSpec]) -> str:
-    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m selector export --format sh).",
+    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m harness export --format sh).",
              "# Logs and configs in $LOG_DIR (default ./flowmaker-servers); Ctrl-C stops every server.",
              "set -euo pipefail", 'LOG_DIR="${LOG_DIR:-./flowmaker-servers}"', 'mkdir -p "$LOG_DIR"',
              "pids=()", "trap 'kill \"${pids[@]}\" 2>/dev/null || true' EXIT INT TERM", "",
@@ -142,7 +142,7 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None) -> str:
     doc: dict[str, Any] = {"services": services}
     if configs:
         doc["configs"] = configs
-    head = "# Servers of a FlowMaker plan (python -m selector export --format compose): docker compose up\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format compose): docker compose up\n"
     return head + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -182,7 +182,7 @@ def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str) -> 
                                            "spec": {"containers": [container], "volumes": volumes}}}})
         docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app, "namespace": namespace},
                      "spec": {"selector": {"app": app}, "ports": [{"port": s.port, "targetPort": s.port}]}})
-    head = "# Servers of a FlowMaker plan (python -m selector export --format k8s): kubectl apply -f\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format k8s): kubectl apply -f\n"
     return head + yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -190,7 +190,7 @@ def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str |
                 model_paths: Mapping[str, str] | None = None, base_port: int = 8100, engine: Any = None,
                 instance_args: Mapping[str, Sequence[str]] | None = None, image: str | None = None,
                 namespace: str = "default", **common: Any) -> str:
-    """``python -m selector export``: the plan file's servers rendered as ``fmt``."""
+    """``python -m harness export``: the plan file's servers rendered as ``fmt``."""
     from harness.servers.deploy import specs_for_instances
     deps = load_deployments(path)
     instances = [i for d in deps for i in d.instances]

@@ -144,7 +144,7 @@ def test_device_check_cpu_tiny_without_pandas_pydantic_yaml(tmp_path):
              "for m in ('pydantic', 'yaml', 'pandas', 'pyarrow', 'scipy', 'tqdm', 'numpy'):\n"
              "    sys.modules[m] = None\n"
              "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
-    script = repo_root() / "profiler/scripts/device_check.py"
+    script = repo_root() / "experiments/scripts/device_check.py"
     r = subprocess.run([sys.executable, "-c", block, str(script), str(tmp_path), "--device", "cpu",
                         "--tiny"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -158,7 +158,7 @@ def test_device_check_cpu_tiny_without_pandas_pydantic_yaml(tmp_path):
 
 
 def test_device_check_shell_wrapper(tmp_path):
-    sh = repo_root() / "profiler/scripts/device_check.sh"
+    sh = repo_root() / "experiments/scripts/device_check.sh"
     r = subprocess.run(["bash", str(sh), "--device", "cpu", "--tiny", "--no-fingerprint"],
                        capture_output=True, text=True, timeout=120,
                        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp_path)})

@@ -1,4 +1,4 @@
-"""``python -m selector export``, ``python -m harness launch`` and ``python -m harness replay``:
+"""``python -m harness export``, ``python -m harness launch`` and ``python -m harness replay``:
 exported files checked as text (vLLM and TensorRT-LLM are not installed here), and one real
 launch + replay on a ``transformers serve`` stand-in."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _plan(tmp_path) -> str:
 
 
 def _export(capsys, *argv) -> tuple[int, str, str]:
-    from selector.cli import main
+    from harness.cli import main
     rc = main(["export", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
