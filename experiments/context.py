@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-
-class UserError(Exception):
-    """A mistake in the user's input: printed as one line, exit status 2."""
+from flowmaker.entry import UserError
+from profiler.catalog import repo_root
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ def check_finite(value: object, field: str) -> None:
 def git_sha() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent.parent, timeout=5)
+                             cwd=repo_root(), timeout=5)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

@@ -25,7 +25,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from experiments.context import RunContext, UserError, check_finite, config_hash, open_run_dir, write_meta
+from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
+from flowmaker.entry import UserError
 
 
 class ExperimentConfig(BaseModel):

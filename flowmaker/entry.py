@@ -40,6 +40,12 @@ def one_line(text: object, limit: int = MAX_LINE) -> str:
     return f"{flat[:keep]} ...[{len(str(text)) - 2 * keep} characters cut]... {flat[-keep:]}"
 
 
+class UserError(Exception):
+    """A mistake in the user's input (an option, a file, a name), raised by a command-line face:
+    :func:`run`'s callers print it as one line (``error: ...``) and exit with status 2. The one
+    such type of every command (``python -m selector | harness | profiler``, experiments)."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line (``prog: error: ...``) and exit 2."""
 

@@ -18,15 +18,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowmaker.entry import UserError
+
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
                 "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
 OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
-
-
-class UserError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):

@@ -29,12 +29,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowmaker.entry import UserError
+
 ENGINE_DESTS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "chunk_size", "gpu_memory_utilization",
                 "kv_capacity_tokens", "block_size", "prefix_caching")
 
 
-def _user_error(msg: str):
-    from harness.cli import UserError
+def _user_error(msg: str) -> UserError:
     return UserError(msg)
 
 

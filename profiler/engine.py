@@ -15,12 +15,13 @@ allocated to it (a planned instance: ``mem_gb`` of its deployment) or
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: admission policies of the engine core (``orchestrator.engines.admission``)
-SCHEDULERS = ("vllm", "sarathi", "padded")
+Scheduler = Literal["vllm", "sarathi", "padded"]
+SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 
 
 class EngineConfig(BaseModel):
@@ -28,7 +29,7 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scheduler: Literal["vllm", "sarathi", "padded"] = Field(
+    scheduler: Scheduler = Field(
         "vllm", description="admission policy: 'vllm' = vLLM v0 default (prefill-prioritised, a token budget "
         "per prefill pass, recompute preemption of the newest sequence); 'sarathi' = Sarathi-Serve chunked "
         "prefill (decodes and prefill chunks share a per-iteration budget); 'padded' = the vLLM v0 fork "
@@ -82,7 +83,7 @@ def kv_capacity_tokens(step: Any, cfg: EngineConfig, *, mem_gb: float) -> int:
     (vLLM's rule; ``cfg.kv_capacity_tokens`` overrides). ``step`` is the profiler's step model
     (``weights_gb``, ``activation_gb(tokens, seqs)`` incl. the per-GPU runtime overhead,
     ``kv_gb_per_token``). 0 when nothing is left. Llama-2-70B on 2x A100-80GB at the defaults:
-    40,464 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
+    40,468 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
     (no activation at all); vidur's planner, which leaves activations and the embedding out,
     says 53,248 (docs/harness.md, "What-if against vidur"; tests/harness/test_vllm_rules.py)."""
     if cfg.kv_capacity_tokens is not None:

@@ -24,7 +24,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from experiments.kinds.paper_goodput_cost import deploy_all, load_traces, resolve_all
 from profiler.engine import EngineConfig
 

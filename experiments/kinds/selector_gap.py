@@ -34,7 +34,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from flowmaker.entry import show_progress
 from selector.plan import Plan
 from selector.problem import Problem, load_problem

@@ -21,9 +21,11 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet
+from experiments.context import RunContext, atomic_write_parquet
+from flowmaker.entry import UserError
+from profiler.catalog import configs_dir
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
+CORPUS_DIR = configs_dir() / "docs_corpus"
 
 
 class Params(BaseModel):

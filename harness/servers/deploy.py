@@ -41,6 +41,7 @@ from harness.servers.client import OpenAIClient
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
+from selector.problem import TOL
 
 
 @dataclass
@@ -77,7 +78,7 @@ def memory_share(inst: InstanceSpec, *, backend: str, gpu: Any, engine: EngineCo
     gives a GPU more than it holds or leaves no KV cache."""
     engine = engine or DEFAULT
     share = inst.shard_gb / gpu.capacity_gb
-    if share > 1.0 + 1e-9:
+    if share > 1.0 + TOL:
         raise ValueError(f"instance {inst.id}: {inst.shard_gb:.2f} GB per GPU exceeds a {gpu.name}'s "
                          f"{gpu.capacity_gb:.2f} GB")
     if backend == "vllm":
