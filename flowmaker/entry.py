@@ -23,7 +23,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141            # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 #: the longest error line printed; longer messages keep their head and tail
-MAX_LINE = 560             # an unknown name's error lists every known one (19 experiment configs)
+MAX_LINE = 1000            # an unknown name's error lists every known one (30-odd experiment configs)
 DEBUG_ENV = "FLOWMAKER_DEBUG"
 
 

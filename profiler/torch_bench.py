@@ -19,7 +19,6 @@ profiler.table column names plus raw extras (spread, repeats); torch + stdlib on
 from __future__ import annotations
 
 import datetime as dt
-import os
 import platform
 import statistics
 import sys
@@ -283,8 +282,3 @@ def measure_grid(arch: Arch, *, model_name: str, gpu_name: str, device: Device, 
         del model
         if device.is_cuda:
             torch.cuda.empty_cache()
-
-
-def env_threads() -> int | None:
-    v = os.environ.get("FLOWMAKER_TORCH_THREADS")
-    return int(v) if v else None

@@ -104,17 +104,6 @@ def _tag(sharing: str) -> str:
     return "" if sharing == "memory" else f"-{sharing}"
 
 
-def in_sharing(problems: list, sharing: str) -> list:
-    """``problems`` with ``cluster.sharing: sharing``."""
-    from selector.problem import parse_problem
-    out = []
-    for p in problems:
-        d = p.to_dict()
-        d["cluster"]["sharing"] = sharing
-        out.append(parse_problem(d))
-    return out
-
-
 def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
     """Sequential deployment per selector, as quickstart's (``selector.deploy.deploy_task``), in
     the problems' sharing mode; returns label -> [(problem seen, Plan)] (``plan.deployment``: what

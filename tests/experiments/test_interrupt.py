@@ -88,9 +88,10 @@ def test_experiment_ctrl_c_exits_130_and_keeps_finished_cells(tmp_path) -> None:
     assert [p.name for p in cells.glob("*.parquet")] == ["depth-d1-m11-s0.parquet"]
 
 
-@pytest.mark.parametrize("module", ["experiments.bench_time_limits", "experiments.bench_selectors"])
-def test_benchmarks_ctrl_c_exit_130(module: str) -> None:
+@pytest.mark.parametrize("name", ["bench_time_limits", "bench_selectors"])
+def test_benchmarks_ctrl_c_exit_130(name: str, tmp_path) -> None:
     started = time.monotonic()
-    done = _interrupt([sys.executable, "-m", module], lambda p: time.monotonic() - started > 3.0)
+    done = _interrupt([sys.executable, "-m", "experiments.run", name, "--results", str(tmp_path), "--no-progress"],
+                      lambda p: time.monotonic() - started > 3.0)
     assert done.returncode == 130, done
-    assert _problem_lines(done.stderr)[-1] == "interrupted"
+    assert _problem_lines(done.stderr)[-1].startswith("interrupted")

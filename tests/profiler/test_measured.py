@@ -2,7 +2,7 @@
 fingerprint extrapolation, resumption, the CLI, and the GPU check script in its --tiny CPU mode.
 
 Wall-clock claims (latency monotonic in batch and prompt, the fingerprint's TTFT/TPOT within
-15% of full depth) live in ``experiments/bench_measured.py``: they failed here whenever another
+15% of full depth) live in ``experiments/kinds/bench_measured.py``: they failed here whenever another
 job used the CPU. Needs torch (CI installs torch==2.13.0); not skipped without it on purpose.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - a missing torch must fail these tests, not skip them
 
-from experiments.bench_measured import GRID, TINY
+from experiments.kinds.bench_measured import GRID, TINY
 from profiler.catalog import repo_root
 from profiler.cli import main
 from profiler.measured import ProfileConfig, all_models, raw_log_path, run_profile
@@ -65,7 +65,7 @@ def test_memory_monotonic_in_batch_and_prompt(tables, model):
 
 def test_fingerprint_memory_within_15_percent_of_full_depth(tables):
     """The fingerprint covers the full-depth grid and extrapolates memory within 15%; its
-    TTFT/TPOT error is a timing claim (experiments/bench_measured.py)."""
+    TTFT/TPOT error is a timing claim (experiments/kinds/bench_measured.py)."""
     _, full, fp = tables
     from profiler.validate import errors, mape
     assert (fp.backend == "fingerprint").all()
