@@ -83,7 +83,7 @@ def kv_capacity_tokens(step: Any, cfg: EngineConfig, *, mem_gb: float) -> int:
     (vLLM's rule; ``cfg.kv_capacity_tokens`` overrides). ``step`` is the profiler's step model
     (``weights_gb``, ``activation_gb(tokens, seqs)`` incl. the per-GPU runtime overhead,
     ``kv_gb_per_token``). 0 when nothing is left. Llama-2-70B on 2x A100-80GB at the defaults:
-    40,468 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
+    40,464 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
     (no activation at all); vidur's planner, which leaves activations and the embedding out,
     says 53,248 (docs/harness.md, "What-if against vidur"; tests/harness/test_vllm_rules.py)."""
     if cfg.kv_capacity_tokens is not None:
