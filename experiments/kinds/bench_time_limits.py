@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiments.context import RunContext
 from experiments.kinds._bench import Report
 from flowmaker.entry import UserError
+from flowmaker.procmem import status_bytes
 
 
 def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: float = 0.5) -> dict[str, Any]:
@@ -50,13 +51,9 @@ def peak_rss_mb() -> float:
     used where /proc exists: Linux carries it across fork and exec, so a child of a 1 GB parent
     reports the parent's 1 GB."""
     import resource
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024          # kB
-    except (OSError, ValueError, IndexError):
-        pass
+    peak = status_bytes("VmHWM")
+    if peak is not None:
+        return peak / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
