@@ -12,8 +12,14 @@ Spaces (``params.spaces``):
   cluster, one per ``params.deep_rates`` arrival rate (default 0.6 rps, the base task's, and 2 and 3
   rps, where compute sharing binds).
 
-Prints, per space, sharing mode and solver, the median and minimum wall time over ``--repeats``
-runs (``params.repeats``), the variants evaluated per second, the plan's cost and whether it equals the proved
+``params.gpu_types`` N (2 or 3) spreads every space over N priced GPU types (spec section 10,
+``selector.typed.spread_over_types``: each config on every type, about 3^stages times the
+variants) under ``params.objective`` (``gb_s`` or ``usd_per_hour``); the value column is then in
+that objective's unit (GB*s or $/h). Issue 24's targets: milp <= 1 s on ``paper`` and <= 3 s on
+``deep`` with 3 types.
+
+Prints, per space, sharing mode and solver, the median and minimum wall time over
+``params.repeats`` runs, the variants evaluated per second, the plan's cost and whether it equals the proved
 optimum (``opt``: the cost of an exact solver's ``optimal`` answer on that space). ``exhaustive``
 (and ``murakkab``, which runs it on its fixed workflow) is skipped on spaces above
 ``params.max_exhaustive`` variants. Targets (issues 2 and 12) on a 2-core
@@ -102,6 +108,8 @@ class Params(BaseModel):
     repeats: int = Field(default=5, ge=1)                 # timed runs per solver; median and min reported
     time_limit_s: float = Field(default=120.0, gt=0)      # wall seconds per solve
     max_exhaustive: float = 1e8                           # skip exhaustive and murakkab above this many variants
+    gpu_types: Literal[1, 2, 3] = 1                       # spread each space over this many priced GPU types
+    objective: Literal["gb_s", "usd_per_hour"] = "gb_s"   # objective of the typed spaces (gpu_types 2 or 3)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -112,8 +120,11 @@ def run(params: Params, ctx: RunContext) -> None:
             raise UserError(f"field 'params.solvers': unknown solver '{name}'; known: {', '.join(names())}")
     report = Report(ctx, "Selection time (bench_selectors)")
     report.line(f"{'space':<16}{'sharing':<9}{'solver':<19}{'status':<11}{'median_s':>10}{'min_s':>10}"
-                f"{'variants/s':>13}{'cost_gb_s':>12}  opt")
+                f"{'variants/s':>13}{'value':>12}  opt")
     for label, mode, problem in spaces(params.spaces, params.sharing, params.deep_rates):
+        if params.gpu_types > 1:
+            from selector.typed import spread_over_types
+            problem = spread_over_types(problem, n_types=params.gpu_types, objective=params.objective)
         report.line(f"# {label} ({mode}): {describe(problem)}")
         rows = []
         for name in chosen:
@@ -127,7 +138,7 @@ def run(params: Params, ctx: RunContext) -> None:
                 times.append(time.perf_counter() - t0)
             med = statistics.median(times)
             rows.append((name, plan.status, med, min(times), plan.variants_evaluated / med if med > 0 else math.inf,
-                         plan.cost_gb_s if plan.solved else None))
+                         plan.value(problem.objective) if plan.solved else None))
         proved = [r[5] for r in rows if r[0] in EXACT and r[1] == "optimal"]
         opt = proved[0] if proved else None
         for name, status, med, lo, rate, cost in rows:
@@ -137,6 +148,7 @@ def run(params: Params, ctx: RunContext) -> None:
             report.line(f"{label:<16}{mode:<9}{name:<19}{status:<11}{med:>10.4f}{lo:>10.4f}{rate:>13.0f}{cost_s:>12}  "
                         f"{match}")
             report.row({"space": label, "sharing": mode, "solver": name, "status": status, "median_s": med,
-                        "min_s": lo, "variants_per_s": rate, "cost_gb_s": cost, "matches_optimum": match})
+                        "min_s": lo, "variants_per_s": rate, "value": cost, "objective": problem.objective,
+                        "matches_optimum": match})
     report.write()
 
