@@ -1,11 +1,10 @@
-"""``python -m selector`` (console script ``flowmaker-select``): resolve, solve, deploy, bundle and
-export from the shell.
+"""``python -m selector`` (console script ``flowmaker-select``): resolve, solve, deploy and bundle
+from the shell (a plan's servers are exported by ``python -m harness export``).
 
     resolve TASK [--cluster C]         catalog + task + cluster + profile -> a resolved problem
     solve PROBLEM                       the variant of one resolved problem (spec section 6)
     deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle
     bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (resolved problems)
-    export PLAN --format sh|compose|k8s the plan's servers as a script, compose file or manifests
 
 Tasks, clusters and profile tables are given by name (``configs/tasks``, ``configs/clusters``,
 ``results/profiles``) or by path. User errors print one line on standard error and exit with
@@ -201,34 +200,6 @@ def _deploy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace) -> int:
-    """The plan's servers as a launch script, a docker-compose file or Kubernetes manifests. The
-    rendering lives with the launchers (``harness.servers.export``): this command-line face
-    reaches it as it reaches the solver registry; selector's core never imports it."""
-    from harness.servers.export import export_plan
-    from profiler.steps import UnknownName
-    _check_out(args.out)
-    paths = {}
-    for v in args.model_path or ():
-        name, sep, path = v.partition("=")
-        if not sep:
-            raise ProblemError("--model-path", f"expected MODEL=DIR, got {v!r}")
-        paths[name] = path
-    try:
-        text = export_plan(args.plan, args.format, backend=args.backend, gpu=args.gpu, model_paths=paths,
-                           base_port=args.base_port, image=args.image, namespace=args.namespace,
-                           dtype=args.dtype)
-    except UnknownName as exc:
-        raise ProblemError("--gpu", str(exc)) from None
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise ProblemError(str(args.plan), str(exc.args[0]) if exc.args else str(exc)) from None
-    if args.out is None:
-        print(text, end="")
-    else:
-        args.out.write_text(text, encoding="utf-8")
-    return 0
-
-
 def format_plan(d: dict) -> str:
     """A readable rendering of a plan dict (units: README "Output columns")."""
     head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']} variants)"
@@ -311,22 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--json", action="store_true", help="JSON instead of YAML")
     bp.set_defaults(func=_bundle)
 
-    ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
-    ep.add_argument("plan", type=Path, help="plan JSON (solve --json / deploy --json)")
-    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
-                    help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
-    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
-                    help="serving engine whose command lines are rendered (default vllm)")
-    ep.add_argument("--gpu", default=None, help="catalog GPU of the instances whose plan names no gpu_type "
-                    "(memory shares, node selector), e.g. a6000; a typed plan's instances keep their own")
-    ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
-                    help="checkpoint of a catalog model (default: its hf_id); repeatable")
-    ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")
-    ep.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
-    ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
-    ep.add_argument("--namespace", default="default", help="Kubernetes namespace (default default)")
-    ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
-    ep.set_defaults(func=_export)
     return ap
 
 
