@@ -205,6 +205,27 @@ def joint_plan(ts: TaskSet, run: JointRun, *, status: str, solver: str, elapsed_
                      plans=tuple(plans), cluster=run.cluster, extra=extra or {})
 
 
+def choice_from_plan(ts: TaskSet, plan: JointPlan) -> JointChoice:
+    """The joint choice a joint answer names (its plans' workflows and stages)."""
+    out: list[TaskChoice | None] = []
+    for p, sp in zip(ts.tasks, plan.plans, strict=True):
+        if not sp.solved:
+            out.append(None)
+            continue
+        w = next(i for i, wf in enumerate(p.workflows) if wf.name == sp.workflow)
+        models = {m.name: i for i, m in enumerate(p.models)}
+        idents = []
+        for st in sp.stages:
+            if st.reuse is not None:
+                idents.append(("reuse", st.reuse))
+                continue
+            c = next(i for i, c in enumerate(p.configs)
+                     if (c.tp, c.pp, getattr(c, "gpu_type", "gpu")) == (st.tp, st.pp, getattr(st, "gpu_type", "gpu")))
+            idents.append(("new", models[st.model], c))
+        out.append((w, tuple(idents)))
+    return tuple(out)
+
+
 def all_skipped(ts: TaskSet) -> JointRun:
     """The run that skips every task."""
     return run_choice(ts, [None] * len(ts.tasks))
