@@ -211,6 +211,18 @@ class Problem(_Frozen):
         return self.model_dump(mode="json")
 
 
+def objective_value(objective: str, cost_gb_s: float, usd_per_hour: float | None) -> float:
+    """What a variant (or a plan, or a task of a joint choice) is worth under ``objective``
+    (spec sections 5 and 10): ``cost = M*L`` under ``gb_s``, ``U`` under ``usd_per_hour``."""
+    if objective == "gb_s":
+        return cost_gb_s
+    if objective == "usd_per_hour":
+        if usd_per_hour is None:
+            raise ValueError("objective usd_per_hour needs usd_per_hour (cluster.prices)")
+        return usd_per_hour
+    raise ValueError(f"unknown objective {objective!r}")
+
+
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
