@@ -47,7 +47,8 @@ class TaskSet:
 
     def to_dict(self) -> dict[str, Any]:
         tasks = [{k: v for k, v in p.to_dict().items() if k not in ("cluster", "objective")} for p in self.tasks]
-        return {"cluster": self.cluster.model_dump(mode="json"), "objective": self.objective, "tasks": tasks}
+        head = {} if self.objective == "gb_s" else {"objective": self.objective}   # gb_s: a plain bundle too
+        return {"cluster": self.cluster.model_dump(mode="json"), **head, "tasks": tasks}
 
 
 def load_task_set(path: str | Path) -> TaskSet:

@@ -213,7 +213,8 @@ class JointModel:
 
     def _compute(self) -> None:
         """Section 9, necessary: each task's own reuse rows per GPU, and the room of the cluster."""
-        from solvers._exact import Prepared, reuse_by_gpu
+        from solvers._exact import Prepared
+        from solvers._rows import reuse_by_gpu
         d, m = self.data, self.m
         us = float(SCALE)
         for k, cp in enumerate(d.compiled):
