@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from selector.errors import ProblemError
-from selector.problem import Cluster, Problem, parse_problem
+from selector.problem import OBJECTIVES, Cluster, Problem, parse_problem
 from selector.yamlio import load_mapping
 
-#: section 10's objectives; a set without ``objective`` means ``gb_s``
-OBJECTIVES = ("gb_s", "usd_per_hour")
 _TOP_KEYS = ("cluster", "objective", "tasks")
 _REPLICA_ID = re.compile(r"^(?P<prefix>.*/)(?P<n>0|[1-9][0-9]*)$")
 

@@ -24,7 +24,7 @@ from selector.evaluate import Evaluation, evaluate, to_plan
 from selector.index import NEW, Compiled, Option, compile_problem
 from selector.joint import TaskSet
 from selector.plan import Plan
-from selector.problem import TOL, Cluster, Problem
+from selector.problem import TOL, Cluster, Problem, objective_value
 
 Ident = tuple
 TaskChoice = tuple[int, tuple[Ident, ...]]
@@ -42,9 +42,7 @@ def ident(cp: Compiled, o: Option) -> Ident:
 
 def task_cost(ev: Evaluation, objective: str) -> float:
     """``C_k`` of section 11: section 5's ``cost`` (GB*s) or section 10's ``U`` ($/h)."""
-    if objective == "usd_per_hour":
-        return ev.usd_per_hour
-    return ev.cost_gb_s
+    return objective_value(objective, ev.cost_gb_s, ev.usd_per_hour)
 
 
 def choice_of(cp: Compiled, ev: Evaluation) -> TaskChoice:
@@ -220,7 +218,7 @@ def choice_from_plan(ts: TaskSet, plan: JointPlan) -> JointChoice:
                 idents.append(("reuse", st.reuse))
                 continue
             c = next(i for i, c in enumerate(p.configs)
-                     if (c.tp, c.pp, getattr(c, "gpu_type", "gpu")) == (st.tp, st.pp, getattr(st, "gpu_type", "gpu")))
+                     if c.key == (st.tp, st.pp, st.gpu_type))
             idents.append(("new", models[st.model], c))
         out.append((w, tuple(idents)))
     return tuple(out)

@@ -77,10 +77,6 @@ def prepare_joint(ts: TaskSet) -> JointData:
     return JointData(ts, compiled, options, tuple(reuse))
 
 
-def _gpu_type(o: Option) -> str:
-    return getattr(o, "gpu_type", "gpu")
-
-
 def _virtuals(ts: TaskSet, j: int, cp: Compiled, options) -> list[Virtual]:
     out = []
     p = ts.tasks[j]
@@ -92,13 +88,13 @@ def _virtuals(ts: TaskSet, j: int, cp: Compiled, options) -> list[Virtual]:
                     continue
                 for r in range(op.replicas):
                     out.append(Virtual(j, w, s, o, r, f"{p.task.name}/{wf.stages[s].name}/{r}", p.models[op.model].name,
-                                       op.tp, op.pp, _gpu_type(op), op.replica_util))
+                                       op.tp, op.pp, op.gpu_type, op.replica_util))
     return out
 
 
 def _reuses(ts: TaskSet, k: int, cp: Compiled, virtuals: list[Virtual]) -> list[VirtualReuse]:
     p = ts.tasks[k]
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, getattr(r, "gpu_type", "gpu")): r for r in p.perf}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r for r in p.perf}
     acc = {m.name: m.accuracy for m in p.models}
     out = []
     for w, wf in enumerate(p.workflows):

@@ -51,7 +51,7 @@ class JointModel:
         self.lat_max = max(p.task.latency_slo_s for p in ts.tasks) + TOL
         self.ls = SCALE / self.lat_max
         self.ms = SCALE / max(self.free_total + TOL, 1e-6)
-        prices = getattr(ts.cluster, "prices", None) or {}
+        prices = ts.cluster.prices or {}
         top = max(prices.values(), default=1.0) * max(1, len(ts.cluster.gpus)) * self.smax
         self.ps = SCALE / top
         self.slack = self.smax / 2 + 1e-6
@@ -72,9 +72,9 @@ class JointModel:
                     lst = out.setdefault((k, w, s), [])
                     for o in keep:
                         op = st.options[o]
-                        gtype = getattr(op, "gpu_type", "gpu")
+                        gtype = op.gpu_type
                         mem = op.replicas * op.mem_gb if op.kind == NEW else 0.0
-                        usd = getattr(op, "usd_per_hour", 0.0) if op.kind == NEW else 0.0
+                        usd = op.usd_per_hour if op.kind == NEW else 0.0
                         cls = ("reuse",) if op.kind == REUSE else ("new", op.replicas, op.shards, op.mem_gb, gtype)
                         lst.append(Entry(("y", k, w, s, o), round(st.calls * op.latency_s * self.ls),
                                          round(mem * self.ms), round(usd * self.ps), op.kind, cls, gtype,
@@ -158,7 +158,7 @@ class JointModel:
         # necessary for placement: all tasks' new memory fits the free memory, per GPU type
         free_by_type: dict[str, float] = {}
         for g in ts.cluster.gpus:
-            free_by_type[getattr(g, "type", "gpu")] = free_by_type.get(getattr(g, "type", "gpu"), 0.0) + g.mem_gb - g.used_gb
+            free_by_type[g.type] = free_by_type.get(g.type, 0.0) + g.mem_gb - g.used_gb
         all_slack = self.n * self.slack
         for t, free in free_by_type.items():
             terms = [e.mem * self.var[e.key] for lst in self.entries.values() for e in lst if e.mem and e.gpu_type == t]

@@ -137,5 +137,5 @@ def failure_cuts(data: JointData, model: JointModel, literals: list[list], run: 
 
 def demand_class(o) -> tuple:
     """What LeastLoaded sees of an option under ``sharing: memory``."""
-    return ("reuse",) if o.kind == REUSE else ("new", o.replicas, o.shards, o.mem_gb, getattr(o, "gpu_type", "gpu"))
+    return ("reuse",) if o.kind == REUSE else ("new", o.replicas, o.shards, o.mem_gb, o.gpu_type)
 

@@ -15,10 +15,10 @@ SKIP = (math.inf,)
 
 def _state(ts: TaskSet) -> dict:
     c = ts.cluster
-    return {"gpus": {g.id: {"mem": g.mem_gb, "used": g.used_gb, "type": getattr(g, "type", "gpu")} for g in c.gpus},
+    return {"gpus": {g.id: {"mem": g.mem_gb, "used": g.used_gb, "type": g.type} for g in c.gpus},
             "instances": [{"id": i.id, "model": i.model, "tp": i.tp, "pp": i.pp, "gpus": list(i.gpus),
                            "util": i.utilization} for i in c.instances],
-            "compute": c.sharing == "compute", "prices": getattr(c, "prices", None)}
+            "compute": c.sharing == "compute", "prices": c.prices}
 
 
 def _place(st: dict, demands: list, busy: dict | None):
@@ -50,8 +50,8 @@ def _place(st: dict, demands: list, busy: dict | None):
 
 
 def _options(p, st: dict, w, s):
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, getattr(r, "gpu_type", "gpu")): r for r in p.perf}
-    dep = {(d.model, d.tp, d.pp, getattr(d, "gpu_type", "gpu")): d.mem_gb for d in p.deployments}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r for r in p.perf}
+    dep = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in p.deployments}
     opts = []
     for ii, inst in enumerate(st["instances"]):
         gtype = st["gpus"][inst["gpus"][0]]["type"]
@@ -60,7 +60,7 @@ def _options(p, st: dict, w, s):
             opts.append(((0, ii), "reuse", ii, inst["model"], inst["tp"], inst["pp"], gtype, r, 0.0))
     for mi, m in enumerate(p.models):
         for ci, c in enumerate(p.configs):
-            gtype = getattr(c, "gpu_type", "gpu")
+            gtype = c.gpu_type
             r = perf.get((w.name, s.name, m.name, c.tp, c.pp, gtype))
             if r and (m.name, c.tp, c.pp, gtype) in dep:
                 opts.append(((1, mi, ci), "new", None, m.name, c.tp, c.pp, gtype, r, dep[(m.name, c.tp, c.pp, gtype)]))
