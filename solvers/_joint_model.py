@@ -60,6 +60,7 @@ class JointModel:
         self._build()
         self.last_choice: list[TaskChoice | None] = []
         self._bound: float | None = None
+        self._served_bound: int | None = None
 
     # -- data -------------------------------------------------------------------------------
     def _entries(self) -> dict[tuple[int, int, int], list[Entry]]:
@@ -164,8 +165,6 @@ class JointModel:
             terms = [e.mem * self.var[e.key] for lst in self.entries.values() for e in lst if e.mem and e.gpu_type == t]
             if terms:
                 m.add(sum(terms) <= math.floor((free + TOL) * self.ms + all_slack))
-        self.weight = self.cost_ub + 1
-        self.objective = self.weight * sum(self.var["z", k] for k in range(self.n)) + sum(self.cost)
 
     def _product_bounds(self, k: int, pk) -> None:
         """Linear rows that the exact product implies, for a useful LP bound: with ``Lmin(o)`` the
@@ -246,9 +245,6 @@ class JointModel:
         scale = self.ps if self.usd else self.ms * self.ls
         return math.floor((cost + self.widening()) * scale) + 1
 
-    def _cap(self, m, served: int, cost: float) -> None:
-        m.add(self.objective <= self.weight * (self.n - served) + self._units(cost))
-
     # -- cuts ---------------------------------------------------------------------------------
     def no_good(self, literals: list[list[tuple]]) -> Cut:
         return tuple((key,) for lits in literals for key in lits)
@@ -312,15 +308,37 @@ class JointModel:
             self._entry_map = {e.key: e for lst in self.entries.values() for e in lst}
         return self._entry_map
 
-    def minimise(self, *, cuts: list[Cut], incumbent: JointRun, deadline: float) -> Answer:
+    def most_served(self, *, cuts: list[Cut], incumbent: JointRun, deadline: float) -> int | None:
+        """The most tasks the relaxation can serve (proved), or None when the limit came first."""
+        from ortools.sat.python import cp_model
+        if incumbent.served == self.n:
+            return self.n
+        m = self.m.clone()
+        self._hint(m, incumbent)
+        self._add_cuts(m, cuts)
+        skips = sum(self.var["z", k] for k in range(self.n))
+        m.minimize(skips)
+        solver = self._solver(deadline, self.workers)
+        if solver.solve(m) != cp_model.OPTIMAL:
+            return None
+        return self.n - round(solver.objective_value)
+
+    def minimise(self, *, cuts: list[Cut], served: int, incumbent: JointRun, deadline: float) -> Answer:
+        """The least total cost (units) among relaxed choices serving exactly ``served`` tasks (the
+        most the relaxation serves, from :meth:`most_served`); capped at the incumbent's when it
+        serves as many. Two solves instead of one weighted objective: the cost LP is then not
+        drowned by the weight of the skips."""
         from ortools.sat.python import cp_model
         m = self.m.clone()
         self._add_cuts(m, cuts)
-        self._cap(m, incumbent.served, incumbent.total_cost)
-        m.minimize(self.objective)
-        self._hint(m, incumbent)
+        m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
+        if incumbent.served == served:
+            m.add(sum(self.cost) <= self._units(incumbent.total_cost))
+            self._hint(m, incumbent)
+        m.minimize(sum(self.cost))
         solver = self._solver(deadline, self.workers)
         status = solver.solve(m)
+        self._served_bound = served
         if status == cp_model.INFEASIBLE:
             return Answer("infeasible")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -383,15 +401,13 @@ class JointModel:
         return sorted(set(found), key=repr), complete
 
     def gap(self, inc: JointRun) -> dict:
-        """What CP-SAT proved at the limit: an upper bound on tasks served and, when it equals the
-        incumbent's, a lower bound on the total cost and the relative gap."""
+        """What CP-SAT proved at the limit: the most tasks the relaxation serves and, when the
+        incumbent serves as many, a lower bound on the total cost and the relative gap."""
         if self._bound is None:
             return {"gap": None}
-        skips = math.floor(self._bound / self.weight + 1e-9)
-        served_ub = self.n - skips
-        if served_ub != inc.served:
-            return {"served_bound": served_ub, "gap": None}
+        if self._served_bound != inc.served:
+            return {"served_bound": self._served_bound, "gap": None}
         scale = self.ps if self.usd else self.ms * self.ls
-        low = max(0.0, (self._bound - skips * self.weight) / scale - self.widening())
+        low = max(0.0, self._bound / scale - self.widening())
         gap = 0.0 if inc.total_cost <= 0 else max(0.0, (inc.total_cost - low) / inc.total_cost)
-        return {"served_bound": served_ub, "cost_bound": low, "gap": gap}
+        return {"served_bound": self._served_bound, "cost_bound": low, "gap": gap}

@@ -24,8 +24,8 @@ with LeastLoaded checked lazily as the single-task ``milp`` does (``solvers/_exa
     compute`` the per-task reuse rows of ``_exact.reuse_by_gpu`` and all the utilisation the set
     adds ``<= sum_g max(0, 1 - busy_g)`` (every GPU a task touches ends at most 1)
   - lazy cuts (below); every bound widened by its rounding error, so the model relaxes the spec.
-* Objective: ``W * sum z + sum_k P[k]`` (or ``U[k]``) with ``W`` above any ``sum P``: most served
-  first, then the least total cost.
+* Objective, lexicographic in two solves: the most tasks the relaxation serves (``min sum z``),
+  then, with ``sum z`` fixed there, the least ``sum_k P[k]`` (or ``U[k]``).
 * Lazy placement cuts: each answer is evaluated exactly (``selector.joint_eval.run_choice``). If
   task ``f`` fails LeastLoaded at stage ``j``, then under ``sharing: memory`` every choice in which
   each earlier task picks the same workflow with the same demand class per stage (reuse of any
@@ -88,10 +88,14 @@ class MilpJoint(JointSelector):
         model = JointModel(data, workers=self.workers, seed=self.seed)
         proved, solves, cuts = True, 0, []
         while True:
-            ans = model.minimise(cuts=cuts, incumbent=inc, deadline=deadline)
-            solves += 1
-            if ans.choice is None:
-                proved = proved and ans.status == "infeasible"
+            most = model.most_served(cuts=cuts, incumbent=inc, deadline=deadline)
+            if most is None:
+                proved = False
+                break
+            ans = model.minimise(cuts=cuts, served=most, incumbent=inc, deadline=deadline)
+            solves += 2
+            if ans.choice is None:      # "infeasible" cannot happen: `most` is served by some relaxed choice
+                proved = False
                 break
             run = run_choice(ts, ans.choice)
             if run.feasible:
