@@ -43,7 +43,6 @@ otherwise the best exact answer is ``feasible`` with ``gap`` (relative, from CP-
 """
 from __future__ import annotations
 
-import math
 import time
 
 from selector.evaluate import placement as ll_placement
