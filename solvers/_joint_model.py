@@ -16,6 +16,7 @@ from selector.problem import TOL
 from solvers._joint_data import JointData
 
 SCALE = 100_000
+USD_EXACT = 10_000       # units per $/h when every price is a whole number of 0.0001 $/h
 Cut = tuple[tuple[tuple, ...], ...]      # groups of variable keys; not every group picks one
 
 
@@ -54,6 +55,11 @@ class JointModel:
         prices = ts.cluster.prices or {}
         top = max(prices.values(), default=1.0) * max(1, len(ts.cluster.gpus)) * self.smax
         self.ps = SCALE / top
+        # dollars whole in USD_EXACT units (0.0001 $/h) are summed without rounding: the cost
+        # window then holds exact ties only, and the latency phase of the window is exact
+        self.usd_exact = self.usd and all(abs(v * USD_EXACT - round(v * USD_EXACT)) < 1e-6 for v in prices.values())
+        if self.usd_exact:
+            self.ps = float(USD_EXACT)
         self.slack = self.smax / 2 + 1e-6
         self.entries = self._entries()
         self.m = cp_model.CpModel()
@@ -236,13 +242,15 @@ class JointModel:
     def widening(self) -> float:
         """Bound on ``|sum units / scale - exact total|`` over all tasks (GB*s or $/h)."""
         if self.usd:
-            return self.n * self.slack / self.ps
+            return 0.0 if self.usd_exact else self.n * self.slack / self.ps
         e_lat, e_mem = self.slack / self.ls, self.slack / self.ms
         per = (self.free_total + TOL) * e_lat + self.lat_max * e_mem + e_lat * e_mem
         return self.n * per
 
     def _units(self, cost: float) -> int:
         scale = self.ps if self.usd else self.ms * self.ls
+        if self.usd_exact:
+            return math.floor(cost * scale + 1e-6)
         return math.floor((cost + self.widening()) * scale) + 1
 
     # -- cuts ---------------------------------------------------------------------------------
@@ -377,13 +385,35 @@ class JointModel:
                 m.add_hint(ints[1], mem)
                 m.add_hint(ints[2], lat * mem)
 
-    def enumerate(self, *, cuts: list[Cut], served: int, cost: float, deadline: float,
-                  limit: int) -> tuple[list[tuple], bool]:
-        from ortools.sat.python import cp_model
+    def _window_model(self, cuts: list[Cut], served: int, cost: float):
         m = self.m.clone()
         self._add_cuts(m, cuts)
         m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
         m.add(sum(self.cost) <= self._units(cost + TOL * max(1.0, cost)))
+        return m
+
+    def least_latency(self, *, cuts: list[Cut], served: int, cost: float, deadline: float) -> Answer:
+        """The least total latency (units) among relaxed choices of the cost window."""
+        from ortools.sat.python import cp_model
+        m = self._window_model(cuts, served, cost)
+        m.minimize(sum(ints[0] for ints in self.ints.values()))
+        solver = self._solver(deadline, self.workers)
+        status = solver.solve(m)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Answer("infeasible" if status == cp_model.INFEASIBLE else "unknown")
+        choice, literals = self._read(solver.boolean_value)
+        self.last_choice, self._last_literals = list(choice), literals
+        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
+
+    def enumerate(self, *, cuts: list[Cut], served: int, cost: float, deadline: float,
+                  limit: int, latency: float | None = None) -> tuple[list[tuple], bool]:
+        """Every relaxed choice of the cost window (and, given ``latency``, of total latency at
+        most ``latency + 1e-9 max(1, latency)`` plus the rounding)."""
+        from ortools.sat.python import cp_model
+        m = self._window_model(cuts, served, cost)
+        if latency is not None:
+            cap = math.floor((latency + TOL * max(1.0, latency)) * self.ls + self.n * self.slack)
+            m.add(sum(ints[0] for ints in self.ints.values()) <= cap)
         found: list[tuple] = []
         model = self
 

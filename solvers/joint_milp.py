@@ -35,7 +35,11 @@ with LeastLoaded checked lazily as the single-task ``milp`` does (``solvers/_exa
   over tasks ``1..f``.
 * Ties: with the best exact answer (``S`` served, total ``c``), every choice serving ``S`` with
   total cost within ``c + 1e-9 max(1, c)`` (plus the rounding error) is enumerated
-  (``enumerate_all_solutions``), evaluated exactly, and ``choose_joint`` picks the unique optimum.
+  (``enumerate_all_solutions``, at most ``enumerate_max``), evaluated exactly (within the time
+  limit), and ``choose_joint`` picks the unique optimum. Under ``usd_per_hour`` with prices whole in
+  0.0001 $/h the dollars are summed exactly, so that window holds exact cost ties only (many: GPU
+  counts tie often); a latency phase first finds an exactly feasible member of least total latency
+  and the enumeration keeps to the latency window above it as well.
 * Warm start: the joint ``sequential`` answer (public registry) is the first incumbent and hint.
 
 Status ``optimal`` only when every solve proved its answer and the window enumeration finished;
@@ -111,14 +115,36 @@ class MilpJoint(JointSelector):
             runs, complete = self._window(ts, model, cuts, inc, deadline)
             inc = choose_joint([inc, *runs])
             proved = complete
+            if not complete:        # served and total proved; the tie-breaks among equals not settled
+                extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
         else:
             extra.update(model.gap(inc))
         return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra)
 
     def _window(self, ts: TaskSet, model: JointModel, cuts, inc: JointRun, deadline: float):
+        """Every exactly feasible choice that can tie ``inc`` (module docstring, "Ties"). With exact
+        dollar units the cost window holds exact ties only, so a latency phase first finds a
+        member of least latency and the enumeration keeps to the latency window too."""
+        latency, extra = None, []
+        if model.usd_exact:
+            while True:
+                ans = model.least_latency(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline)
+                if ans.choice is None or ans.status != "optimal":
+                    return [], False
+                run = run_choice(ts, ans.choice)
+                if run.feasible:
+                    latency, extra = run.total_latency_s, [run]
+                    break
+                cuts.extend(failure_cuts(model.data, model, ans.literals, run))
         choices, complete = model.enumerate(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline,
-                                            limit=self.enumerate_max)
-        runs = [r for r in (run_choice(ts, c) for c in choices) if r.feasible]
+                                            limit=self.enumerate_max, latency=latency)
+        runs = list(extra)
+        for c in choices:
+            if time.perf_counter() > deadline:
+                return runs, False
+            run = run_choice(ts, c)
+            if run.feasible:
+                runs.append(run)
         return runs, complete
 
 
