@@ -78,6 +78,16 @@ class StageOptions:
         }
 
 
+    def type_mask(self, gpu_type: str, *, reuse: bool = False) -> np.ndarray:
+        """Per option: a new deployment on GPUs of ``gpu_type`` (section 10), or with ``reuse``
+        any option working on such GPUs (also the reuse of an instance of that type)."""
+        masks = self.__dict__.setdefault("_type_masks", {})
+        if (gpu_type, reuse) not in masks:
+            masks[gpu_type, reuse] = np.array([(reuse or x.kind == NEW) and x.gpu_type == gpu_type
+                                               for x in self.options], dtype=bool)
+        return masks[gpu_type, reuse]
+
+
 @dataclass(frozen=True)
 class WorkflowOptions:
     index: int
@@ -127,6 +137,15 @@ class Compiled:
         return len({g.type for g in self.problem.cluster.gpus}) > 1
 
     @cached_property
+    def type_room(self) -> dict[str, tuple[float, int, float]]:
+        """Section 10: per GPU type, its GPUs' free memory in all (GB), how many there are, and
+        section 9's compute room on them (``sum max(0, 1 + 1e-9 - busy_g)``)."""
+        free = {g.id: g.mem_gb - g.used_gb for g in self.problem.cluster.gpus}
+        busy = dict(zip(self.gpu_ids, self.base_busy))
+        return {t: (sum(free[g] for g in ids), len(ids), sum(max(0.0, 1.0 + TOL - float(busy[g])) for g in ids))
+                for t, ids in self.gpus_by_type.items()}
+
+    @cached_property
     def gpus_by_type(self) -> dict[str, tuple[int, ...]]:
         """Section 10: the ids of each type's GPUs, ascending."""
         out: dict[str, list[int]] = {}
@@ -166,8 +185,20 @@ def replicas_for(load_rps: float, capacity_rps: float) -> int:
     return max(1, math.ceil(load_rps / capacity_rps - TOL))
 
 
+_LAST: list = []   # the last (problem, compiled) pair: a Problem is immutable, so it is found by identity
+
+
 def compile_problem(problem: Problem) -> Compiled:
-    """Enumerate every stage's options in option-key order."""
+    """Enumerate every stage's options in option-key order. The last problem compiled is kept (by
+    identity), so a solver that warm-starts from another one on the same problem compiles it once."""
+    if _LAST and _LAST[0] is problem:
+        return _LAST[1]
+    cp = _compile(problem)
+    _LAST[:] = [problem, cp]
+    return cp
+
+
+def _compile(problem: Problem) -> Compiled:
     p = problem
     model_idx = {m.name: i for i, m in enumerate(p.models)}
     deploy = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in p.deployments}

@@ -179,6 +179,9 @@ class Cluster(_Frozen):
         """True under ``sharing: compute`` (spec section 9)."""
         return self.sharing == "compute"
 
+    def __hash__(self) -> int:      # ``prices`` is a dict: hash its items, so a typed cluster hashes too
+        return hash((self.gpus, self.instances, self.sharing, tuple(sorted((self.prices or {}).items()))))
+
     def gpu_type(self, gpu_id: int) -> str:
         """The type of GPU ``gpu_id`` (section 10)."""
         return next(g.type for g in self.gpus if g.id == gpu_id)

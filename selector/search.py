@@ -8,6 +8,7 @@ that can still tie are placed with LeastLoaded (placements cached by the variant
 """
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -30,8 +31,12 @@ class BestWindow:
     """Keeps every placeable variant whose objective value (cost, or section 10's ``U``) ties the
     best seen so far (within 1e-9)."""
 
-    def __init__(self, cp: Compiled) -> None:
+    def __init__(self, cp: Compiled, *, deadline: float | None = None) -> None:
         self.cp = cp
+        #: a ``time.perf_counter()`` value: past it a scan stops placing (``cut`` set); the window
+        #: then holds what was placed so far, so its best is feasible but maybe not the chunk's best
+        self.deadline = deadline
+        self.cut = False
         self.window: list[Candidate] = []
         self.best_cost = np.inf
         self.evaluated = 0
@@ -50,7 +55,10 @@ class BestWindow:
             keep = cost <= self.best_cost + TOL * max(1.0, self.best_cost)
             idx, cost = idx[keep], cost[keep]
         chunk_min = None
-        for j in np.lexsort((ch.flat[idx], cost)):
+        for n, j in enumerate(np.lexsort((ch.flat[idx], cost))):
+            if self.deadline is not None and n % 64 == 63 and time.perf_counter() > self.deadline:
+                self.cut = True
+                break
             c = float(cost[j])
             if chunk_min is not None and c > chunk_min + TOL * max(1.0, chunk_min):
                 break

@@ -89,10 +89,31 @@ def evaluate_chunk(cp: Compiled, wf: WorkflowOptions, flat: np.ndarray, *, free_
         usd += a["usd"][c]
         hint &= a["gpus"][c] <= n_gpus      # a stage's shards sit on distinct GPUs
     hint &= mem <= free_total + TOL
+    if cp.typed:
+        hint &= _types_fit(cp, wf, choice)
     max_util = _max_util(cp, wf, choice)
     if cp.compute:
         hint &= _compute_hint(cp, wf, choice)
     return Chunk(wf, flat, choice, acc, lat, mem, gpus, max_util, hint, usd, cp.problem.objective)
+
+
+def _types_fit(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:
+    """Section 10's necessary conditions, per variant: the new memory on each GPU type fits that
+    type's free memory, and each new stage's GPU slots fit the number of GPUs of its type; under
+    ``sharing: compute`` also section 9's room, per type (``Compiled.type_room``)."""
+    ok = np.ones(choice.shape[0], dtype=bool)
+    for t, (free, count, room) in cp.type_room.items():
+        mem = np.zeros(choice.shape[0])
+        load = np.zeros(choice.shape[0])
+        for s, st in enumerate(wf.stages):
+            c = choice[:, s]
+            mine = st.type_mask(t)[c]
+            mem += np.where(mine, st.arrays["mem"][c], 0.0)
+            ok &= ~mine | (st.arrays["gpus"][c] <= count)
+            if cp.compute:     # a reuse option's type is its instance's
+                load += np.where(st.type_mask(t, reuse=True)[c], st.arrays["cload"][c], 0.0)
+        ok &= (mem <= free + TOL) & (load <= room + TOL)
+    return ok
 
 
 def _compute_hint(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ class FlowMakerPlusSelector(Selector):
             allowed = _restricted(cp, wf, self.max_space)
             if allowed is None:
                 continue
-            window = BestWindow(cp)
+            window = BestWindow(cp, deadline=deadline)
             for ch in chunks(cp, restrict(wf, allowed)):
                 window.scan(ch)
                 if time.perf_counter() > deadline:

@@ -59,7 +59,7 @@ from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
 from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
-from solvers._rows import packing_rows, reuse_by_gpu, type_memory_rows
+from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 SCALE = 1_000_000
@@ -194,8 +194,9 @@ class CpSatBackend:
                   <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
         if not necessary:
             return
-        m.add(sum(round(d.opt(*k).compute_load * self.us) * v for k, v in y.items())
-              <= math.floor((cp.compute_room + TOL) * self.us + self.slack))
+        for load, room in compute_room_rows(d, y):
+            m.add(sum(round(u * self.us) * y[k] for k, u in load.items())
+                  <= math.floor((room + TOL) * self.us + self.slack))
         for weights, cap in self._packing:
             terms = [c * y[k] for k, c in weights.items() if k in y]
             if terms:

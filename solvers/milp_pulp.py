@@ -41,7 +41,7 @@ from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
 from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
-from solvers._rows import packing_rows, reuse_by_gpu, type_memory_rows
+from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 WINDOW_REL = 1e-6
@@ -182,7 +182,8 @@ class PulpBackend:
             lp += pulp.lpSum(u * y[k] for k, u in terms) <= 1.0 + TOL - float(cp.base_busy[g])
         if not necessary:
             return
-        lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
+        for load, room in compute_room_rows(d, y):
+            lp += pulp.lpSum(u * y[k] for k, u in load.items()) <= room + TOL
         for weights, cap in self._packing:
             terms = [c * y[k] for k, c in weights.items() if k in y]
             if terms:
