@@ -107,7 +107,8 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``servers`` off: ``simulate`` only (it then imports nothing of the servers)."""
     from profiler.engine import SCHEDULERS, EngineConfig
     from flowmaker.entry import add_version
     ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces "
@@ -144,9 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
-    from harness.servecli import add_launch, add_replay
-    add_launch(sub)
-    add_replay(sub)
+    if servers:
+        from harness.servecli import add_launch, add_replay
+        add_launch(sub)
+        add_replay(sub)
     return ap
 
 
@@ -156,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     from flowmaker.inputs import InputError
     from profiler.catalog import CatalogError
     setup_logging()
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(servers=argv[:1] != ["simulate"]).parse_args(argv)
         return args.func(args)
     except (UserError, InputError, CatalogError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)

@@ -86,6 +86,7 @@ def _solve(args: argparse.Namespace) -> int:
     problem = _read_problem(args.problem)
     warn_problem(problem)
     solver = _solver(args.solver)
+    solver.prepare()                   # the backend's import is not part of the time limit
     plan = solver.select(problem, time_limit_s=args.time_limit)
     print(plan.to_json() if args.json else format_plan(plan.to_dict()))
     return 0
@@ -93,9 +94,10 @@ def _solve(args: argparse.Namespace) -> int:
 
 # -- resolve, bundle, deploy ------------------------------------------------------------------
 def _env(args: argparse.Namespace):
-    """(catalog, cluster, gpu, perf) from the options shared by resolve, bundle and deploy."""
+    """(catalog, cluster, gpu, perf, objective) from the options shared by resolve, bundle and deploy."""
     from profiler.catalog import CatalogError
-    from selector.resolve import AnalyticPerf, TablePerf, load_catalog, load_cluster_file
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import AnalyticPerf, TablePerf, load_catalog
     try:
         catalog = load_catalog(models=getattr(args, "models", None), accuracy=getattr(args, "accuracy", None))
         cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
@@ -106,13 +108,13 @@ def _env(args: argparse.Namespace):
             raise
         raise ProblemError("--cluster", str(exc).split(": ", 1)[1]) from None
     perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
-    return catalog, cluster, gpu, perf
+    return catalog, cluster, gpu, perf, args.objective or "gb_s"
 
 
 def _resolve_one(spec: str, env) -> Any:
     from selector.resolve import resolve_task
-    catalog, cluster, gpu, perf = env
-    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
+    catalog, cluster, gpu, perf, objective = env
+    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf, objective=objective)
 
 
 def _resolve(args: argparse.Namespace) -> int:
@@ -158,7 +160,7 @@ def _bundle(args: argparse.Namespace) -> int:
     problems = _tasks_and_problems(args.tasks, env)
     from selector.cli_joint import bundle_data
     check_distinct_names([p.task.name for p in problems])
-    _write(_dump(bundle_data(env[1], problems, None, args.joint), args.json), args.out)
+    _write(_dump(bundle_data(env[1], problems, args.objective, args.joint), args.json), args.out)
     return 0
 
 
@@ -175,7 +177,7 @@ def _deploy(args: argparse.Namespace) -> int:
         return _deploy_joint(args)
     solver = _solver(args.solver or "flowmaker")
     if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
-        for opt in ("cluster", "sharing", "profile"):
+        for opt in ("cluster", "sharing", "profile", "objective"):
             if getattr(args, opt) is not None:
                 raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
                                                "drop the option or deploy task names instead")
@@ -195,9 +197,10 @@ def _deploy(args: argparse.Namespace) -> int:
         print()
     inst = result["cluster"]["instances"]
     solved = sum(p["status"] in ("optimal", "feasible") for p in result["plans"])
+    usd = [p["usd_per_hour"] for p in result["plans"] if p.get("usd_per_hour") is not None]
     print(f"final cluster: {len(inst)} instances, {sum(g['used_gb'] for g in result['cluster']['gpus']):.4g} GB "
           f"used of {sum(g['mem_gb'] for g in result['cluster']['gpus']):.4g} GB; "
-          f"{solved} of {len(result['plans'])} tasks placed")
+          f"{solved} of {len(result['plans'])} tasks placed" + (f"; ${sum(usd):.4g}/h of new GPUs" if usd else ""))
     return 0
 
 
@@ -209,7 +212,7 @@ def _deploy_joint(args: argparse.Namespace) -> int:
     from selector.joint import load_task_set
     from selector.yamlio import load_mapping
     if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
-        for opt in ("cluster", "sharing", "profile"):
+        for opt in ("cluster", "sharing", "profile", "objective"):
             if getattr(args, opt) is not None:
                 raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
                                                "drop the option or deploy task names instead")
@@ -220,7 +223,7 @@ def _deploy_joint(args: argparse.Namespace) -> int:
     else:
         args.cluster = args.cluster or DEFAULT_CLUSTER
         env = _env(args)
-        task_set = task_set_of({"cluster": env[1], "tasks": _tasks_and_problems(args.inputs, env)})
+        task_set = task_set_of({"cluster": env[1], "tasks": _tasks_and_problems(args.inputs, env)}, args.objective)
     return solve_joint(task_set, args.solver, args.time_limit, args.json)
 
 
@@ -285,6 +288,10 @@ def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
                    help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
     p.add_argument("--profile", default=None, metavar="NAME|FILE",
                    help="profile table (parquet; a name in results/profiles); default: the analytic model")
+    p.add_argument("--objective", default=None, choices=("gb_s", "usd_per_hour"),
+                   help="what the plan minimises (spec section 10): gb_s = new GB x latency (default), "
+                        "usd_per_hour = dollars per hour of the GPUs it newly reserves (prices from "
+                        "configs/prices.yaml or the cluster file's `prices`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -345,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
     ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
                     help="serving engine whose command lines are rendered (default vllm)")
-    ep.add_argument("--gpu", required=True, help="catalog GPU the plan is for (memory shares), e.g. a6000")
+    ep.add_argument("--gpu", default=None, help="catalog GPU of the instances whose plan names no gpu_type "
+                    "(memory shares, node selector), e.g. a6000; a typed plan's instances keep their own")
     ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
                     help="checkpoint of a catalog model (default: its hf_id); repeatable")
     ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")

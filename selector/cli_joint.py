@@ -25,7 +25,13 @@ def task_set_of(bundle: dict[str, Any], objective: str | None = None):
     """A bundle (``selector.deploy.load_bundle``: a cluster and resolved problems) as a task set,
     checked by section 11's rules."""
     from selector.joint import make_task_set
-    return make_task_set(bundle["cluster"], list(bundle["tasks"]), objective or "gb_s")
+    tasks = list(bundle["tasks"])
+    if objective is None:       # the tasks' own (resolve --objective), when they agree
+        seen = sorted({p.objective for p in tasks})
+        if len(seen) > 1:
+            raise ProblemError("tasks", f"the tasks ask for different objectives {seen}; pass --objective")
+        objective = seen[0] if seen else "gb_s"
+    return make_task_set(bundle["cluster"], tasks, objective)
 
 
 def solve_joint(task_set, solver: str | None, time_limit_s: float, as_json: bool) -> int:
@@ -73,12 +79,10 @@ def add_joint_parser(sub, time_limit) -> None:
 
 
 def bundle_data(cluster, problems: list, objective: str | None, joint: bool) -> dict:
-    """What ``bundle`` writes; with ``joint``, checked as a task set (section 11) and carrying
-    ``objective``, so ``python -m selector joint`` reads it."""
-    data = {"cluster": cluster.model_dump(mode="json"),
-            "tasks": [{k: v for k, v in p.to_dict().items() if k not in ("cluster", "objective")} for p in problems]}
+    """What ``bundle`` writes (each task keeps its own objective); with ``joint``, checked as a task
+    set (section 11) carrying one ``objective`` (``objective``, else the tasks'), as ``joint`` reads."""
     if joint:
-        ts = task_set_of({"cluster": cluster, "tasks": problems}, objective)
-        data = ts.to_dict()
-    return data
+        return task_set_of({"cluster": cluster, "tasks": problems}, objective).to_dict()
+    return {"cluster": cluster.model_dump(mode="json"),
+            "tasks": [{k: v for k, v in p.to_dict().items() if k != "cluster"} for p in problems]}
 
