@@ -52,7 +52,8 @@ def _base(params: Params, cluster: str):
     ``mixed`` fleet's (types and prices from ``selector.typed``)."""
     from selector.errors import ProblemError
     from selector.problem import parse_problem
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.typed import spread_over_types
     try:
         c, gpu = load_cluster_file("a6000x8" if cluster == "mixed" else cluster)
