@@ -152,12 +152,12 @@ class Sarathi:
 
     def schedule(self, v: CoreView) -> IterationPlan:
         budget = self.budget(v)
-        free, n, prefilling = v.free, len(v.running), list(v.prefilling)
+        free, n, prefilling = v.free, len(v.running), v.prefilling
         victims: list[Seq] = []
         if n:
             need = v.need_blocks()
             if free < need:     # the newest partial prefill goes first, then the newest decode
-                decodes = list(v.running.values())
+                prefilling, decodes = list(prefilling), list(v.running.values())
                 while free < need and (prefilling or decodes):
                     if prefilling:
                         s = prefilling.pop()
@@ -176,11 +176,12 @@ class Sarathi:
             m = min(c.eff - c.filled, budget - tokens)
             chunks.append((c, m))
             tokens += m
-        seats = v.max_batch - n - len(prefilling)
-        pre = len(chunks)
-        acc = self._admit(v, _queue(v, victims, v.waiting), chunks, budget, (tokens, free, seats))
-        if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
-            self._admit(v, _queue(v, (), v.background), chunks, budget, acc)
+        if (victims or v.waiting or v.background) and tokens < budget:
+            seats = v.max_batch - n - len(prefilling)
+            pre = len(chunks)
+            acc = self._admit(v, _queue(v, victims, v.waiting), chunks, budget, (tokens, free, seats))
+            if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
+                self._admit(v, _queue(v, (), v.background), chunks, budget, acc)
         if chunks:
             return IterationPlan(preempt=tuple(victims), decode=n > 0, chunks=tuple(chunks))
         if victims:
