@@ -43,22 +43,13 @@ background sequences every policy behaves exactly as described above.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from itertools import chain
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
 from profiler.engine import SCHEDULERS, EngineConfig
 
 Chunk = tuple[Seq, int]
-
-
-def _queue(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq]) -> Iterator[tuple[Seq, int, int]]:
-    """(sequence, prefill tokens, new blocks) in queue order once ``requeued`` (preempted in this
-    plan, in preemption order) went to the head of ``queue``."""
-    for s in reversed(requeued):
-        n = v.recompute_tokens(s)
-        yield s, n, v.blocks(n)
-    for s in queue:
-        yield s, s.eff, v.new_blocks(s)
 
 
 class VllmV0:
@@ -108,20 +99,27 @@ class VllmV0:
         """A prefill pass over the queue (``requeued`` at its head): ``free`` blocks, ``running``
         decoding sequences."""
         chunks: list[Chunk] = []
-        acc = self._admit(v, _queue(v, requeued, v.waiting), chunks, (0, 0, free), running)
+        acc = self._admit(v, requeued, v.waiting, chunks, (0, 0, free), running)
         waited = len(requeued) + len(v.waiting)
         if v.background and len(chunks) == waited and (chunks or not running):
-            self._admit(v, _queue(v, (), v.background), chunks, acc, running)
+            self._admit(v, (), v.background, chunks, acc, running)
         return tuple(chunks)
 
-    def _admit(self, v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk],
+    def _admit(self, v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq], chunks: list[Chunk],
                acc: tuple[int, int, int], running: int) -> tuple[int, int, int]:
-        """Admit from the head of ``queue`` into this pass; ``acc`` = (tokens, longest prompt,
-        free blocks) of the pass so far."""
+        """Admit from the head of ``queue`` into this pass; ``requeued``: sequences this plan
+        preempts (still admitted until it is applied), which go to the queue's head in reverse
+        order and prefill their whole context again; ``acc`` = (tokens, longest prompt, free
+        blocks) of the pass so far."""
         tokens, longest, free = acc
         seats = v.max_batch - running
         limit, watermark = v.max_batch_tokens, v.watermark
-        for c, n, nb in queue:
+        for c in chain(reversed(requeued), queue) if requeued else queue:
+            if c.state == WAITING:
+                n, nb = c.eff, v.new_blocks(c)
+            else:                       # preempted by this plan: its whole context again
+                n = v.recompute_tokens(c)
+                nb = v.blocks(n)
             if len(chunks) >= seats or (chunks and self.over_budget(tokens, longest, len(chunks), n, limit)) \
                     or free - nb < watermark:
                 break
@@ -151,7 +149,7 @@ class Sarathi:
         return min(self.chunk_size, v.max_batch_tokens)
 
     def schedule(self, v: CoreView) -> IterationPlan:
-        budget = self.budget(v)
+        budget = min(self.chunk_size, v.max_batch_tokens)     # self.budget(v)
         free, n, prefilling = v.free, len(v.running), v.prefilling
         victims: list[Seq] = []
         if n:
@@ -179,9 +177,9 @@ class Sarathi:
         if (victims or v.waiting or v.background) and tokens < budget:
             seats = v.max_batch - n - len(prefilling)
             pre = len(chunks)
-            acc = self._admit(v, _queue(v, victims, v.waiting), chunks, budget, (tokens, free, seats))
+            acc = self._admit(v, victims, v.waiting, chunks, budget, (tokens, free, seats))
             if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
-                self._admit(v, _queue(v, (), v.background), chunks, budget, acc)
+                self._admit(v, (), v.background, chunks, budget, acc)
         if chunks:
             return IterationPlan(preempt=tuple(victims), decode=n > 0, chunks=tuple(chunks))
         if victims:
@@ -189,13 +187,18 @@ class Sarathi:
         return DECODE_ONLY if n else IDLE
 
     @staticmethod
-    def _admit(v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk], budget: int,
+    def _admit(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq], chunks: list[Chunk], budget: int,
                acc: tuple[int, int, int]) -> tuple[int, int, int]:
-        """Admit from the head of ``queue`` while budget, seats and blocks allow; ``acc`` =
-        (tokens, free blocks, free seats) of the iteration so far."""
+        """Admit from the head of ``queue`` (``requeued`` at its head) while budget, seats and
+        blocks allow; ``acc`` = (tokens, free blocks, free seats) of the iteration so far."""
         tokens, free, seats = acc
         watermark = v.watermark
-        for c, eff, nb in queue:
+        for c in chain(reversed(requeued), queue) if requeued else queue:
+            if c.state == WAITING:
+                eff, nb = c.eff, v.new_blocks(c)
+            else:                       # preempted by this plan: its whole context again
+                eff = v.recompute_tokens(c)
+                nb = v.blocks(eff)
             if tokens >= budget or seats <= 0 or free - nb < watermark:
                 break
             free -= nb

@@ -41,8 +41,7 @@ class IterationEnd(Event):
     priority = P_DONE
 
     def __init__(self, time: float, inst: LLMCore) -> None:
-        super().__init__(time)
-        self.inst = inst
+        self.time, self.inst = time, inst     # Event.__init__ inlined: one per iteration
 
     def handle(self, sim: Simulator) -> list[Event]:
         return self.inst.end_iteration(self.time)
@@ -352,8 +351,9 @@ class LLMCore:
             if new:
                 events.extend(new)
         self.busy = False
-        if self.waiting or self.running or self.ready or self.prefilling or self.background:
-            self._wake()
+        if (self.waiting or self.running or self.ready or self.prefilling or self.background) and not self.kicked:
+            self.kicked = True                  # _wake() inlined: once per iteration
+            self.loop.defer(self)               # type: ignore[union-attr] - an iteration ran, so it has a loop
         return events
 
     def _park(self, s: Seq) -> None:
