@@ -52,6 +52,15 @@ from profiler.engine import SCHEDULERS, EngineConfig
 Chunk = tuple[Seq, int]
 
 
+def _prefill_cost(v: CoreView, s: Seq) -> tuple[int, int]:
+    """(tokens to prefill, new blocks) of admitting ``s``: a waiting sequence, or one this plan
+    preempts (not applied yet: still admitted), which prefills its whole context again."""
+    if s.state == WAITING:
+        return s.eff, v.new_blocks(s)
+    n = v.recompute_tokens(s)
+    return n, v.blocks(n)
+
+
 class VllmV0:
     name = "vllm"
 
@@ -115,11 +124,7 @@ class VllmV0:
         seats = v.max_batch - running
         limit, watermark = v.max_batch_tokens, v.watermark
         for c in chain(reversed(requeued), queue) if requeued else queue:
-            if c.state == WAITING:
-                n, nb = c.eff, v.new_blocks(c)
-            else:                       # preempted by this plan: its whole context again
-                n = v.recompute_tokens(c)
-                nb = v.blocks(n)
+            n, nb = _prefill_cost(v, c)
             if len(chunks) >= seats or (chunks and self.over_budget(tokens, longest, len(chunks), n, limit)) \
                     or free - nb < watermark:
                 break
@@ -194,11 +199,7 @@ class Sarathi:
         tokens, free, seats = acc
         watermark = v.watermark
         for c in chain(reversed(requeued), queue) if requeued else queue:
-            if c.state == WAITING:
-                eff, nb = c.eff, v.new_blocks(c)
-            else:                       # preempted by this plan: its whole context again
-                eff = v.recompute_tokens(c)
-                nb = v.blocks(eff)
+            eff, nb = _prefill_cost(v, c)
             if tokens >= budget or seats <= 0 or free - nb < watermark:
                 break
             free -= nb
