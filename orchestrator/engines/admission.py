@@ -73,12 +73,12 @@ class VllmV0:
         if v.waiting and (v.waiting[0] is not self._blocked[0] or free > self._blocked[1] or not running):
             chunks = self._prefill(v, (), free, running)
             if chunks:
-                return IterationPlan(chunks=chunks)
+                return IterationPlan((), False, chunks)
             self._blocked = (v.waiting[0], free)
         elif v.background and not running and not v.waiting:   # idle: background may run
             chunks = self._prefill(v, (), free, running)
             if chunks:
-                return IterationPlan(chunks=chunks)
+                return IterationPlan((), False, chunks)
         if not running:
             return IDLE
         need = v.need_blocks()
@@ -186,7 +186,7 @@ class Sarathi:
             if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
                 self._admit(v, (), v.background, chunks, budget, acc)
         if chunks:
-            return IterationPlan(preempt=tuple(victims), decode=n > 0, chunks=tuple(chunks))
+            return IterationPlan(tuple(victims) if victims else (), n > 0, tuple(chunks))
         if victims:
             return IterationPlan(preempt=tuple(victims), decode=n > 0)
         return DECODE_ONLY if n else IDLE
