@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, PREFILL, WAITING, IterationPlan, PieceSink,
-                                          Policy, Seq, Sink)
+from orchestrator.engines.llm_seq import (DECODE, DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+                                          PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig
@@ -249,6 +249,14 @@ class LLMCore:
 
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
+        if plan is DECODE_ONLY and self.running:      # most iterations: the whole batch decodes
+            self.free -= self.groups[-self.dit % self.block_size]
+            self.n_decode = n = len(self.running)
+            self.chunks = ()
+            if self.free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
+            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         preempt, decode, chunks = plan
         if preempt:
             for s in preempt:
@@ -295,8 +303,9 @@ class LLMCore:
         self.kicked = False
         if self.busy:
             return None
-        events: list[Event] = []
+        events: list[Event] | None = None
         if self.ready:
+            events = []
             self._admit_ready(now, events)
         dur = self._apply(self.policy.schedule(self), now)
         if dur <= 0.0:
@@ -311,7 +320,8 @@ class LLMCore:
         self.busy = True
         self.iter_start = now
         self.iterations += 1
-        self.prefill_iterations += bool(self.chunks)
+        if self.chunks:
+            self.prefill_iterations += 1
         end = self._end                 # one iteration at a time: its end event is reused
         end.time = now + dur
         if events:
