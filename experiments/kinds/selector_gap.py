@@ -4,11 +4,17 @@ A suite (``configs/benchmarks/*.yaml``) lists frozen problem files (the paper-si
 seven quickstart tasks deployed in sequence; each file carries its own ``cluster.sharing``), and
 ranges of seeds for ``selector.synthetic.paper_problem`` and ``selector.generate.random_problem``,
 generated in every mode of the suite's ``sharing`` list (spec section 9; ids of compute-mode
-copies end in ``-compute``). Per problem, the reference (``exhaustive``) proves the optimum;
+copies end in ``-compute``), and (``typed``) seeded random problems and paper variants spread over
+three GPU types with prices (spec section 10, ``selector.typed.spread_over_types``) under each
+objective of ``objectives`` (ids ``...-typed-usd`` / ``...-typed-gbs``, before any ``-compute``).
+``opt_cost_gb_s`` and ``cost_gb_s`` hold the objective's value: GB*s, or dollars per hour on a
+``usd_per_hour`` problem (column ``objective``). Per problem, the reference (``exhaustive``) proves the optimum;
 every solver then answers and gets a row::
 
     problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
-    gap_pct, match, same_variant, elapsed_s
+    gap_pct, usd_per_hour, match, same_variant, elapsed_s
+
+(``usd_per_hour``: the plan's dollars per hour, spec section 10; NaN where the problem has no prices)
 
 ``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
 or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
@@ -28,14 +34,15 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import show_progress
+from flowmaker.inputs import InputError
+from flowmaker.names import check_distinct
 from selector.plan import Plan
 from selector.problem import Problem, load_problem
 
@@ -46,7 +53,7 @@ REL = 1e-6
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: str = "configs/benchmarks/selector_gap.yaml"
-    solvers: list[str] = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
+    solvers: NameList = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
     reference: str = "exhaustive"
     time_limit_s: float = Field(default=60.0, gt=0)
     bayesian_trials: int = Field(default=200, ge=1)
@@ -54,10 +61,20 @@ class Params(BaseModel):
     publish: bool = False     # copy gap.parquet, summary.parquet and summary.md to results/<experiment>/
 
 
+#: problems a suite's seeded family may hold (the shipped suite has 300): more is a run of days
+MAX_SEEDS = 10_000
+
+
 class RandomSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    start: int = 0
+    start: int = Field(0, ge=0)
     stop: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RandomSpec:
+        if self.stop - self.start > MAX_SEEDS:
+            raise ValueError(f"stop - start must be at most {MAX_SEEDS:,} problems (got {self.stop - self.start:,})")
+        return self
 
 
 class Suite(BaseModel):
@@ -69,6 +86,8 @@ class Suite(BaseModel):
     paper_variants: RandomSpec | None = None              # seeds of selector.synthetic.paper_problem
     sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])   # generated members
     quickstart: dict | None = None                        # how the frozen quickstart files were made
+    typed: RandomSpec | None = None                       # seeds of typed random problems and paper variants
+    objectives: list[Literal["gb_s", "usd_per_hour"]] = Field(default_factory=lambda: ["usd_per_hour", "gb_s"])
 
 
 def in_mode(problem: Problem, sharing: str, suffix: bool = True) -> tuple[str, Problem]:
@@ -115,6 +134,30 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
             for s in range(suite.random.start, stop):
                 pid, p = in_mode(random_problem(s), mode)
                 out.append((pid, "random", p))
+        if suite.typed is not None:
+            out += _typed_members(suite, mode)
+    try:
+        check_distinct((pid for pid, _, _ in out), f"{path}: problem names")   # cells are keyed by them
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    return out
+
+
+def _typed_members(suite: Suite, mode: str) -> list[tuple[str, str, Problem]]:
+    """Spec section 10 members: random problems and paper variants over three priced GPU types."""
+    from selector.generate import random_problem
+    from selector.synthetic import paper_problem
+    from selector.typed import spread_over_types
+    out = []
+    for s in range(suite.typed.start, suite.typed.stop):
+        for objective in suite.objectives:
+            tag = "usd" if objective == "usd_per_hour" else "gbs"
+            for family, base in (("typed-random", random_problem(s)),) + (
+                    (("typed-paper", paper_problem(s)),) if s < 3 else ()):
+                typed = spread_over_types(base, seed=s, objective=objective)
+                pid, p = in_mode(typed.model_copy(update={"task": typed.task.model_copy(
+                    update={"name": f"{typed.task.name}-typed-{tag}"})}), mode)
+                out.append((pid, family, p))
     return out
 
 
@@ -125,15 +168,16 @@ def _solver(name: str, params: Params):
 
 def _comparable(plan: Plan) -> dict:
     d = {**plan.to_dict(), "solved": plan.solved}
-    return {k: v for k, v in d.items() if k in ("solved", "workflow", "stages", "cost_gb_s", "latency_s",
+    return {k: v for k, v in d.items() if k in ("solved", "workflow", "stages", "cost_gb_s", "usd_per_hour", "latency_s",
                                                  "new_mem_gb", "new_gpus", "accuracy")}
 
 
-def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: str = "memory") -> dict:
+def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: str = "memory",
+            objective: str = "gb_s") -> dict:
     """One result row (see the module docstring)."""
     feasible = ref.status == "optimal"
-    opt = ref.cost_gb_s if feasible else math.nan
-    cost = plan.cost_gb_s if plan.solved else math.nan
+    opt = ref.value(objective) if feasible else math.nan
+    cost = plan.value(objective) if plan.solved else math.nan
     if not feasible:
         match, gap = not plan.solved, math.nan
     elif not plan.solved:
@@ -141,9 +185,11 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: 
     else:
         match = abs(cost - opt) <= REL * max(abs(opt), 1e-12) or cost == opt
         gap = 100.0 * (cost - opt) / opt if opt > 0 else (0.0 if cost == 0 else math.nan)
-    return {"problem": pid, "family": family, "sharing": sharing, "variant_space": ref.variant_space,
+    return {"problem": pid, "family": family, "sharing": sharing, "objective": objective,
+            "variant_space": ref.variant_space,
             "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
+            "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None else math.nan,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
             "elapsed_s": plan.elapsed_s}
 
@@ -152,11 +198,11 @@ def solve_problem(pid: str, family: str, problem: Problem, params: Params) -> pd
     ref = _solver(params.reference, params).select(problem, time_limit_s=params.time_limit_s)
     if ref.status == "feasible":
         raise RuntimeError(f"{pid}: reference {params.reference} did not finish within {params.time_limit_s} s")
-    mode = problem.cluster.sharing
-    rows = [compare(pid, family, ref, ref, params.reference, mode)]
+    mode, objective = problem.cluster.sharing, problem.objective
+    rows = [compare(pid, family, ref, ref, params.reference, mode, objective)]
     for name in params.solvers:
         plan = _solver(name, params).select(problem, time_limit_s=params.time_limit_s)
-        rows.append(compare(pid, family, ref, plan, name, mode))
+        rows.append(compare(pid, family, ref, plan, name, mode, objective))
     return pd.DataFrame(rows)
 
 
@@ -257,11 +303,13 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     mode. Memory-mode files are ``paper-sized.json`` and ``quickstart-<k>-<task>.json``; a compute
     mode's carry ``-compute`` after ``paper-sized`` / ``quickstart``."""
     from selector.deploy import deploy_task
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.synthetic import paper_problem
     from solvers.registry import get_solver
 
-    suite = Suite.model_validate(yaml.safe_load(suite_path.read_text()))
+    from selector.yamlio import load_mapping
+    suite = Suite.model_validate(load_mapping(suite_path))
     q = suite.quickstart or {}
     out_dir = suite_path.parent / "problems"
     out_dir.mkdir(exist_ok=True)
