@@ -50,6 +50,8 @@ class Cell:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     tables: tuple[str, ...] = ()       # non-empty: fn returns {table: DataFrame}
     label: str = ""                    # shown beside the progress bar when the cell finishes
+    cpus: float = 1.0                  # Ray: CPUs the cell's task holds (0: its work runs in actors of its own)
+    gpus: float = 0.0                  # Ray: GPUs the cell's task holds (Ray sets CUDA_VISIBLE_DEVICES)
 
 
 def cell_files(ctx: RunContext, cell: Cell) -> list:
@@ -208,14 +210,14 @@ def _run_ray(todo: list[Cell], done: Callable[[Cell, Result], None], ex: Executi
     limit = min(x for x in (ex.workers, max_parallel, len(todo)) if x is not None)
     if ex.workers is None and max_parallel is None:
         limit = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    task = ray.remote(num_cpus=1)(_call)
+    task = ray.remote(_call)
     running: dict[Any, Cell] = {}
     queue = list(todo)
     try:
         while queue or running:
             while queue and len(running) < limit:
                 c = queue.pop(0)
-                running[task.remote(c.fn, c.args, dict(c.kwargs))] = c
+                running[task.options(num_cpus=c.cpus, num_gpus=c.gpus).remote(c.fn, c.args, dict(c.kwargs))] = c
             ready, _ = ray.wait(list(running), num_returns=1)
             done(running.pop(ready[0]), ray.get(ready[0]))
     finally:

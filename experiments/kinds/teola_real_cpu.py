@@ -7,9 +7,12 @@ Per (app, scheme) it writes one row per query (``queries.parquet``: latency, ans
 (``summary.parquet``): makespan and mean latency, the speedup of Teola over each baseline and
 whether every answer is identical. ``runtime: ray`` runs the engine schedulers and engines as
 Ray actors and each cell as a Ray task (``ray_address`` or ``RAY_ADDRESS`` joins a cluster).
+Cells run one at a time through ``experiments.executor`` (wall-clock measurements must not
+disturb each other), are kept in ``cells/`` and skipped on a resume.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -22,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.context import RunContext, UserError, atomic_write_parquet
+from experiments.executor import Cell, run_cells
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
 
@@ -108,6 +112,11 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
     return rows
 
 
+def cell_frame(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: str, seed: int) -> pd.DataFrame:
+    """:func:`run_cell` as a table (``experiments.executor``)."""
+    return pd.DataFrame(run_cell(app_name, scheme, params, llm_dir, pg_url, seed))
+
+
 def summarise(df: pd.DataFrame, schemes: list[str]) -> pd.DataFrame:
     rows = []
     for app, g in df.groupby("app", sort=False):
@@ -143,14 +152,13 @@ def run(params: Params, ctx: RunContext) -> None:
     for a in params.apps:
         run_cell(a, params.schemes[0], params.model_copy(update={"n_queries": 1, "runtime": "inprocess"}),
                  llm_dir, pg_url, ctx.seed)
-    cells = [(a, s) for a in params.apps for s in params.schemes]
-    if params.runtime == "ray":
-        from orchestrator.runtime.ray_runtime import map_cells
-        results = map_cells(run_cell, [(a, s, params, llm_dir, pg_url, ctx.seed) for a, s in cells],
-                            address=params.ray_address)
-    else:
-        results = [run_cell(a, s, params, llm_dir, pg_url, ctx.seed) for a, s in cells]
-    df = pd.DataFrame([r for rows in results for r in rows])
+    if params.runtime == "ray":      # cells as Ray tasks too (their engines are actors: the task holds no CPU)
+        ex = ctx.execution.model_copy(update={"runtime": "ray",
+                                              "ray_address": params.ray_address or ctx.execution.ray_address})
+        ctx = dataclasses.replace(ctx, execution=ex)
+    cells = [Cell(f"{a}__{s}", cell_frame, (a, s, params, llm_dir, pg_url, ctx.seed), cpus=0, label=f"{a} {s}")
+             for a in params.apps for s in params.schemes]
+    df = pd.concat(run_cells(ctx, cells, desc="real cells", max_parallel=1), ignore_index=True)   # wall clock: one at a time
     atomic_write_parquet(ctx.run_dir / "queries.parquet", df)
     summary = summarise(df, params.schemes)
     atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
