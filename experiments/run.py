@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from experiments.context import (EXECUTION_KEYS, Execution, RunContext, RunLock, UserError, check_finite,
                                  config_hash, open_run_dir, write_meta)
@@ -162,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _positive_int(text: str) -> int:
-    import argparse
     try:
         n = int(text)
     except ValueError:

@@ -4,10 +4,8 @@ an interrupted sweep keeps its finished cells."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +13,7 @@ import pytest
 
 from experiments.context import Execution, RunContext
 from experiments.executor import Cell, run_cells
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.experiments.test_interrupt import _interrupt
 
 
 def square(i: int, scale: float = 1.0) -> pd.DataFrame:
@@ -127,21 +124,8 @@ def _interrupt_sweep(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedP
     args = [sys.executable, "-m", "experiments.run", str(cfg), "--results", str(tmp_path / "res"), "--run-id", "r",
             "--no-progress", *extra]
     cells = tmp_path / "res" / "ex" / "r" / "cells"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        t_end = time.monotonic() + 180
-        while not (cells.is_dir() and len(list(cells.glob("*.parquet"))) >= 2) and proc.poll() is None:
-            assert time.monotonic() < t_end, "no cell finished"
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return subprocess.CompletedProcess(args, proc.returncode, out, err), cells
+    ready = lambda proc: cells.is_dir() and len(list(cells.glob("*.parquet"))) >= 2   # noqa: E731
+    return _interrupt(args, ready, within_s=180, env={"RAY_AUTH_MODE": "disabled"}), cells
 
 
 @pytest.mark.parametrize("runtime", ["local", pytest.param("ray", marks=pytest.mark.slow)])

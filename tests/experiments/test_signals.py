@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.experiments.test_interrupt import _interrupt
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
@@ -161,16 +163,6 @@ def test_ctrl_c_during_bayesian_prints_one_line(tmp_path) -> None:
         p.write_text(json.dumps(many_instances_problem().to_dict()))
         run(main, ["solve", str(p), "--solver", "bayesian", "--time-limit", "60"])
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(lambda: flag.exists() or proc.poll() is not None, 60, "a bayesian trial")
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, (out, err)
-    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"], err
+    done = _interrupt([sys.executable, "-c", code], lambda p: flag.exists() and time.sleep(0.2) is None)
+    assert done.returncode == 130, done
+    assert [ln for ln in done.stderr.splitlines() if ln.strip()] == ["interrupted"], done.stderr
