@@ -21,10 +21,12 @@ Ray joins ``--ray-address`` / ``RAY_ADDRESS`` or starts a private local instance
 token authentication: :func:`orchestrator.runtime.ray_runtime.init_ray`, which also ships this
 checkout to the workers). Ctrl-C or SIGTERM stops the sweep: finished cells are kept, running
 ones are cancelled (Ray) or their processes killed (local); a local worker also dies with its
-parent when that is killed outright (:func:`die_with_parent`).
+parent when that is killed outright (:func:`die_with_parent`), and so does a local Ray started
+here (:mod:`experiments.reaper`).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -206,7 +208,25 @@ def _run_ray(todo: list[Cell], done: Callable[[Cell, Result], None], ex: Executi
     from orchestrator.runtime.ray_runtime import init_ray
     started = "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
     local = started and not (ex.ray_address or os.environ.get("RAY_ADDRESS"))
-    ray = init_ray(ex.ray_address, num_cpus=ex.workers if local else None, log_to_driver=True)
+    reaper = None
+    if local:                        # a Ray started here goes with this process, even on kill -9
+        from experiments.reaper import start_reaper
+        reaper = start_reaper()
+    on_term = signal.getsignal(signal.SIGTERM)
+    try:
+        ray = init_ray(ex.ray_address, num_cpus=ex.workers if local else None, log_to_driver=True,
+                       logging_level=logging.ERROR)     # not Ray's notes on packaging this checkout
+        if callable(on_term) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)     # Ray's driver aborts on SIGTERM: ours stops cleanly
+        _ray_loop(ray, todo, done, ex, max_parallel, shutdown=started)
+    finally:
+        if reaper is not None:
+            reaper.terminate()
+            reaper.wait()
+
+
+def _ray_loop(ray: Any, todo: list[Cell], done: Callable[[Cell, Result], None], ex: Execution,
+              max_parallel: int | None, *, shutdown: bool) -> None:
     limit = min(x for x in (ex.workers, max_parallel, len(todo)) if x is not None)
     if ex.workers is None and max_parallel is None:
         limit = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -226,5 +246,5 @@ def _run_ray(todo: list[Cell], done: Callable[[Cell, Result], None], ex: Executi
                 ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - Ray may be shutting down already
                 pass
-        if started:
+        if shutdown:
             ray.shutdown()

@@ -118,13 +118,19 @@ class Terminated(KeyboardInterrupt):
     cleanly on Ctrl-C (``finally`` blocks, worker pools, kept cells) does on SIGTERM too."""
 
 
+def _terminated(exc: BaseException) -> bool:
+    # a library may turn the signal's exception into a plain KeyboardInterrupt (Ray's wait does)
+    return isinstance(exc, Terminated) or _Sigint.seen is Terminated
+
+
 def interrupt_word(exc: BaseException) -> str:
     """``terminated`` for SIGTERM, ``interrupted`` for Ctrl-C: the start of the one line printed."""
-    return "terminated" if isinstance(exc, Terminated) else "interrupted"
+    return "terminated" if _terminated(exc) else "interrupted"
 
 
 def interrupt_status(exc: BaseException) -> int:
-    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    """143 for SIGTERM, 130 for Ctrl-C."""
+    return EXIT_TERMINATED if _terminated(exc) else EXIT_INTERRUPTED
 
 
 class _Sigint:

@@ -79,10 +79,11 @@ def runtime_env() -> dict[str, Any]:
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
-             log_to_driver: bool = True) -> Any:
+             log_to_driver: bool = True, logging_level: int = 20) -> Any:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray listening on loopback
     only, with token authentication (module docstring); idempotent. Code ships as
-    :func:`runtime_env`; worker output is printed here unless ``log_to_driver`` is False."""
+    :func:`runtime_env`; worker output is printed here unless ``log_to_driver`` is False;
+    ``logging_level``: Ray's own log records shown here (default 20, INFO)."""
     address = address or os.environ.get("RAY_ADDRESS")
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     if address is None and not running:
@@ -92,6 +93,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         return ray
     ray.init(address=address, num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
              include_dashboard=False, log_to_driver=log_to_driver, ignore_reinit_error=True,
+             logging_level=logging_level,
              runtime_env=runtime_env())
     if address is None and ray.util.get_node_ip_address() != LOOPBACK:
         ip = ray.util.get_node_ip_address()

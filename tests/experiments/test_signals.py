@@ -166,3 +166,35 @@ def test_ctrl_c_during_bayesian_prints_one_line(tmp_path) -> None:
     done = _interrupt([sys.executable, "-c", code], lambda p: flag.exists() and time.sleep(0.2) is None)
     assert done.returncode == 130, done
     assert [ln for ln in done.stderr.splitlines() if ln.strip()] == ["interrupted"], done.stderr
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_sweep_on_a_local_ray_takes_ray_with_it(tmp_path, how: int) -> None:
+    """A local Ray started by the runner (GCS, raylet, agents, workers) is gone 5 s after the
+    runner dies. Before the reaper, its dashboard and runtime-env agents outlived kill -9 by a
+    minute or more; before the SIGTERM handler was put back after ray.init, SIGTERM aborted."""
+    args, _ = _sweep(tmp_path)
+    cfg = Path(args[3])
+    cfg.write_text(cfg.read_text().replace("workers: 2", "runtime: ray\nworkers: 2"))
+    proc = subprocess.Popen(args, cwd=REPO, env={**ENV, "RAY_AUTH_MODE": "disabled"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        busy = lambda: [p for p in _children(proc.pid) if b"ray::_call" in _cmdline(p)]   # noqa: E731
+        _wait_for(lambda: len(busy()) >= 2 or proc.poll() is not None, 240, "two Ray workers in cells")
+        assert proc.poll() is None, proc.communicate()
+        ours = _children(proc.pid)
+        proc.send_signal(how)
+        out, err = proc.communicate(timeout=60)
+        assert _none_alive_after(ours) == []
+        if how == signal.SIGTERM:
+            assert proc.returncode == 143 and "terminated: finished results are kept" in err, (out, err)
+    finally:
+        _killpg(proc)
