@@ -105,7 +105,8 @@ def _word(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "missed")
 
 
-def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float, workers: str = "1 local worker(s)") -> list[str]:
+def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float,
+               workers: str = "1 local worker(s)") -> list[str]:
     """The ``## Targets`` section: one line per target, met or missed, with the numbers."""
     ref, sc = params.reference, headline(params)
     lines = ["## Targets (issue 17; computed from this run's tables)", ""]
