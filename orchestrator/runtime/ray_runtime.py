@@ -88,6 +88,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     if address is None and not running:
         _private_local_defaults()
+    elif address is not None and address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost") and not running:
+        # a cluster on this machine's loopback (`ray start --node-ip-address 127.0.0.1`): without this Ray
+        # rewrites 127.0.0.1 to the machine's address and never reaches it
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
     if ray.is_initialized():
         return ray
