@@ -95,7 +95,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     import ray
     if ray.is_initialized():
         return ray
-    ray.init(address=address, num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
+    # "local": a new instance of our own, never a `ray start` cluster that ray.init(None) would join
+    ray.init(address=address or "local", num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
              include_dashboard=False, log_to_driver=log_to_driver, ignore_reinit_error=True,
              logging_level=logging_level,
              runtime_env=runtime_env())
