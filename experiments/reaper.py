@@ -21,7 +21,7 @@ from pathlib import Path
 POLL_S = 0.5
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
+def proc_stat(pid: int) -> tuple[int, int] | None:
     """``(parent pid, start time in clock ticks)`` of ``pid``, or None if it is gone or a zombie."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -32,7 +32,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
 
 def descendants(root: int) -> dict[int, int]:
     """``{pid: start time}`` of every live descendant of ``root``."""
-    stats = {int(d.name): s for d in Path("/proc").iterdir() if d.name.isdigit() and (s := _stat(int(d.name)))}
+    stats = {int(d.name): s for d in Path("/proc").iterdir() if d.name.isdigit() and (s := proc_stat(int(d.name)))}
     out, todo = {}, [root]
     while todo:
         p = todo.pop()
@@ -45,12 +45,12 @@ def descendants(root: int) -> dict[int, int]:
 
 def watch(root: int) -> None:
     me, seen = os.getpid(), {}
-    while _stat(root) is not None:
+    while proc_stat(root) is not None:
         seen.update(descendants(root))
         seen.pop(me, None)
         time.sleep(POLL_S)
     for pid, start in seen.items():
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is not None and st[1] == start:
             try:
                 os.kill(pid, signal.SIGKILL)

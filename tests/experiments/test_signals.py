@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.reaper import descendants, proc_stat
 from tests.experiments.test_interrupt import _interrupt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,29 +25,11 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="re
 
 def _children(pid: int) -> set[int]:
     """Every live descendant of ``pid`` (from /proc)."""
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        out.update(kids)
-        todo += kids
-    return out
+    return set(descendants(pid))
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+    return proc_stat(pid) is not None
 
 
 def _wait_for(cond, within_s: float, what: str) -> None:
