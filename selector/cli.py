@@ -84,6 +84,7 @@ def _solve(args: argparse.Namespace) -> int:
     problem = _read_problem(args.problem)
     warn_problem(problem)
     solver = _solver(args.solver)
+    solver.prepare()                   # the backend's import is not part of the time limit
     plan = solver.select(problem, time_limit_s=args.time_limit)
     print(plan.to_json() if args.json else format_plan(plan.to_dict()))
     return 0

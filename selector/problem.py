@@ -24,11 +24,20 @@ from selector.yamlio import load_mapping
 TOL = 1e-9
 
 
+#: magnitudes a number may have (issue 28): beyond them a quotient or product in the model
+#: (load / capacity, replicas x GB) overflows; no real rate, latency, size or count comes near
+MAX_NUMBER, MIN_NONZERO, MAX_WHOLE = 1e15, 1e-15, 2**31 - 1
+
+
 def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError("must be a number")
+    if isinstance(v, int) and abs(v) > MAX_NUMBER:
+        raise ValueError(f"must be at most {MAX_NUMBER:g} in size")
     if not math.isfinite(v):
         raise ValueError("must be finite")
+    if abs(v) > MAX_NUMBER or 0 < abs(v) < MIN_NONZERO:
+        raise ValueError(f"must be 0 or between {MIN_NONZERO:g} and {MAX_NUMBER:g} in size")
     return float(v)
 
 
@@ -37,6 +46,8 @@ def _whole(v: Any) -> int:
         raise ValueError("must be a whole number")
     if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
         raise ValueError("must be a whole number")
+    if abs(v) > MAX_WHOLE:
+        raise ValueError(f"must be at most {MAX_WHOLE} in size")
     return int(v)
 
 

@@ -19,7 +19,6 @@ local processes or Ray; resumable with ``--run-id``).
 from __future__ import annotations
 
 import math
-import re
 import shutil
 from typing import Literal
 
@@ -27,7 +26,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from selector.taskspec import TaskList
 from experiments.executor import Cell, run_cells
 
 DEFAULT_SELECTORS = ["milp", "flowmaker", "flowmaker-plus", "bayesian", "langchain", "routellm", "murakkab"]
@@ -35,10 +35,10 @@ DEFAULT_SELECTORS = ["milp", "flowmaker", "flowmaker-plus", "bayesian", "langcha
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(default_factory=lambda: ["rag-qa", "code-review"], min_length=1)   # names or files
+    tasks: TaskList = Field(default_factory=lambda: ["rag-qa", "code-review"])   # names or files
     cluster: str = "a6000x8"
     sharing: Literal["memory", "compute"] | None = None          # default: the cluster file's
-    selectors: list[str] = Field(default_factory=lambda: list(DEFAULT_SELECTORS), min_length=1)
+    selectors: NameList = Field(default_factory=lambda: list(DEFAULT_SELECTORS))
     points: int = Field(default=16, ge=2, le=200)          # SLO values per task
     tightest: float = Field(default=0.6, gt=0, lt=1)        # the last SLO: this x the optimum's latency L0
     time_limit_s: float = Field(default=30.0, gt=0)
@@ -59,8 +59,8 @@ def run(params: Params, ctx: RunContext) -> None:
         problems = [resolve_task(t, catalog=catalog, cluster=cluster, gpu=gpu) for t in params.tasks]
     except ProblemError as exc:
         raise UserError(str(exc)) from None
-    cells = [Cell(f"{k:03d}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", p.task.name)[:80], task_frame, (p, params),
-                  label=p.task.name) for k, p in enumerate(problems)]
+    cells = [Cell(f"{k:03d}-{p.task.name}", task_frame, (p, params), label=p.task.name)   # cell_path makes it a
+             for k, p in enumerate(problems)]                                              # safe file name
     df = pd.concat(run_cells(ctx, cells, desc="cost vs SLO"), ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "cost_vs_slo.parquet", df)
     text = summary_md(df, params)

@@ -14,16 +14,17 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.executor import Cell, run_cells
 from selector.problem import TOL
+from selector.taskspec import TaskList
 
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1, description="deployed in this order (each sees the cluster "
+    tasks: TaskList = Field(description="deployed in this order (each sees the cluster "
                                                        "the previous ones left)")
-    orchestrated: list[str] = Field(min_length=1, description="tasks whose requests run through the "
+    orchestrated: NameList = Field(description="tasks whose requests run through the "
                                                               "orchestrator; each needs orchestration: in its task file")
     cluster: str = "a6000x8"
     selectors: list[str] = Field(default=["flowmaker"], min_length=1)

@@ -14,17 +14,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from selector.deploy import deploy_task, with_cluster
 from selector.errors import ProblemError
 from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.taskspec import TaskList
 
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)
+    tasks: TaskList
     cluster: str = "a6000x8"
-    selectors: list[str] | None = None          # default: every registered selector
+    selectors: NameList | None = None          # default: every registered selector
     time_limit_s: float = Field(default=30.0, gt=0)
     # cluster sharing modes (spec section 9); None: the cluster file's own (`sharing:`, else memory)
     sharing: list[Literal["memory", "compute"]] | None = Field(default=None, min_length=1)
@@ -46,11 +47,10 @@ def run(params: Params, ctx: RunContext) -> None:
                                                     for t in params.tasks])
     except ProblemError as exc:
         raise UserError(str(exc)) from None
-    (ctx.run_dir / "problems").mkdir(exist_ok=True)
     for mode, (_, problems) in by_mode.items():
         for p in problems:
             tag = "" if mode == "memory" else f"-{mode}"
-            atomic_write_text(ctx.run_dir / "problems" / f"{p.task.name}{tag}.json", json.dumps(p.to_dict()))
+            atomic_write_text(ctx.file_path("problems", f"{p.task.name}{tag}.json"), json.dumps(p.to_dict()))
     rows = []
     n_tasks = len(params.tasks)
     bar = tqdm(total=len(selectors) * n_tasks * len(by_mode), disable=not ctx.progress, desc="deploying", unit="task")
@@ -65,7 +65,7 @@ def run(params: Params, ctx: RunContext) -> None:
                 plans.append(plan.to_dict())
                 bar.update()
             tag = "" if mode == "memory" else f"-{mode}"
-            atomic_write_text(ctx.run_dir / "plans" / f"{name}{tag}.json",
+            atomic_write_text(ctx.file_path("plans", f"{name}{tag}.json"),
                               json.dumps({"plans": plans, "cluster": cluster.model_dump(mode="json")}, indent=1))
     bar.close()
     df = pd.DataFrame(rows)

@@ -38,6 +38,7 @@ from experiments.context import RunContext, UserError, atomic_write_parquet, ato
 from experiments.executor import Cell, run_cells
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
+from selector.taskspec import TaskList
 
 POLICIES = ("static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow")
 Policy = Literal["static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow"]
@@ -51,7 +52,7 @@ DAY_CONTROLLER = ControllerConfig(interval_s=5.0, window_s=60.0, window_long_s=9
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)
+    tasks: TaskList
     cluster: str = Field("a6000x8-compute", description="configs/clusters/<name>.yaml")
     nodes: int = Field(8, ge=1, description="copies of the cluster file's GPUs")
     selector: str = Field("flowmaker", description="registry name of the selector every policy runs")

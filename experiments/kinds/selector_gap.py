@@ -33,15 +33,16 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.executor import Cell, run_cells
 from flowmaker.entry import show_progress
+from flowmaker.inputs import InputError
+from flowmaker.names import check_distinct
 from selector.plan import Plan
 from selector.problem import Problem, load_problem
 
@@ -52,7 +53,7 @@ REL = 1e-6
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: str = "configs/benchmarks/selector_gap.yaml"
-    solvers: list[str] = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
+    solvers: NameList = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
     reference: str = "exhaustive"
     time_limit_s: float = Field(default=60.0, gt=0)
     bayesian_trials: int = Field(default=200, ge=1)
@@ -60,10 +61,20 @@ class Params(BaseModel):
     publish: bool = False     # copy gap.parquet, summary.parquet and summary.md to results/<experiment>/
 
 
+#: problems a suite's seeded family may hold (the shipped suite has 300): more is a run of days
+MAX_SEEDS = 10_000
+
+
 class RandomSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    start: int = 0
+    start: int = Field(0, ge=0)
     stop: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RandomSpec:
+        if self.stop - self.start > MAX_SEEDS:
+            raise ValueError(f"stop - start must be at most {MAX_SEEDS:,} problems (got {self.stop - self.start:,})")
+        return self
 
 
 class Suite(BaseModel):
@@ -125,6 +136,10 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
                 out.append((pid, "random", p))
         if suite.typed is not None:
             out += _typed_members(suite, mode)
+    try:
+        check_distinct((pid for pid, _, _ in out), f"{path}: problem names")   # cells are keyed by them
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     return out
 
 
@@ -286,7 +301,8 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     from selector.synthetic import paper_problem
     from solvers.registry import get_solver
 
-    suite = Suite.model_validate(yaml.safe_load(suite_path.read_text()))
+    from selector.yamlio import load_mapping
+    suite = Suite.model_validate(load_mapping(suite_path))
     q = suite.quickstart or {}
     out_dir = suite_path.parent / "problems"
     out_dir.mkdir(exist_ok=True)

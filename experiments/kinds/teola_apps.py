@@ -14,19 +14,24 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.executor import Cell, run_cells
 from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
-from orchestrator.apps import AppSpec
-from orchestrator.engines import profiler_llm_instances
+from orchestrator.apps import AppSpec, check_apps
+from flowmaker.names import check_distinct
+from orchestrator.engines import load_engine_spec, profiler_llm_instances
 from orchestrator.template import QueryConfig
 
 ABLATION_SCHEMES = ("teola", "teola-no-prune", "teola-no-stage", "teola-no-prefill_split",
                     "teola-no-decode_pipeline", "teola-no-rerank_pipeline", "teola-no-par-pipe", "teola-blind",
                     "teola-topo-lowest")
+
+
+#: queries one simulated cell may hold (the paper's runs use 150): more is a run of days
+MAX_QUERIES = 100_000
 
 
 class AppOverride(BaseModel):
@@ -49,8 +54,8 @@ class Params(BaseModel):
         "contextual_rag": (0.25, 0.5, 1.0)})
     saturation: float = Field(1.6, gt=1)
     isolated_rate_rps: float = Field(0.02, gt=0, description="rate at which queries do not interact")
-    n_isolated: int = Field(20, ge=1, description="queries per isolated-latency cell")
-    n_queries: int = Field(150, ge=1, description="queries per cell")
+    n_isolated: int = Field(20, ge=1, le=MAX_QUERIES, description="queries per isolated-latency cell")
+    n_queries: int = Field(150, ge=1, le=MAX_QUERIES, description="queries per cell")
     seeds: tuple[int, ...] = Field((0,), min_length=1, description="one run of every cell per seed")
     schemes: tuple[str, ...] = ("teola", "teola+prefix-cache") + BASELINES
     app_overrides: dict[str, AppOverride] = Field(default_factory=dict)
@@ -71,6 +76,14 @@ class Params(BaseModel):
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
+    @model_validator(mode="after")
+    def _apps_load(self) -> Params:
+        """Every app named anywhere (a name or a .yaml path) loads, with its engine specs, before
+        any cell runs; their names are distinct."""
+        check_distinct(self.apps, "apps")
+        check_apps([*self.apps, self.ablation_app, *([self.batch_cap_app] if self.batch_cap_app else [])])
+        return self
+
 
 def _app(p: Params, name: str) -> AppSpec:
     app = load_app(name)
@@ -89,7 +102,6 @@ def _app(p: Params, name: str) -> AppSpec:
 def _engines(app, scheme, p: Params):
     over = {}
     if p.llm_latency == "profiler":
-        from orchestrator.engines import load_engine_spec
         for name, b in app.engines.items():
             spec = load_engine_spec(b.spec)
             if spec.kind == "llm" and spec.model in ("llama-2-7b", "llama-2-13b"):

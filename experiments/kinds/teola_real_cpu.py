@@ -17,14 +17,17 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet
+from flowmaker.names import name_problem
+from orchestrator.apps import check_apps
 from experiments.executor import Cell, run_cells
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
@@ -32,10 +35,10 @@ CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    apps: list[str] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"], min_length=1)
+    apps: Annotated[NameList, AfterValidator(check_apps)] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"])
     schemes: list[str] = Field(default_factory=lambda: ["teola", "llamadist-po"], min_length=2)
     corpus: str = "ostvik_guide"
-    n_queries: int = Field(8, ge=1)
+    n_queries: int = Field(8, ge=1, le=10_000)
     rate_rps: float = Field(4.0, gt=0, description="Poisson arrival rate; the same arrivals for every scheme")
     answer_tokens: int = Field(16, ge=1)
     leaf_tokens: int = Field(16, ge=1, description="tokens per tree-synthesis leaf answer")
@@ -52,7 +55,7 @@ class Params(BaseModel):
 
 def load_corpus(name: str) -> tuple[list[str], list[str]]:
     p = CORPUS_DIR / f"{name}.yaml"
-    if not p.exists():
+    if name_problem(name) is not None or not p.exists():
         known = ", ".join(sorted(q.stem for q in CORPUS_DIR.glob("*.yaml")))
         raise UserError(f"field 'params.corpus': unknown corpus {name!r}; known: {known}")
     raw = yaml.safe_load(p.read_text())
