@@ -1,8 +1,10 @@
 """Deploy several tasks' deployments on the simulated cluster and replay one workload;
-the cell metrics of docs/metrics.md (goodput, cost, latency, footprint)."""
+the cell metrics of docs/metrics.md (goodput, cost, latency, footprint). :func:`deployment_task`
+is the one way a task's ``Deployment`` becomes the simulator's ``SimTask`` (the re-selection
+controller uses it too)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,19 @@ class ReplayResult:
     per_task: list[dict]
 
 
+def deployment_task(p: Problem, dep: Deployment, stage_tokens: Sequence[tuple[int, int]],
+                    model_of: Mapping[str, str]) -> SimTask:
+    """The routed task that serves ``p``'s requests as ``dep`` deploys it: per stage its routes,
+    ``stage_tokens`` = (prompt, output) of one call, and per route whether its models (``model_of``
+    instance id) meet the task's accuracy SLO (an unknown model does not)."""
+    ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
+    stages = []
+    for route, (prompt, output) in zip(dep.stages, stage_tokens, strict=True):
+        accuracy_ok = tuple(all(ok.get(model_of[i], False) for i in r.instances) for r in route.routes)
+        stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, accuracy_ok))
+    return SimTask(p.task.name, p.task.latency_slo_s, tuple(stages))
+
+
 def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
               tokens: Sequence[dict[str, list[tuple[int, int]]]]) -> tuple[list[InstanceSpec], list[SimTask]]:
     """Instances and routed tasks of ``deps`` (``plan.deployment`` per task; ``None``: the task
@@ -33,12 +48,7 @@ def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
         instances.extend(dep.instances)
         models.update({i.id: i.model for i in dep.instances})
         models.update({i.id: i.model for i in p.cluster.instances})
-        ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
-        stages = []
-        for route, (prompt, output) in zip(dep.stages, tokens[k][dep.workflow], strict=True):
-            accuracy_ok = tuple(all(ok[models[i]] for i in r.instances) for r in route.routes)
-            stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, accuracy_ok))
-        tasks.append(SimTask(p.task.name, p.task.latency_slo_s, tuple(stages)))
+        tasks.append(deployment_task(p, dep, tokens[k][dep.workflow], models))
     return instances, tasks
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
 from selector.problem import TOL
 from selector.taskspec import TaskList
@@ -84,7 +85,8 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.orchestration import OrchestrationError, bind
     from harness.workload import azure_or_synthetic
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import load_task
 
     _check(params)

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
@@ -83,7 +84,8 @@ def setup(params: Params):
     """``(problems, tokens, cluster, gpu)``: every task resolved on the replicated cluster."""
     from selector.errors import ProblemError
     from selector.problem import Cluster, Gpu
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
     try:
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")

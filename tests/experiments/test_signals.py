@@ -112,18 +112,21 @@ def test_kill_9_of_a_sweep_takes_its_workers_with_it(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
-def test_time_limit_benchmark_child_dies_with_its_parent(how: int) -> None:
+def test_time_limit_benchmark_child_dies_with_its_parent(tmp_path, how: int) -> None:
     """Before: the benchmark's measuring child outlived SIGTERM (and kill -9) of the benchmark."""
-    args = [sys.executable, "-m", "experiments.bench_time_limits", "--solvers", "exhaustive", "--limits", "60"]
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text("experiment: b\nkind: bench_time_limits\nparams: {solvers: [exhaustive], limits_s: [60]}\n")
+    args = [sys.executable, "-m", "experiments.run", str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]
     proc, children = _start_with_workers(args, 1)
     try:
         proc.send_signal(how)
         out, err = proc.communicate(timeout=30)
         assert _none_alive_after(children) == []
+        if how == signal.SIGTERM:
+            lines = err.strip().splitlines()
+            assert proc.returncode == 143 and len(lines) == 1 and lines[0].startswith("terminated"), (out, err)
     finally:
         _killpg(proc)
-    if how == signal.SIGTERM:
-        assert proc.returncode == 143 and err.strip().splitlines() == ["terminated"], (out, err)
 
 
 def test_ctrl_c_during_bayesian_prints_one_line(tmp_path) -> None:

@@ -16,6 +16,15 @@ def ray_local():
     ray.shutdown()
 
 
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_cells_run_as_ray_tasks_in_order(ray_local):
+    from orchestrator.runtime.ray_runtime import map_cells
+    assert map_cells(_square, [(i,) for i in range(5)], max_parallel=2) == [0, 1, 4, 9, 16]
+
+
 def test_engines_in_actors_match_simulation(ray_local):
     from orchestrator import load_app, simulate
     from orchestrator.engines.factory import build_instances, load_engine_spec
@@ -36,7 +45,7 @@ def test_real_engines_in_actors_same_answers(ray_local, tmp_path):
     import pandas as pd
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("experiment: r\nkind: teola_real_cpu\nparams:\n  apps: [advanced_rag]\n  n_queries: 2\n"
-                   "  answer_tokens: 6\n  schemes: [teola, llamadist-po]\n  runtime: ray\n")
+                   "  answer_tokens: 6\n  repeats: 1\n  rates_rps: {advanced_rag: [20]}\n  schemes: [teola, llamadist-po]\n  runtime: ray\n")
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
     (run_dir,) = (tmp_path / "res" / "r").iterdir()
     assert pd.read_parquet(run_dir / "summary.parquet")["same_answers_as_teola"].all()
@@ -52,7 +61,9 @@ def _broken_builder() -> list:
 
 
 def test_code_ships_with_the_runtime_env_not_a_pythonpath(ray_local):
-    from orchestrator.runtime.ray_runtime import REPO_ROOT, runtime_env
+    from orchestrator.runtime.ray_runtime import runtime_env
+    from profiler.catalog import repo_root
+    REPO_ROOT = str(repo_root())
     env = runtime_env()
     assert env["working_dir"] == REPO_ROOT and ".venv" in env["excludes"] and "results" in env["excludes"]
     assert "PYTHONPATH" not in env["env_vars"]
