@@ -144,10 +144,9 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
                     help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
-    from harness.servecli import add_export
-    add_export(sub)
     if servers:
-        from harness.servecli import add_launch, add_replay
+        from harness.servecli import add_export, add_launch, add_replay
+        add_export(sub)
         add_launch(sub)
         add_replay(sub)
     return ap

@@ -355,7 +355,7 @@ def load_prices(path: Path | None = None) -> dict[str, GpuPrices]:
     raw = _read_yaml(path, "prices")
     if not isinstance(raw, dict):
         raise CatalogError(f"{path}: field 'prices' must be a mapping GPU type -> prices")
-    return {str(name): _parse(GpuPrices, entry, path, f"prices.{name}") for name, entry in raw.items()}
+    return {str(name): parse_model(GpuPrices, entry, path, f"prices.{name}") for name, entry in raw.items()}
 
 
 def load_accuracy(path: Path | None = None) -> dict[str, float]:
