@@ -140,6 +140,8 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
                 cells.append(f"{r.goodput.iloc[0]:.3f} / {r.migrations.iloc[0]:.1f}" if len(r) else "-")
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
     lines += ["", "Cost = GB x seconds every instance held, from its start (loading included) to its release "
-              "(static: GB x residency). Figures: memory.png, migrations.png, goodput.png; "
+              "(static: GB x residency). GPU-hours held = whole GPUs any instance occupies over the same spans "
+              "(a shared GPU once); USD = those GPU-hours x the cluster's price per GPU-hour (configs/prices.yaml; "
+              "`-` without one; results: `gpu_s_held`, `usd`). Figures: memory.png, migrations.png, goodput.png; "
               "docs/reselection.md explains the control loop and its parameters."]
     return "\n".join(lines) + "\n"

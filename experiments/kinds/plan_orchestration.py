@@ -188,6 +188,9 @@ def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) ->
             lines.append(f"| {' | '.join(str(x) for x in key[:3])} | {key[3]:g}% | "
                          f"{c.loc[key, 'latency_mean_s'] / t.loc[key, 'latency_mean_s']:.2f}x | "
                          f"{c.loc[key, 'latency_p99_s'] / t.loc[key, 'latency_p99_s']:.2f}x |")
+    lines += ["", "GPU-s held = whole GPUs the task's plan instances occupy (a shared GPU once) x the cell's "
+              "residency (first arrival to last completion or arrival); USD = those GPU-hours x the cluster's "
+              "price per GPU-hour (configs/prices.yaml; `-` without one; docs/metrics.md)."]
     lines += ["", "Only the orchestrated tasks' requests run (on their plan's instances); see docs/harness.md, "
               "\"Orchestrated requests\", for what this leaves out."]
     return "\n".join(lines) + "\n"
