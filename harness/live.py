@@ -24,7 +24,7 @@ each call row has its TTFT (send to first token) and TPOT ((last token - first t
 (tokens - 1)), as vLLM's benchmark measures them.
 
 Failures: every call either completes or is recorded with its error and ``error_kind``
-(``harness.servers.client.FAULT_KINDS``: deadline, timeout, overloaded, stream_error,
+(``harness.servers.calls.FAULT_KINDS``: deadline, timeout, overloaded, stream_error,
 truncated, malformed, ...); a failed call fails its request, which stops there. A server that
 died (its process exited, or its client declared it dead after the retries) gets no more calls;
 a stage whose instances are all dead fails the requests reaching it. Every finished request is
@@ -44,7 +44,7 @@ import numpy as np
 from harness.cluster import SimTask, Workload
 from harness.metrics import stats
 from harness.replay import ReplayResult, cell_metrics, sim_tasks
-from harness.servers.client import ServerError, exact_output_body, run_sync
+from harness.servers.calls import ServerError, exact_output_body, run_sync
 from harness.servers.deploy import Endpoint
 from harness.servers.prompts import CorpusPrompts, PromptSource, TokenPrompts, load_tokenizer
 from selector.deployment import Deployment

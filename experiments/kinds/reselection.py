@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList

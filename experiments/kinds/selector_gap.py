@@ -39,7 +39,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from flowmaker.entry import show_progress
 from flowmaker.inputs import InputError
 from flowmaker.names import check_distinct

@@ -33,7 +33,7 @@ from harness.replay import cell_metrics
 from orchestrator.runtime.events import P_FREE, Event, Simulator
 from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import InstanceSpec
-from selector.problem import Cluster
+from selector.problem import TOL, Cluster
 
 
 class SimBackend:
@@ -58,7 +58,7 @@ class SimBackend:
             self.ready_at[spec.id] = r
 
     def ready(self, iid: str, now: float) -> bool:
-        return now >= self.ready_at.get(iid, 0.0) - 1e-9
+        return now >= self.ready_at.get(iid, 0.0) - TOL
 
     def failed(self, iid: str) -> bool:
         return False
@@ -86,8 +86,8 @@ class SimBackend:
         done, failed = self.sim.done_s[ix], self.sim.failed[ix]
         age = now - self.w.arrival_s[ix]
         finished = ~np.isnan(done)
-        late = np.where(finished, done - self.w.arrival_s[ix] > slo_s + 1e-9, age > slo_s + 1e-9)
-        judged = failed | finished | (age > slo_s + 1e-9)
+        late = np.where(finished, done - self.w.arrival_s[ix] > slo_s + TOL, age > slo_s + TOL)
+        judged = failed | finished | (age > slo_s + TOL)
         return int(judged.sum()), int((failed | late).sum())
 
     def in_flight(self, k: int, t0: float, t1: float) -> int:
@@ -128,7 +128,7 @@ class _DayRun:
     def on_tick(self, now: float) -> list[Event]:
         self.ctl.tick(now)
         out = self._polls(self.ctl.poll(now), now)
-        if now + self.ctl.cfg.interval_s <= self.end_s + 1e-9:
+        if now + self.ctl.cfg.interval_s <= self.end_s + TOL:
             out.append(_Tick(now + self.ctl.cfg.interval_s, self))
         return out
 
@@ -206,5 +206,5 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
                      "tp": h.spec.tp, "pp": h.spec.pp, "gpus": ",".join(map(str, h.spec.gpus)), "mem_gb": h.spec.mem_gb,
                      "start_s": h.start_s, "ready_s": h.ready_s, "drain_s": h.drain_s, "released_s": h.released_s})
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task] if len(workload) else np.zeros(0)
-    good = ~failed & acc_ok & (done_s - workload.arrival_s <= slo + 1e-9)
+    good = ~failed & acc_ok & (done_s - workload.arrival_s <= slo + TOL)
     return DayResult(summary, per_task, list(ctl.decisions), steps, rows, good)

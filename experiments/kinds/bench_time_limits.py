@@ -1,4 +1,4 @@
-"""``python -m experiments.bench_time_limits``: does every solver stop at its time limit?
+"""``python -m experiments.run bench_time_limits``: does every solver stop at its time limit?
 
 On :func:`selector.stress.many_instances_problem` (a 6-stage workflow over 25 models plus 12
 deployed reusable instances: ~3 million size-0 reuse assignments for ``flowmaker``), each
@@ -7,16 +7,23 @@ time of its ``select`` call alone, the overrun past the limit, its status and th
 peak resident memory. A warm-up ``select`` on a tiny problem first imports the solver's
 libraries (ortools, optuna, highspy): importing them is process start, not search.
 
-Target (issue 14): overrun <= ``--max-over`` (0.2 s) for every solver and peak memory bounded
-(``--max-rss-mb``); the exit status is 1 when a solver misses either. ``--rlimit-mb`` caps each
-child's address space so a runaway solver fails with MemoryError instead of exhausting the
-machine.
+Target (issue 14): overrun <= ``params.max_over_s`` (0.2 s) for every solver and peak memory
+bounded (``params.max_rss_mb``); a solver that misses either is marked ``MISSED`` (a warning,
+``met`` false in ``results.parquet``). ``params.rlimit_mb`` caps each child's address space so a
+runaway solver fails with MemoryError instead of exhausting the machine.
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
-import sys
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
+from flowmaker.entry import UserError
+from flowmaker.procmem import status_bytes
 
 
 def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: float = 0.5,
@@ -48,13 +55,9 @@ def peak_rss_mb() -> float:
     used where /proc exists: Linux carries it across fork and exec, so a child of a 1 GB parent
     reports the parent's 1 GB."""
     import resource
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024          # kB
-    except (OSError, ValueError, IndexError):
-        pass
+    peak = status_bytes("VmHWM")
+    if peak is not None:
+        return peak / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
@@ -91,47 +94,53 @@ def measure_isolated(name: str, limit_s: float, *, rlimit_mb: int | None = 6000,
         proc.join()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version
-    from solvers.base import time_limit_arg
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    solvers: list[str] | None = None                            # default: every registered solver
+    limits_s: list[float] = Field(default=[0.5, 2.0], min_length=1)
+    instances: int = Field(default=12, ge=0)                    # deployed reusable instances
+    utilization: float = Field(default=0.5, ge=0, le=1)         # of every instance (0.5: no reuse fits)
+    problems: list[str] | None = None                           # named selector.stress problems instead
+    max_over_s: float = 0.2                                     # allowed overrun
+    max_rss_mb: float = 1000.0                                  # allowed peak memory
+    rlimit_mb: int = Field(default=6000, ge=1)                  # address-space cap per child
+
+
+def _check(params: Params) -> None:
     from selector.stress import STRESS_PROBLEMS
     from solvers.registry import names
-    ap = OneLineParser(prog="python -m experiments.bench_time_limits", description=__doc__.splitlines()[0])
-    add_version(ap)
-    ap.add_argument("--solvers", nargs="*", default=None, help=f"default: all ({', '.join(names())})")
-    ap.add_argument("--limits", nargs="*", type=time_limit_arg, default=[0.5, 2.0], help="seconds (default 0.5 2)")
-    ap.add_argument("--instances", type=int, default=12, help="deployed reusable instances (default 12)")
-    ap.add_argument("--utilization", type=float, default=0.5, help="of every instance (0.5: no reuse fits)")
-    ap.add_argument("--max-over", type=float, default=0.2, help="allowed overrun, seconds (default 0.2)")
-    ap.add_argument("--max-rss-mb", type=float, default=1000.0, help="allowed peak memory (default 1000)")
-    ap.add_argument("--rlimit-mb", type=int, default=6000, help="address-space cap per child (default 6000)")
-    ap.add_argument("--problems", nargs="*", default=None, choices=sorted(STRESS_PROBLEMS),
-                    help="named stress problems (selector.stress; long-200: the 200-stage workflow) instead of "
-                         "--instances/--utilization")
-    args = ap.parse_args(argv)
-    unknown = [n for n in args.solvers or [] if n not in names()]
+    unknown = [n for n in params.solvers or [] if n not in names()]
     if unknown:
-        print(f"error: --solvers: unknown solver '{unknown[0]}'; known: {', '.join(names())}", file=sys.stderr)
-        return 2
-    print(f"{'problem':<18}{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
-    bad = 0
-    for problem in args.problems or [None]:
-        label = problem or f"instances-{args.instances}"
-        for limit in args.limits:
-            for name in args.solvers or names():
-                r = measure_isolated(name, limit, rlimit_mb=args.rlimit_mb, n_instances=args.instances,
-                                     utilization=args.utilization, problem_name=problem)
+        raise UserError(f"field 'params.solvers': unknown solver '{unknown[0]}'; known: {', '.join(names())}")
+    bad = [f"field 'params.limits_s': {v!r} is not a number of seconds > 0" for v in params.limits_s if not v > 0]
+    bad += [f"field 'params.problems': unknown stress problem {p!r}; known: {', '.join(sorted(STRESS_PROBLEMS))}"
+            for p in params.problems or [] if p not in STRESS_PROBLEMS]
+    if bad:
+        raise UserError(bad[0])
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    from solvers.registry import names
+    _check(params)
+    report = Report(ctx, "Solvers against their time limits (bench_time_limits)")
+    report.line(f"{'problem':<18}{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
+    log = logging.getLogger(__name__)
+    for problem in params.problems or [None]:
+        label = problem or f"instances-{params.instances}"
+        for limit in params.limits_s:
+            for name in params.solvers or names():
+                r = measure_isolated(name, limit, rlimit_mb=params.rlimit_mb, n_instances=params.instances,
+                                     utilization=params.utilization, problem_name=problem)
+                r = {"problem": label, **r}
                 if "error" in r:
-                    bad += 1
-                    print(f"{label:<18}{name:<20}{limit:>8g}  error: {r['error']}", flush=True)
+                    report.line(f"{label:<18}{name:<20}{limit:>8g}  error: {r['error']}")
+                    report.row({**r, "met": False})
+                    log.warning("%s on %s at %g s: %s", name, label, limit, r["error"])
                     continue
-                ok = r["over_s"] <= args.max_over and r["peak_rss_mb"] <= args.max_rss_mb
-                bad += not ok
-                print(f"{label:<18}{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}"
-                      f"{r['peak_rss_mb']:>9.0f}  {r['status']}{'' if ok else '  MISSED'}", flush=True)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)
+                ok = r["over_s"] <= params.max_over_s and r["peak_rss_mb"] <= params.max_rss_mb
+                report.line(f"{label:<18}{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}"
+                            f"{r['peak_rss_mb']:>9.0f}  {r['status']}{'' if ok else '  MISSED'}")
+                report.row({**r, "met": ok})
+                if not ok:
+                    log.warning("%s on %s missed its %g s limit or memory bound", name, label, limit)
+    report.write()
