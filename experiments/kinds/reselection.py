@@ -89,7 +89,7 @@ def setup(params: Params):
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
         gpus = tuple(Gpu(id=n * len(base.gpus) + k, mem_gb=g.mem_gb, used_gb=g.used_gb)
                      for n in range(params.nodes) for k, g in enumerate(base.gpus))
-        cluster = Cluster(gpus=gpus, sharing=base.sharing)
+        cluster = Cluster(gpus=gpus, sharing=base.sharing, prices=base.prices)
         catalog = load_catalog()
         problems = [resolve_task(t, catalog=catalog, cluster=cluster, gpu=gpu) for t in params.tasks]
         specs = [load_task(t) for t in params.tasks]
