@@ -3,8 +3,10 @@ from the shell (a plan's servers are exported by ``python -m harness export``).
 
     resolve TASK [--cluster C]         catalog + task + cluster + profile -> a resolved problem
     solve PROBLEM                       the variant of one resolved problem (spec section 6)
-    deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle
-    bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (resolved problems)
+    deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle;
+                                        ``--joint``: all at once (spec section 11)
+    bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (``--joint``: a task set)
+    joint TASKSET --solver NAME         the joint answer of a task set (spec section 11)
 
 Tasks, clusters and profile tables are given by name (``configs/tasks``, ``configs/clusters``,
 ``results/profiles``) or by path. User errors print one line on standard error and exit with
@@ -155,10 +157,9 @@ def _bundle(args: argparse.Namespace) -> int:
     _check_out(args.out)
     env = _env(args)
     problems = _tasks_and_problems(args.tasks, env)
+    from selector.cli_joint import bundle_data
     check_distinct_names([p.task.name for p in problems])
-    data = {"cluster": env[1].model_dump(mode="json"),
-            "tasks": [{k: v for k, v in p.to_dict().items() if k != "cluster"} for p in problems]}
-    _write(_dump(data, args.json), args.out)
+    _write(_dump(bundle_data(env[1], problems, args.objective, args.joint), args.json), args.out)
     return 0
 
 
@@ -171,7 +172,9 @@ def _is_bundle(spec: str) -> bool:
 def _deploy(args: argparse.Namespace) -> int:
     from selector.deploy import deploy_bundle, load_bundle
     from selector.sanity import warn_problem
-    solver = _solver(args.solver)
+    if args.joint:
+        return _deploy_joint(args)
+    solver = _solver(args.solver or "flowmaker")
     if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
         for opt in ("cluster", "sharing", "profile", "objective"):
             if getattr(args, opt) is not None:
@@ -200,6 +203,29 @@ def _deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deploy_joint(args: argparse.Namespace) -> int:
+    """``deploy --joint``: the same task list (names, problem files, a bundle or a task set file)
+    solved jointly (spec section 11) by a joint selector."""
+    from selector.cli_joint import solve_joint, task_set_of
+    from selector.deploy import load_bundle
+    from selector.joint import load_task_set
+    from selector.yamlio import load_mapping
+    if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
+        for opt in ("cluster", "sharing", "profile", "objective"):
+            if getattr(args, opt) is not None:
+                raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
+                                               "drop the option or deploy task names instead")
+        if "objective" in load_mapping(args.inputs[0]):
+            task_set = load_task_set(args.inputs[0])
+        else:
+            task_set = task_set_of(load_bundle(args.inputs[0]))
+    else:
+        args.cluster = args.cluster or DEFAULT_CLUSTER
+        env = _env(args)
+        task_set = task_set_of({"cluster": env[1], "tasks": _tasks_and_problems(args.inputs, env)}, args.objective)
+    return solve_joint(task_set, args.solver, args.time_limit, args.json)
+
+
 def format_plan(d: dict) -> str:
     """A readable rendering of a plan dict (units: README "Output columns")."""
     head = f"{d['task']}: {d['status']} ({d['solver']}, {d['elapsed_s']:.4f} s, space {d['variant_space']} variants)"
@@ -220,10 +246,10 @@ def format_plan(d: dict) -> str:
 
 
 # -- the parser ---------------------------------------------------------------------------------
-def _time_limit(p: argparse.ArgumentParser) -> None:
+def _time_limit(p: argparse.ArgumentParser, *, what: str = "per task") -> None:
     from solvers.base import time_limit_arg
     p.add_argument("--time-limit", type=time_limit_arg, default=60.0, metavar="S",
-                   help="wall seconds per task, a finite number > 0 (default 60)")
+                   help=f"wall seconds {what}, a finite number > 0 (default 60)")
 
 
 def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
@@ -240,6 +266,8 @@ def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from selector.cli_joint import add_joint_parser
+    from solvers.joint_registry import names as joint_names
     from solvers.registry import names
 
     ap = OneLineParser(prog="python -m selector", description="FlowMaker workflow-variant selection "
@@ -270,9 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="task names or files (resolved on --cluster), resolved problem files, or one bundle "
                          "file (`cluster:` and `tasks:`, as `bundle` writes)")
     _cluster_opts(dp, default=None)
-    dp.add_argument("--solver", default="flowmaker", help=f"one of: {solvers} (default flowmaker)")
-    _time_limit(dp)
+    dp.add_argument("--solver", default=None, help=f"one of: {solvers} (default flowmaker); with --joint one of: "
+                                                   f"{', '.join(joint_names())} (default milp)")
+    _time_limit(dp, what="per task (with --joint: the whole set)")
     dp.add_argument("--json", action="store_true", help="print the plans and the final cluster as JSON")
+    dp.add_argument("--joint", action="store_true",
+                    help="solve the task list jointly (spec section 11): the best choice for all tasks at once")
     dp.set_defaults(func=_deploy)
 
     bp = sub.add_parser("bundle", help="resolve tasks on a cluster and write the bundle `deploy` reads")
@@ -280,8 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_opts(bp, default=DEFAULT_CLUSTER)
     bp.add_argument("--out", type=Path, default=None, help="write the bundle here instead of standard output")
     bp.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    bp.add_argument("--joint", action="store_true",
+                    help="check the tasks as a task set (spec section 11) and write one, as `joint` reads")
     bp.set_defaults(func=_bundle)
 
+    add_joint_parser(sub, _time_limit)
     return ap
 
 

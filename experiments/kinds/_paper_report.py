@@ -233,9 +233,12 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
                   "(baseline, trace, load) cells" + (": " + "; ".join(worse) if worse else ".")]
     lines += reuse_lines(sub, ref)
     if main:
-        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4),
-                  "", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)", "",
-                  *gpu_table(gpus[gpus.scenario == sc.name])]
+        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4)]
+        if "usd_window" in sub:      # results published before the GPU-hour columns lack it
+            lines += ["", "### GPU dollars per load, window (whole GPUs held x price per GPU-hour, USD, mean "
+                      "[95% CI])", "", *by_load_table(sub, "usd_window", digits=4)]
+        lines += ["", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)",
+                  "", *gpu_table(gpus[gpus.scenario == sc.name])]
     keyed = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set)
                  & deps.selector.isin(set(sub.selector)) & deps.plan_load_pct.isin(set(sub.plan_load_pct))]
     lines += ["", "### Deployments per planned load (sequence from the empty cluster; per task: deployments.parquet)",

@@ -89,9 +89,9 @@ def setup(params: Params):
     from selector.taskspec import CONFIGS, load_task, stage_tokens
     try:
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
-        gpus = tuple(Gpu(id=n * len(base.gpus) + k, mem_gb=g.mem_gb, used_gb=g.used_gb)
+        gpus = tuple(Gpu(id=n * len(base.gpus) + k, mem_gb=g.mem_gb, used_gb=g.used_gb, type=g.type)
                      for n in range(params.nodes) for k, g in enumerate(base.gpus))
-        cluster = Cluster(gpus=gpus, sharing=base.sharing)
+        cluster = Cluster(gpus=gpus, sharing=base.sharing, prices=base.prices)
         catalog = load_catalog()
         problems = [resolve_task(t, catalog=catalog, cluster=cluster, gpu=gpu) for t in params.tasks]
         specs = [load_task(t) for t in params.tasks]
