@@ -2,6 +2,7 @@
 servers, from the shell.
 
     python -m harness simulate ...        what-if: one deployment on one trace, simulated
+    python -m harness export PLAN.json    a plan's servers as a launch script, compose file or manifests
     python -m harness launch PLAN.json    one server per planned instance; prints the endpoints
     python -m harness replay ...          the what-if's trace replayed on live endpoints (same JSON)
 
@@ -17,15 +18,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowmaker.entry import UserError
+
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
                 "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
 OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
-
-
-class UserError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,7 +145,8 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
     if servers:
-        from harness.servecli import add_launch, add_replay
+        from harness.servecli import add_export, add_launch, add_replay
+        add_export(sub)
         add_launch(sub)
         add_replay(sub)
     return ap

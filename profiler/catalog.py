@@ -314,13 +314,15 @@ def _read_yaml(path: Path, key: str) -> Any:
     return doc[key]
 
 
-def _parse(cls: type[BaseModel], raw: Any, path: Path, where: str) -> Any:
+def parse_model(cls: type[BaseModel], raw: Any, path: Path, where: str = "", *, whole: str = "(entry)") -> Any:
+    """``cls`` validated from ``raw`` (read from ``path``); a CatalogError names the file, ``where``
+    in it and the first offending field (``whole`` when the error is the entry's itself)."""
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(entry)"
-        raise CatalogError(f"{path}: {where}: field '{field}': {err['msg']}") from None
+        field = ".".join(str(p) for p in err["loc"]) or whole
+        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {err['msg']}") from None
 
 
 def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, Any]:
@@ -328,7 +330,7 @@ def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, An
         raise CatalogError(f"{path}: field '{key}' must be a list")
     out: dict[str, Any] = {}
     for i, item in enumerate(raw):
-        spec = _parse(cls, item, path, f"{key}[{i}]")
+        spec = parse_model(cls, item, path, f"{key}[{i}]")
         if spec.name in out:
             raise CatalogError(f"{path}: {key}[{i}]: field 'name': duplicate '{spec.name}'")
         out[spec.name] = spec
@@ -353,7 +355,7 @@ def load_prices(path: Path | None = None) -> dict[str, GpuPrices]:
     raw = _read_yaml(path, "prices")
     if not isinstance(raw, dict):
         raise CatalogError(f"{path}: field 'prices' must be a mapping GPU type -> prices")
-    return {str(name): _parse(GpuPrices, entry, path, f"prices.{name}") for name, entry in raw.items()}
+    return {str(name): parse_model(GpuPrices, entry, path, f"prices.{name}") for name, entry in raw.items()}
 
 
 def load_accuracy(path: Path | None = None) -> dict[str, float]:
@@ -376,7 +378,7 @@ def load_deploy_configs(path: Path | None = None) -> list[tuple[int, int]]:
     raw = _read_yaml(path, "deploy_configs")
     if not isinstance(raw, list):
         raise CatalogError(f"{path}: field 'deploy_configs' must be a list")
-    pairs = [_parse(DeployConfig, item, path, f"deploy_configs[{i}]") for i, item in enumerate(raw)]
+    pairs = [parse_model(DeployConfig, item, path, f"deploy_configs[{i}]") for i, item in enumerate(raw)]
     out = [(c.tp, c.pp) for c in pairs]
     if len(out) != len(set(out)):
         raise CatalogError(f"{path}: field 'deploy_configs': duplicate (tp, pp)")
@@ -387,4 +389,4 @@ def load_cluster(path: Path | str) -> ClusterSpec:
     """A cluster file (e.g. configs/clusters/a6000x8.yaml)."""
     path = Path(path)
     _read_yaml(path, "nodes")
-    return _parse(ClusterSpec, read_yaml_file(path), path, "cluster")
+    return parse_model(ClusterSpec, read_yaml_file(path), path, "cluster")

@@ -33,7 +33,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 
 SIX_TYPES = ["a6000", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h200"]
 ROLES = ["answer", "plan", "classify", "rewrite", "verify", "refine", "map", "reduce"]

@@ -1,7 +1,7 @@
 """Simulator cost as the fleet grows: one simulated hour on fleets of 8, 64 and 512 GPUs.
 
 A fleet of ``G`` GPUs (a multiple of 8) holds ``G / 8`` copies of the cluster benchmark's task
-(``experiments/bench_sim.py``, case ``cluster``): classify on 2x qwen2.5-3b, then respond on 6x
+(``experiments/kinds/bench_sim.py``, case ``cluster``): classify on 2x qwen2.5-3b, then respond on 6x
 llama-3.1-8b, each instance on its own A6000 with a KV reserve of ``kv_reserve_tokens``, vLLM v0
 scheduling. Every copy gets Poisson arrivals at ``rps_per_task`` for ``duration_s`` simulated
 seconds with the token sizes of the Azure 2023 ``trace`` (``harness.workload.poisson_workload``:

@@ -36,16 +36,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.servers.client import OpenAIClient, served_model
+from harness.servers.calls import served_model
+from harness.servers.client import OpenAIClient
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
+from selector.problem import TOL
 
 
 @dataclass
 class Endpoint:
     """Where one instance's calls go. ``backend`` says how to ask for exact output lengths
-    (``harness.servers.client.exact_output_body``; None: ask nothing, record what comes back);
+    (``harness.servers.calls.exact_output_body``; None: ask nothing, record what comes back);
     ``alive`` is the server process's liveness when we launched it (None: unknown);
     ``tokenizer``: a local tokenizer path for exact-length prompts (None: corpus words)."""
     client: OpenAIClient
@@ -85,7 +87,7 @@ def memory_share(inst: InstanceSpec, *, backend: str, gpu: Any, engine: EngineCo
     gives a GPU more than it holds or leaves no KV cache."""
     engine = engine or DEFAULT
     share = inst.shard_gb / gpu.capacity_gb
-    if share > 1.0 + 1e-9:
+    if share > 1.0 + TOL:
         raise ValueError(f"instance {inst.id}: {inst.shard_gb:.2f} GB per GPU exceeds a {gpu.name}'s "
                          f"{gpu.capacity_gb:.2f} GB")
     if backend == "vllm":

@@ -104,7 +104,7 @@ def _mixed(gpus: Mapping[str, Any]) -> bool:
 
 
 def _sh(specs: Mapping[str, ServerSpec], gpus: Mapping[str, Any]) -> str:
-    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m selector export --format sh).",
+    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m harness export --format sh).",
              "# Logs and configs in $LOG_DIR (default ./flowmaker-servers); Ctrl-C stops every server.",
              "set -euo pipefail", 'LOG_DIR="${LOG_DIR:-./flowmaker-servers}"', 'mkdir -p "$LOG_DIR"',
              "pids=()", "trap 'kill \"${pids[@]}\" 2>/dev/null || true' EXIT INT TERM", "",
@@ -167,7 +167,7 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None, gpus: Mapping[s
     doc: dict[str, Any] = {"services": services}
     if configs:
         doc["configs"] = configs
-    head = "# Servers of a FlowMaker plan (python -m selector export --format compose): docker compose up\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format compose): docker compose up\n"
     return head + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -213,7 +213,7 @@ def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str, gpu
                                            "spec": pod}}})
         docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app, "namespace": namespace},
                      "spec": {"selector": {"app": app}, "ports": [{"port": s.port, "targetPort": s.port}]}})
-    head = "# Servers of a FlowMaker plan (python -m selector export --format k8s): kubectl apply -f\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format k8s): kubectl apply -f\n"
     return head + yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -221,7 +221,7 @@ def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str |
                 model_paths: Mapping[str, str] | None = None, base_port: int = 8100, engine: Any = None,
                 instance_args: Mapping[str, Sequence[str]] | None = None, image: str | None = None,
                 namespace: str = "default", **common: Any) -> str:
-    """``python -m selector export``: the plan file's servers rendered as ``fmt``. Each instance
+    """``python -m harness export``: the plan file's servers rendered as ``fmt``. Each instance
     runs on its plan's GPU type; ``gpu`` names the type of instances whose plan names none."""
     from harness.servers.deploy import instance_gpu, specs_for_instances
     deps = load_deployments(path)

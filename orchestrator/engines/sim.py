@@ -94,6 +94,8 @@ class LLMTarget(Protocol):
 
 #: EngineConfig of Teola's LLM engines unless a spec says otherwise: Ayo's padded-prefill fork
 AYO_ENGINE = EngineConfig(scheduler="padded")
+#: KV-cache capacity (tokens) of a simulated LLM instance no memory plan sizes (Teola's apps)
+DEFAULT_KV_TOKENS = 16_000
 
 
 class SimLLMEngine(Engine):
@@ -122,7 +124,7 @@ class SimLLMEngine(Engine):
     #: ``orchestrator.rewrite.worthwhile_prefix_tokens``
     background_partials = True
 
-    def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = 16_000,
+    def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = DEFAULT_KV_TOKENS,
                  config: EngineConfig = AYO_ENGINE, ref_context_tokens: int = 1024) -> None:
         self.name, self.kind = name, "llm"
         self.serves = frozenset(PREFILL_KINDS | {Kind.DECODING})

@@ -1,4 +1,4 @@
-"""``python -m selector export`` of a plan on a mixed fleet (issue 24 item 4): each instance keeps its
+"""``python -m harness export`` of a plan on a mixed fleet (issue 24 item 4): each instance keeps its
 GPU type: its memory share is of that GPU, a Kubernetes node selector asks for that product, the
 script and the compose file start one type's servers per host."""
 from __future__ import annotations

@@ -149,8 +149,8 @@ def test_victim_is_the_most_recently_admitted_which_is_the_most_recently_arrived
 
 def test_what_if_agrees_with_vidur_at_moderate_load_on_equal_capacity():
     """Issue 13 target: TTFT mean and p90 within 25% of vidur's, TPOT and E2E within 5%, on the
-    same requests and KV capacity (experiments/bench_vidur.py; vidur's figures recorded there)."""
-    from experiments import bench_vidur
+    same requests and KV capacity (experiments/kinds/bench_vidur.py; vidur's figures recorded there)."""
+    from experiments.kinds import bench_vidur
     from profiler.catalog import shared_data_path
 
     if not (shared_data_path() / "vidur" / "data" / "processed_traces" / "splitwise_conv.csv").exists():

@@ -9,7 +9,8 @@ import pytest
 
 from harness.cluster import Workload
 from harness.live import LiveSettings, replay_live
-from harness.servers import Fleet, exact_output_body
+from harness.servers.launcher import Fleet
+from harness.servers.calls import exact_output_body
 from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from tests.real.test_servers import free_port

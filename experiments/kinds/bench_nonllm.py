@@ -1,25 +1,28 @@
 """Measure the real non-LLM engines on this CPU (issue 15, item 6): the MiniLM embedder, the
 embedding-similarity reranker and PostgreSQL + pgvector (insert, search), through the same
-``Engine.submit`` the wall-clock runtime uses; each point is the fastest of ``--repeats`` runs
+``Engine.submit`` the wall-clock runtime uses; each point is the fastest of ``params.repeats`` runs
 (``BatchResult.duration_s``, after a warm-up): on a shared machine the fastest run is the one
 least disturbed by other processes.
 
-    python -m experiments.bench_nonllm [--threads 1] [--repeats 3] [--out bench_nonllm.yaml]
+    python -m experiments.run bench_nonllm        (params: threads, repeats, only)
 
 Texts are made of common English words that MiniLM's WordPiece vocabulary holds whole, so a
 text of ``t`` words is ``t`` tokens (+2 special ones; checked against the tokenizer). Prints
-YAML tables in the ``configs/engines`` profile schema (``latency_ms[tokens][batch]``);
-``configs/engines/*_cpu.yaml`` hold one such run, with the machine named.
+YAML tables in the ``configs/engines`` profile schema (``latency_ms[tokens][batch]``) and writes
+them to the run folder's ``profiles.yaml``; ``configs/engines/*_cpu.yaml`` hold one such run, with
+the machine named.
 """
 from __future__ import annotations
 
 import os
 import platform
 import tempfile
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
+from experiments.context import RunContext, atomic_write_text
 from orchestrator.engines.base import Invocation
 from orchestrator.primitives import Kind
 
@@ -108,34 +111,26 @@ def bench_pgvector(repeats: int, index_rows: Sequence[int] = (32, 256, 1024)) ->
     return {"ingestion_ms_by_rows": ins, "searching_ms_by_index_rows_and_queries": search}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version
-    ap = OneLineParser(prog="python -m experiments.bench_nonllm", description=__doc__.split("\n\n")[0])
-    add_version(ap)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--repeats", type=int, default=5, help="timed runs per size; the fastest counts (default 5)")
-    ap.add_argument("--only", choices=("embedding", "reranker", "cross-encoder", "pgvector"), action="append",
-                    help="measure only this engine (repeatable; default all but cross-encoder, the MiniLM "
-                         "cross-encoder reranker of the real runs)")
-    ap.add_argument("--out", default=None, help="also write the YAML here")
-    a = ap.parse_args(argv)
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    threads: int = Field(default=1, ge=1)                                 # torch intra-op threads
+    repeats: int = Field(default=5, ge=1)                                 # timed runs per size; the fastest counts
+    # default all but cross-encoder (the MiniLM cross-encoder reranker of the real runs)
+    only: list[Literal["embedding", "reranker", "cross-encoder", "pgvector"]] | None = None
+
+
+def run(params: Params, ctx: RunContext) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    torch.set_num_threads(a.threads)
-    which = a.only or ["embedding", "reranker", "pgvector"]
+    torch.set_num_threads(params.threads)
+    which = params.only or ["embedding", "reranker", "pgvector"]
     out: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                                      f"torch threads {a.threads}", "repeats": a.repeats}
+                                      f"torch threads {params.threads}", "repeats": params.repeats}
     fns = {"embedding": bench_embedding, "reranker": bench_reranker, "pgvector": bench_pgvector,
            "cross-encoder": lambda r: bench_reranker(r, cross_encoder=True)}
     for w in which:
-        out[w] = fns[w](a.repeats)
+        out[w] = fns[w](params.repeats)
         print(yaml.safe_dump({w: out[w]}, sort_keys=False, default_flow_style=None), flush=True)
-    if a.out:
-        with open(a.out, "w") as f:
-            yaml.safe_dump(out, f, sort_keys=False, default_flow_style=None)
-    return 0
-
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)
+    text = yaml.safe_dump(out, sort_keys=False, default_flow_style=None)
+    atomic_write_text(ctx.run_dir / "profiles.yaml", text)
+    atomic_write_text(ctx.run_dir / "summary.md", f"# Non-LLM engines on this CPU (bench_nonllm)\n\n```yaml\n{text}```\n")

@@ -17,7 +17,7 @@ transformers is installed), the profiler's torch backend, calibration (or the me
 itself without pandas/scipy), the simulator and a live replay at two loads, simulated vs
 measured TTFT/TPOT/E2E/goodput in summary.md and OUT/loop/closed_loop.json. Its client side
 needs numpy, pydantic, pyyaml and httpx: a site-packages folder at results/device/site (made by
-profiler/scripts/device_carry.sh, carried to the machine) is put on sys.path when present; if
+experiments/scripts/device_carry.sh, carried to the machine) is put on sys.path when present; if
 they are still missing the stage is skipped and says why.
 
 Writes to OUT (argument, else $OUT): rows_torch.jsonl and rows_fingerprint.jsonl (one table
@@ -238,11 +238,12 @@ def _loop_stage(a: argparse.Namespace, mode: str, out: Path) -> dict:
         sys.path.insert(1, str(CARRIED_SITE))
     t = time.monotonic()
     try:
-        from harness.closedloop import LoopConfig, Shape, StageSize, run_loop, summary_md  # noqa: PLC0415
+        from harness.closedloop import run_loop, summary_md  # noqa: PLC0415
+        from harness.closedloop_model import LoopConfig, Shape, StageSize  # noqa: PLC0415
         import httpx  # noqa: F401,PLC0415
     except ImportError as exc:
         return {"skipped": f"{exc.name or exc} not importable (carry results/device/site: "
-                           f"profiler/scripts/device_carry.sh)"}
+                           f"experiments/scripts/device_carry.sh)"}
     gpu = mode == "gpu"
     cfg = LoopConfig(
         shape=Shape(**(LOOP_SHAPE_GPU if gpu else LOOP_SHAPE_TINY)), server=a.loop_server, device=a.device,

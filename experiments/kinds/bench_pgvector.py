@@ -1,13 +1,14 @@
-"""``python -m experiments.bench_pgvector``: ingest and search times of the pgvector engine on an
+"""``python -m experiments.run bench_pgvector``: ingest and search times of the pgvector engine on an
 embedded PostgreSQL (``pgserver``), with and without the HNSW index, and the search plans.
 
-For ``--rows`` random unit vectors of ``--dim`` dimensions (MiniLM's 384 by default): the time
+For ``params.rows`` random unit vectors of ``params.dim`` dimensions (MiniLM's 384 by default): the time
 to ingest them in one batch into a fresh table with no index, with the HNSW index maintained
 while inserting (the earlier behaviour), and with the index built once afterwards (the engine's
-default for a table that reaches ``hnsw_min_rows``); then per query (``--queries`` of them,
-top 5) the search over one document's ``--doc-rows`` rows (exact: primary-key lookup and sort)
+default for a table that reaches ``hnsw_min_rows``); then per query (``params.queries`` of them,
+top 5) the search over one document's ``params.doc_rows`` rows (exact: primary-key lookup and sort)
 and over the whole table (exact scan vs HNSW), with each plan's first line from ``EXPLAIN``.
-Times are medians of ``--repeats`` runs (a shared machine's noise is large).
+Times are medians of ``params.repeats`` runs (a shared machine's noise is large); one row each
+in ``results.parquet``.
 """
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ import tempfile
 import time
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
 
 
 def _vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -40,17 +45,19 @@ def _plan(db, sql: str, args) -> str:
                 lines[0])
 
 
-def main(argv: list[str] | None = None) -> int:
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rows: int = Field(default=2000, ge=1)          # rows ingested
+    dim: int = Field(default=384, ge=1)            # vector dimension (MiniLM)
+    doc_rows: int = Field(default=40, ge=1)        # rows of one document
+    queries: int = Field(default=20, ge=1)         # searches timed
+    repeats: int = Field(default=3, ge=1)          # timed runs; the median counts
+
+
+def run(params: Params, ctx: RunContext) -> None:
     from orchestrator.engines.real.pgvector import PgVectorEngine, embedded_server
-    from flowmaker.entry import OneLineParser, add_version
-    ap = OneLineParser(prog="python -m experiments.bench_pgvector", description=__doc__.splitlines()[0])
-    add_version(ap)
-    ap.add_argument("--rows", type=int, default=2000, help="rows ingested (default 2000)")
-    ap.add_argument("--dim", type=int, default=384, help="vector dimension (default 384, MiniLM)")
-    ap.add_argument("--doc-rows", type=int, default=40, help="rows of one document (default 40)")
-    ap.add_argument("--queries", type=int, default=20, help="searches timed (default 20)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs; the fastest counts (default 3)")
-    a = ap.parse_args(argv)
+    a = params
+    report = Report(ctx, "pgvector ingest and search (bench_pgvector)")
     vecs = _vectors(a.rows, a.dim, 0)
     texts = [f"chunk {i}" for i in range(a.rows)]
     with tempfile.TemporaryDirectory(prefix="pgb-", dir="/tmp") as d:
@@ -71,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                 times.append(time.perf_counter() - t0)
                 last = db
             ingest[label] = statistics.median(times)
-            print(f"ingest {a.rows} x {a.dim}-d, {label}: {ingest[label]:.3f} s")
+            report.line(f"ingest {a.rows} x {a.dim}-d, {label}: {ingest[label]:.3f} s")
+            report.row({"case": f"ingest, {label}", "seconds": ingest[label], "plan": ""})
         db = last                                     # indexed, all rows
         qs = list(_vectors(a.queries, a.dim, 1))
         with db.connect().cursor() as cur:
@@ -88,12 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             sql = eng.search_sql(len(cand))
             args = ([qs[0]], 5) if "ANY(" not in sql else ([qs[0]], cand, 5)
             t = _median(lambda: eng.search(qs, cand, 5), a.repeats) / len(qs)
-            print(f"search, {label}: {1e3 * t:.2f} ms per query; plan: {_plan(eng, sql, args)}")
+            plan = _plan(eng, sql, args)
+            report.line(f"search, {label}: {1e3 * t:.2f} ms per query; plan: {plan}")
+            report.row({"case": f"search, {label}", "seconds": t, "plan": plan})
         plain.close()
         db.close()
-    return 0
+    report.write()
 
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)

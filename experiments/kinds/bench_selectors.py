@@ -1,7 +1,7 @@
-"""``python -m experiments.bench_selectors``: selection time on the paper-sized space and on deep
+"""``python -m experiments.run bench_selectors``: selection time on the paper-sized space and on deep
 three-workflow spaces, in both sharing modes of spec section 9.
 
-Spaces (``--spaces``):
+Spaces (``params.spaces``):
 
 * ``paper``: ``selector.synthetic.paper_problem`` (24,310 new-deployment variants) on 8x A6000
   after three quickstart tasks were deployed with flowmaker in the same sharing mode, so reuse
@@ -9,20 +9,20 @@ Spaces (``--spaces``):
 * ``paper-empty``: the same space on the empty cluster (the gap suite's ``paper-sized.json``);
 * ``deep``: ``selector.synthetic.synthetic_problem(depths=(7, 5, 3))``: three workflows of 7, 5 and
   3 stages over the 11 real models and 10 configs (about 9e13 variants) on the empty 8x A6000
-  cluster, one per ``--deep-rates`` arrival rate (default 0.6 rps, the base task's, and 2 and 3
+  cluster, one per ``params.deep_rates`` arrival rate (default 0.6 rps, the base task's, and 2 and 3
   rps, where compute sharing binds).
 
-``--gpu-types N`` (2 or 3) spreads every space over N priced GPU types (spec section 10,
+``params.gpu_types`` N (2 or 3) spreads every space over N priced GPU types (spec section 10,
 ``selector.typed.spread_over_types``: each config on every type, about 3^stages times the
-variants) under ``--objective`` (``gb_s`` or ``usd_per_hour``); the value column is then in that
-objective's unit (GB*s or $/h). Issue 24's targets: milp <= 1 s on ``paper`` and <= 3 s on
+variants) under ``params.objective`` (``gb_s`` or ``usd_per_hour``); the value column is then in
+that objective's unit (GB*s or $/h). Issue 24's targets: milp <= 1 s on ``paper`` and <= 3 s on
 ``deep`` with 3 types.
 
-Prints, per space, sharing mode and solver, the median and minimum wall time over ``--repeats``
-runs, the variants evaluated per second, the plan's cost and whether it equals the proved
+Prints, per space, sharing mode and solver, the median and minimum wall time over
+``params.repeats`` runs, the variants evaluated per second, the plan's cost and whether it equals the proved
 optimum (``opt``: the cost of an exact solver's ``optimal`` answer on that space). ``exhaustive``
 (and ``murakkab``, which runs it on its fixed workflow) is skipped on spaces above
-``--max-exhaustive`` variants. Targets (issues 2 and 12) on a 2-core
+``params.max_exhaustive`` variants. Targets (issues 2 and 12) on a 2-core
 machine: exhaustive <= 0.5 s and flowmaker <= 20 ms on ``paper``; milp <= 1 s on ``paper`` and
 <= 2 s on ``deep``, in both modes (the paper: ~1 s heuristic, 6.5-40 s exhaustive).
 """
@@ -30,8 +30,14 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
+from flowmaker.entry import UserError
 
 from selector.deploy import deploy_task, with_cluster
 from selector.index import NEW, compile_problem
@@ -90,50 +96,46 @@ def describe(problem: Problem) -> str:
             f"{[len(w.stages) for w in cp.workflows]} stages, {len(problem.cluster.instances)} reusable instances")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version
-    from solvers.base import time_limit_arg
+Space = Literal["paper", "paper-empty", "deep"]
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    solvers: list[str] | None = None                      # default: every registered solver
+    # the paper-sized space after three deployments, the same on an empty cluster, the 7/5/3-stage spaces
+    spaces: list[Space] = ["paper", "paper-empty", "deep"]
+    sharing: list[Literal["memory", "compute"]] = ["memory", "compute"]   # spec section 9
+    deep_rates: list[float] = [0.6, 2.0, 3.0]              # arrival rates (rps) of the 7/5/3-stage spaces
+    repeats: int = Field(default=5, ge=1)                 # timed runs per solver; median and min reported
+    time_limit_s: float = Field(default=120.0, gt=0)      # wall seconds per solve
+    max_exhaustive: float = 1e8                           # skip exhaustive and murakkab above this many variants
+    gpu_types: Literal[1, 2, 3] = 1                       # spread each space over this many priced GPU types
+    objective: Literal["gb_s", "usd_per_hour"] = "gb_s"   # objective of the typed spaces (gpu_types 2 or 3)
+
+
+def run(params: Params, ctx: RunContext) -> None:
     from solvers.registry import get_solver, names
-    ap = OneLineParser(prog="python -m experiments.bench_selectors", description=__doc__.splitlines()[0])
-    add_version(ap)
-    ap.add_argument("--solvers", nargs="*", default=None, help=f"default: all ({', '.join(names())})")
-    ap.add_argument("--spaces", nargs="*", default=["paper", "paper-empty", "deep"],
-                    choices=["paper", "paper-empty", "deep"],
-                    help="problems to time: the paper-sized space after three deployments, the same on an empty "
-                         "cluster, the 7/5/3-stage three-workflow spaces (default all)")
-    ap.add_argument("--sharing", nargs="*", default=["memory", "compute"], choices=["memory", "compute"], help="cluster sharing modes (spec section 9; default both)")
-    ap.add_argument("--deep-rates", nargs="*", type=float, default=[0.6, 2.0, 3.0],
-                    help="arrival rates (rps) of the 7/5/3-stage spaces")
-    ap.add_argument("--repeats", type=int, default=5, help="timed runs per solver; median and min reported (default 5)")
-    ap.add_argument("--time-limit", type=time_limit_arg, default=120.0, help="wall seconds per solve (default 120)")
-    ap.add_argument("--max-exhaustive", type=float, default=1e8,
-                    help="skip exhaustive and murakkab above this many variants")
-    ap.add_argument("--gpu-types", type=int, default=1, choices=[1, 2, 3],
-                    help="spread each space over this many priced GPU types (spec section 10; default 1: untyped)")
-    ap.add_argument("--objective", default="gb_s", choices=["gb_s", "usd_per_hour"],
-                    help="objective of the typed spaces (with --gpu-types 2 or 3; default gb_s)")
-    args = ap.parse_args(argv)
-    chosen = args.solvers or names()
+    chosen = params.solvers or names()
     for name in chosen:
         if name not in names():
-            print(f"error: --solvers: unknown solver '{name}'; known: {', '.join(names())}", file=sys.stderr)
-            return 2
-    print(f"{'space':<16}{'sharing':<9}{'solver':<19}{'status':<11}{'median_s':>10}{'min_s':>10}"
-          f"{'variants/s':>13}{'value':>12}  opt")
-    for label, mode, problem in spaces(args.spaces, args.sharing, args.deep_rates):
-        if args.gpu_types > 1:
+            raise UserError(f"field 'params.solvers': unknown solver '{name}'; known: {', '.join(names())}")
+    report = Report(ctx, "Selection time (bench_selectors)")
+    report.line(f"{'space':<16}{'sharing':<9}{'solver':<19}{'status':<11}{'median_s':>10}{'min_s':>10}"
+                f"{'variants/s':>13}{'value':>12}  opt")
+    for label, mode, problem in spaces(params.spaces, params.sharing, params.deep_rates):
+        if params.gpu_types > 1:
             from selector.typed import spread_over_types
-            problem = spread_over_types(problem, n_types=args.gpu_types, objective=args.objective)
-        print(f"# {label} ({mode}): {describe(problem)}")
+            problem = spread_over_types(problem, n_types=params.gpu_types, objective=params.objective)
+        report.line(f"# {label} ({mode}): {describe(problem)}")
         rows = []
         for name in chosen:
-            if name in EXHAUSTIVE_INSIDE and compile_problem(problem).variant_space > args.max_exhaustive:
+            if name in EXHAUSTIVE_INSIDE and compile_problem(problem).variant_space > params.max_exhaustive:
                 rows.append((name, "skipped", math.nan, math.nan, math.nan, None))
                 continue
             solver, times, plan = get_solver(name), [], None
-            for _ in range(args.repeats):
+            for _ in range(params.repeats):
                 t0 = time.perf_counter()
-                plan = solver.select(problem, time_limit_s=args.time_limit)
+                plan = solver.select(problem, time_limit_s=params.time_limit_s)
                 times.append(time.perf_counter() - t0)
             med = statistics.median(times)
             rows.append((name, plan.status, med, min(times), plan.variants_evaluated / med if med > 0 else math.inf,
@@ -144,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             match = "" if opt is None or status in ("skipped",) else (
                 "yes" if cost is not None and abs(cost - opt) <= 1e-6 * max(abs(opt), 1e-12) else "no")
             cost_s = "-" if cost is None else f"{cost:.6g}"
-            print(f"{label:<16}{mode:<9}{name:<19}{status:<11}{med:>10.4f}{lo:>10.4f}{rate:>13.0f}{cost_s:>12}  {match}")
-    return 0
+            report.line(f"{label:<16}{mode:<9}{name:<19}{status:<11}{med:>10.4f}{lo:>10.4f}{rate:>13.0f}{cost_s:>12}  "
+                        f"{match}")
+            report.row({"space": label, "sharing": mode, "solver": name, "status": status, "median_s": med,
+                        "min_s": lo, "variants_per_s": rate, "value": cost, "objective": problem.objective,
+                        "matches_optimum": match})
+    report.write()
 
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)

@@ -1,14 +1,26 @@
-"""Simulator benchmarks: ``python -m experiments.bench_sim [--only what-if|cluster]``.
+"""Simulator benchmarks: ``python -m experiments.run bench_sim`` (``params.only: what-if | cluster``).
 
 what-if (issue 8): the whole Azure 2023 conversation trace (19,366 requests) on one
 Llama-2-70B instance, A100-80GB, TP2, with vllm and sarathi scheduling.
 cluster (issue 4): the same trace through a two-stage workflow on 8 GPUs.
-Prints one JSON line per case; wall times depend on what else the machine runs.
+Prints one JSON line per case (``results.parquet``: one row each); wall times depend on what
+else the machine runs.
 """
 from __future__ import annotations
 
 import json
 import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    only: Literal["what-if", "cluster"] | None = None     # one benchmark only (default both)
 
 
 def what_if() -> list[dict]:
@@ -67,22 +79,14 @@ def cluster() -> list[dict]:
              "latency_mean_s": round(float(np.nanmean(res["done_s"] - wl.arrival_s)), 3)}]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version
-    ap = OneLineParser(prog="python -m experiments.bench_sim", description=__doc__.splitlines()[0])
-    add_version(ap)
-    ap.add_argument("--only", choices=("what-if", "cluster"), default=None, help="run one benchmark only (default both)")
-    args = ap.parse_args(argv)
+def run(params: Params, ctx: RunContext) -> None:
+    report = Report(ctx, "Simulator benchmarks (bench_sim)")
     cases = []
-    if args.only in (None, "what-if"):
+    if params.only in (None, "what-if"):
         cases += what_if()
-    if args.only in (None, "cluster"):
+    if params.only in (None, "cluster"):
         cases += cluster()
     for c in cases:
-        print(json.dumps(c))
-    return 0
-
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)
+        report.line(json.dumps(c))
+        report.row(c)
+    report.write()

@@ -5,7 +5,7 @@
 # environment into results/device/site (an ignored folder, ~15 MB), which the device run carries
 # and device_check.py puts on sys.path. Same Python minor version and platform as the machine
 # (CPython 3.11, x86_64 Linux) are assumed; numpy is expected there already (PyTorch images ship it).
-#   profiler/scripts/device_carry.sh [VENV_SITE_PACKAGES]
+#   experiments/scripts/device_carry.sh [VENV_SITE_PACKAGES]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 site="${1:-$(ls -d "$root"/.venv/lib/python3*/site-packages | head -1)}"

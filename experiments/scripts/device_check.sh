@@ -5,7 +5,7 @@
 # operators of Llama-2-7B/70B layers at TP 1-8 (vidur's mlp.csv format), and write rows_*.jsonl,
 # ops_mlp.csv, summary.md/json (and parquet when pandas+pyarrow exist) to OUT.
 #
-#   profiler/scripts/device_check.sh [OUT_DIR] [--device cuda|cpu] [--tiny] [--budget-s S] [--loop|--loop-only]
+#   experiments/scripts/device_check.sh [OUT_DIR] [--device cuda|cpu] [--tiny] [--budget-s S] [--loop|--loop-only]
 #   OUT_DIR defaults to $OUT. CPU test of the script: device_check.sh DIR --device cpu --tiny
 #
 # Hard limit 470 s (the check must finish within 8 minutes); the script itself stops
@@ -16,9 +16,9 @@
 #   python -m profiler calibrate-vidur --ops h200=OUT/ops_mlp.csv   # operator constants of h200
 #
 # Closed loop (simulator vs live servers on this GPU, harness/closedloop.py), as a second call so
-# the profile keeps its budget; first, here: profiler/scripts/device_carry.sh (client libraries
+# the profile keeps its budget; first, here: experiments/scripts/device_carry.sh (client libraries
 # into results/device/site, carried with the run):
-#   profiler/scripts/device_check.sh "$OUT/loop" --loop-only      # loop_summary.md, loop/closed_loop.json
+#   experiments/scripts/device_check.sh "$OUT/loop" --loop-only      # loop_summary.md, loop/closed_loop.json
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 py="${PYTHON:-python3}"

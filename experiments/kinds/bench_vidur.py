@@ -1,4 +1,4 @@
-"""What-if against vidur at moderate load (issue 13 item 4): ``python -m experiments.bench_vidur``.
+"""What-if against vidur at moderate load (issue 13 item 4): ``python -m experiments.run bench_vidur``.
 
 The same requests for both simulators: the first 2,000 requests of the Azure 2023 conversation
 trace as vidur ships it (``<shared>/vidur/data/processed_traces/splitwise_conv.csv``), each
@@ -6,7 +6,7 @@ clipped as vidur's trace replay clips it (the prompt shortened so that prompt + 
 tokens, ``TraceReplayRequestGenerator``), inter-arrival times stretched x6 or x7.
 Llama-2-70B, A100-80GB, TP2, one replica, vLLM (v0) scheduling.
 
-Cases (one JSON line each: TTFT/TPOT/E2E mean, p50, p90 in s, preemptions, KV capacity, and
+Cases (one JSON line each, one row each of ``results.parquet``: TTFT/TPOT/E2E mean, p50, p90 in s, preemptions, KV capacity, and
 the ratio ours / vidur of the mean and p90 of each metric against vidur's recorded run):
 
 - ``x6/vidur-kv``: inter-arrival x6 (the issue's load), our simulator set up like vidur's defaults:
@@ -19,10 +19,10 @@ the ratio ours / vidur of the mean and p90 of each metric against vidur's record
 - ``x7/vllm-kv``: x7, our what-if as it runs; against vidur with ``num_blocks 2529``: moderate
   load at vLLM's capacity.
 
-``--write-requests PATH`` writes the requests in vidur's processed layout (arrivals unscaled;
-vidur stretches them with ``--trace_request_generator_config_time_scale_factor``);
-``--vidur-metrics CSV`` summarises a vidur run's ``request_metrics.csv`` with the same
-formulas (docs/metrics.md). vidur's figures below and the commands that produced them are in
+The run folder's ``vidur_requests.csv`` holds the requests in vidur's processed layout (arrivals
+unscaled; vidur stretches them with ``--trace_request_generator_config_time_scale_factor``);
+``params.vidur_metrics`` (a CSV path) summarises a vidur run's ``request_metrics.csv`` with the
+same formulas (docs/metrics.md), as one more row. vidur's figures below and the commands that produced them are in
 docs/harness.md ("What-if against vidur").
 """
 from __future__ import annotations
@@ -32,6 +32,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
+from flowmaker.entry import UserError
 
 N_REQUESTS = 2000
 MAX_TOKENS = 4096      # vidur's trace_request_generator_config_max_tokens (its default)
@@ -120,46 +125,27 @@ def vidur_summary(csv_path: str | Path) -> dict:
                                "completed": len(rows)})
 
 
-def _fail(message: str) -> int:
-    import sys
-
-    from flowmaker.entry import one_line
-    print(f"error: {one_line(message)}", file=sys.stderr)
-    return 2
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    vidur_metrics: str | None = None      # a vidur run's request_metrics.csv to summarise beside ours
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version
-    ap = OneLineParser(prog="python -m experiments.bench_vidur", description=__doc__.splitlines()[0])
-    add_version(ap)
-    ap.add_argument("--write-requests", metavar="PATH", help="write the requests for vidur and exit")
-    ap.add_argument("--vidur-metrics", metavar="CSV", help="a vidur run's request_metrics.csv to summarise")
-    args = ap.parse_args(argv)
-    from pathlib import Path
-    if args.write_requests:
-        if not Path(args.write_requests).parent.is_dir():
-            return _fail(f"--write-requests: folder {Path(args.write_requests).parent} does not exist")
-        write_requests(args.write_requests)
-        return 0
+def run(params: Params, ctx: RunContext) -> None:
     vidur = None
-    if args.vidur_metrics:        # read before the ~1 min of our runs
+    if params.vidur_metrics:        # read before the ~1 min of our runs
         from flowmaker.inputs import InputError, read_text
         try:
-            read_text(args.vidur_metrics)
-            vidur = vidur_summary(args.vidur_metrics)
+            read_text(params.vidur_metrics)
+            vidur = vidur_summary(params.vidur_metrics)
         except InputError as exc:
-            return _fail(f"--vidur-metrics: {exc}")
+            raise UserError(f"field 'params.vidur_metrics': {exc}") from None
         except (KeyError, ValueError, IndexError) as exc:
-            return _fail(f"--vidur-metrics: {args.vidur_metrics}: not a vidur request_metrics.csv "
-                         f"({type(exc).__name__}: {exc})")
-    rows = ours()
-    if vidur is not None:
-        rows.append(vidur)
+            raise UserError(f"field 'params.vidur_metrics': {params.vidur_metrics}: not a vidur request_metrics.csv "
+                            f"({type(exc).__name__}: {exc})") from None
+    write_requests(ctx.run_dir / "vidur_requests.csv")
+    report = Report(ctx, "What-if against vidur (bench_vidur)")
+    rows = ours() + ([vidur] if vidur is not None else [])
     for r in rows:
-        print(json.dumps(r))
-    return 0
-
-
-if __name__ == "__main__":
-    from flowmaker.entry import run
-    run(main)
+        report.line(json.dumps(r))
+        report.row(r)
+    report.write()
