@@ -166,7 +166,8 @@ files = set()
 def tracer(frame, event, arg):
     if event == "call":
         f = frame.f_code.co_filename
-        if f.startswith(str(root)) and "/tests/" not in f:
+        # project files only: a virtual environment inside the checkout (make test's .venv) is not ours
+        if f.startswith(str(root)) and "/tests/" not in f and "site-packages" not in f:
             files.add(str(Path(f).relative_to(root)))
     return None
 import harness.cluster as cluster
