@@ -20,7 +20,8 @@ from pydantic import ValidationError
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
-                "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
+                "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark",
+                "long_prefill_token_threshold": "--long-prefill-threshold"}
 OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
 
 
@@ -129,7 +130,11 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--max-batch", dest="max_num_seqs", type=int, default=None,
                     help=f"sequences per iteration, vLLM max_num_seqs (default {d.max_num_seqs})")
     sp.add_argument("--max-batch-tokens", dest="max_num_batched_tokens", type=int, default=None,
-                    help=f"prefill tokens per pass, vLLM max_num_batched_tokens (default {d.max_num_batched_tokens})")
+                    help=f"tokens per step (vllm-v1; prefill tokens per pass for vllm/padded), vLLM "
+                         f"max_num_batched_tokens (default {d.max_num_batched_tokens})")
+    sp.add_argument("--long-prefill-threshold", dest="long_prefill_token_threshold", type=int, default=None,
+                    help="vllm-v1: most prompt tokens a request prefills per step, vLLM "
+                         f"long_prefill_token_threshold (default {d.long_prefill_token_threshold}: no cap)")
     sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
     sp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")

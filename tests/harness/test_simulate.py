@@ -76,8 +76,8 @@ def test_vllm_prefill_batches_respect_limits_and_every_call_ends(reqs, kv, max_b
     reqs.sort()
     trace = make_trace([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs])
     step = LinearStep()
-    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(max_num_batched_tokens=2048, max_num_seqs=max_batch,
-                                                                 kv_capacity_tokens=kv))
+    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(scheduler="vllm", max_num_batched_tokens=2048,
+                                                                 max_num_seqs=max_batch, kv_capacity_tokens=kv))
     res = simulate(trace, cfg, step=step)
     for p, _, d, _, seqs in step.calls:
         assert (p == 0) != (d == 0)          # prefill-only or decode-only iterations
