@@ -22,7 +22,8 @@ ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
                 "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark",
                 "long_prefill_token_threshold": "--long-prefill-threshold"}
-OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
+OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", "rate_rps": "--rate",
+          "concurrency": "--concurrency", **ENGINE_FLAGS}
 
 
 class UserError(Exception):
@@ -58,6 +59,7 @@ def resolve_trace_path(text: str) -> Path:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from harness.load import overload_warning
     from harness.simulate import OptionError, SimulateConfig, simulate
     from profiler.steps import UnknownName
     from harness.trace import TraceError, load_trace
@@ -87,6 +89,9 @@ def _simulate(args: argparse.Namespace) -> int:
     except OptionError as exc:
         raise UserError(f"{_option(exc.option)}: {str(exc).split(': ', 1)[1]}") from None
     s = result.summary
+    warning = overload_warning(s)
+    if warning:
+        print(warning, file=sys.stderr)
     print(json.dumps(s, indent=1) if args.json else format_summary(s))
     return 0
 
@@ -95,7 +100,9 @@ def format_summary(s: dict) -> str:
     from harness.metrics import fmt
     head = (f"{s['model']} on {s['replicas']}x {s['gpu']} tp{s['tp']} pp{s['pp']}, {s['scheduler']}, "
             f"trace {s['trace']}")
-    lines = [head,
+    served = f", served {fmt(s['served_rps'])} req/s" if s.get("served_rps") is not None else ""
+    load = f", {s['load']}" if s.get("load") else ""
+    lines = [head + load + served,
              f"  requests {s['requests']} (completed {s['completed']}, failed {s['failed']}), "
              f"simulated {fmt(s['simulated_s'])} s in {s['wall_s']:.2f} s wall "
              f"({fmt(s['requests_per_wall_s'])} req/s)",
@@ -137,7 +144,14 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
                          f"long_prefill_token_threshold (default {d.long_prefill_token_threshold}: no cap)")
     sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
-    sp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
+    sp.add_argument("--max-requests", type=int, default=None,
+                    help="replay only the first N requests (with --concurrency: the request count)")
+    sp.add_argument("--rate", dest="rate_rps", type=float, default=None,
+                    help="Poisson arrivals at R requests/s instead of the trace's times (the trace's requests "
+                         "in order)")
+    sp.add_argument("--concurrency", type=int, default=None,
+                    help="closed loop: N clients, each sending the trace's next request when its last returns")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the --rate arrivals (default 0)")
     sp.add_argument("--replicas", type=int, default=1, help="identical replicas behind the router (default 1)")
     sp.add_argument("--router", choices=("round-robin", "least-outstanding"), default="least-outstanding",
                     help="how requests are spread over replicas (default least-outstanding)")

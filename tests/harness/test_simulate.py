@@ -21,7 +21,7 @@ def _queue_growth(res) -> float:
     return float(np.polyfit(res.table["arrival_s"], q, 1)[0])
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm", "sarathi"])
 def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler):
     cfg = SimulateConfig(**A100_7B, engine=EngineConfig(scheduler=scheduler))
     low = simulate(poisson_trace(2.0, 600, 512, 128), cfg)
@@ -31,6 +31,7 @@ def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler
     # above it (D/D/1-like fluid limit): waiting grows linearly, by lambda/mu - 1 per second
     assert _queue_growth(high) > 1.0
     assert high.summary["queue_s"]["p99"] > 0.3 * high.summary["simulated_s"]
+    assert high.summary["overloaded"] and not low.summary["overloaded"]      # harness.load's verdict
 
 
 @pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
