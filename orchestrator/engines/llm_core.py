@@ -90,6 +90,7 @@ class LLMCore:
         self.busy_s = 0.0
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
+        self._end = IterationEnd(0.0, self)
 
     def bind(self, loop: Simulator) -> None:
         """Run on ``loop`` from now on (where it defers its next iteration's start)."""
@@ -192,7 +193,7 @@ class LLMCore:
             self.kicked = True
             self.loop.defer(self)
 
-    def at_instant_end(self, now: float) -> list[Event] | None:
+    def at_instant_end(self, now: float) -> Sequence[Event] | None:
         """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
         self.kicked = False
         return None if self.busy else self.start_iteration(now)
@@ -291,7 +292,7 @@ class LLMCore:
         return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
 
     # ---- iterations ----------------------------------------------------------------
-    def start_iteration(self, now: float) -> list[Event]:
+    def start_iteration(self, now: float) -> Sequence[Event]:
         events: list[Event] = []
         if self.ready:
             self._admit_ready(now, events)
@@ -301,19 +302,27 @@ class LLMCore:
             return events
         if self.colocation is not None:
             for g in self.gpus:
+                if not g.busy:          # the GPU turns busy: its busy time runs from now (to until_s)
+                    g.since = now if now < g.until_s else g.until_s
                 g.busy += 1
             dur *= self.colocation.factor(self.gpus)
         self.busy = True
         self.iter_start = now
         self.iterations += 1
         self.prefill_iterations += bool(self.chunks)
-        events.append(IterationEnd(now + dur, self))
-        return events
+        end = self._end                 # one iteration at a time: its end event is reused
+        end.time = now + dur
+        if events:
+            events.append(end)
+            return events
+        return (end,)
 
     def end_iteration(self, now: float) -> list[Event]:
         if self.colocation is not None:
             for g in self.gpus:
                 g.busy -= 1
+                if not g.busy:
+                    g.busy_s += (now if now < g.until_s else g.until_s) - g.since
         self.busy_s += now - self.iter_start
         done: list[Seq] = []
         events: list[Event] = []
