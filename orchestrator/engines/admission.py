@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 
 from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
-from orchestrator.engines.vllm_v1 import VllmV1
+from orchestrator.engines.vllm_v1 import VllmV1, preempt_newest
 from profiler.engine import SCHEDULERS, EngineConfig
 
 Chunk = tuple[Seq, int]
@@ -164,17 +164,9 @@ class Sarathi:
         if n:
             need = v.need_blocks()
             if free < need:     # the newest partial prefill goes first, then the newest decode
-                prefilling, decodes = list(prefilling), list(v.running.values())
-                while free < need and (prefilling or decodes):
-                    if prefilling:
-                        s = prefilling.pop()
-                    else:
-                        s = decodes.pop()
-                        need -= v.needs_block(s)
-                    victims.append(s)
-                    free += v.held_blocks(s)
-                n = len(decodes)
-            free -= need
+                prefilling, n, free = preempt_newest(v, need, victims)
+            else:
+                free -= need
         chunks: list[Chunk] = []
         tokens = n
         for c in prefilling:

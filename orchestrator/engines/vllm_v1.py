@@ -59,7 +59,7 @@ class VllmV1:
         if decodes:
             need = v.need_blocks()
             if free < need:
-                prefilling, decodes, free = self._preempt(v, need, victims)
+                prefilling, decodes, free = preempt_newest(v, need, victims)
             else:
                 free -= need
         tokens = decodes                      # rule 2: a decoding request takes one token
@@ -82,24 +82,6 @@ class VllmV1:
         return DECODE_ONLY if decodes else IDLE
 
     @staticmethod
-    def _preempt(v: CoreView, need: int, victims: list[Seq]) -> tuple[list[Seq], int, int]:
-        """Rule 4: pop the most recently admitted running request (an unfinished prompt, the
-        newest, first; then the newest decoding one) until the decode batch's new blocks fit.
-        Returns the prefilling requests left, the number of decoding ones left and the blocks free
-        once those have taken theirs."""
-        free = v.free
-        prefilling, decoding = list(v.prefilling), list(v.running.values())
-        while free < need and decoding:
-            if prefilling:
-                s = prefilling.pop()
-            else:
-                s = decoding.pop()
-                need -= v.needs_block(s)
-            victims.append(s)
-            free += v.held_blocks(s)
-        return prefilling, len(decoding), free - need
-
-    @staticmethod
     def _admit(v: CoreView, queue: Iterable[Seq], chunks: list[Chunk], acc: tuple[int, int, int], budget: int,
                threshold: int) -> tuple[int, int, int, bool]:
         """Rule 5: admit from the head of ``queue`` while budget, seats (``max_num_seqs``) and
@@ -114,3 +96,21 @@ class VllmV1:
             chunks.append((c, m))
             free, seats, tokens = free - nb, seats - 1, tokens + m
         return tokens, free, seats, False
+
+
+def preempt_newest(v: CoreView, need: int, victims: list[Seq]) -> tuple[list[Seq], int, int]:
+    """Rule 4 (also ``sarathi``'s): preempt the most recently admitted running request (an
+    unfinished prompt, the newest, first; then the newest decoding one) until the decode batch's
+    ``need`` new blocks fit; appends them to ``victims``. Returns the prefilling requests left,
+    the number of decoding ones left and the blocks free once those have taken theirs."""
+    free = v.free
+    prefilling, decoding = list(v.prefilling), list(v.running.values())
+    while free < need and decoding:
+        if prefilling:
+            s = prefilling.pop()
+        else:
+            s = decoding.pop()
+            need -= v.needs_block(s)
+        victims.append(s)
+        free += v.held_blocks(s)
+    return prefilling, len(decoding), free - need
