@@ -236,10 +236,12 @@ def format_plan(d: dict) -> str:
         return f"{head}\n  reason: {d['reason']}{deployed}"
     lines = [head, f"  workflow {d['workflow']}: cost {d['cost_gb_s']:.4g} GB*s (new GB x latency), "
                    f"latency {d['latency_s']:.4g} s, new {d['new_mem_gb']:.4g} GB on {d['new_gpus']} GPU slots, "
-                   f"accuracy {d['accuracy']:.2f}"]
+                   f"accuracy {d['accuracy']:.2f}"
+                   + (f", ${d['usd_per_hour']:.4g}/h of new GPUs" if d.get("usd_per_hour") is not None else "")]
     for s in d["stages"]:
         where = f"reuse {s['reuse']}" if s["reuse"] else f"{s['replicas']}x new on GPUs {s['gpus']}"
-        lines.append(f"  - {s['stage']}: {s['model']} tp{s['tp']} pp{s['pp']} {where}")
+        kind = "" if s.get("gpu_type", "gpu") == "gpu" else f" on {s['gpu_type']}"   # spec section 10
+        lines.append(f"  - {s['stage']}: {s['model']} tp{s['tp']} pp{s['pp']}{kind} {where}")
     return "\n".join(lines)
 
 

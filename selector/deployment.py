@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selector.errors import ProblemError
-from selector.problem import TOL, Cluster, Gpu, Instance, Problem
+from selector.problem import DEFAULT_GPU_TYPE, TOL, Cluster, Instance, Problem
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,15 @@ class InstanceSpec:
     gpus: tuple[int, ...]
     mem_gb: float
     utilization: float = 0.0
+    gpu_type: str = DEFAULT_GPU_TYPE   # spec section 10: the type of its GPUs
 
     @property
     def shard_gb(self) -> float:
         return self.mem_gb / (self.tp * self.pp)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpus": list(self.gpus),
-                "mem_gb": self.mem_gb, "utilization": self.utilization}
+        return {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpu_type": self.gpu_type,
+                "gpus": list(self.gpus), "mem_gb": self.mem_gb, "utilization": self.utilization}
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Deployment:
                     if i.id in add else i for i in cluster.instances)
         new = tuple(Instance(id=i.id, model=i.model, tp=i.tp, pp=i.pp, gpus=i.gpus,
                              utilization=min(1.0, max(0.0, i.utilization))) for i in self.instances)
-        gpus = tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=min(g.mem_gb, used[g.id])) for g in cluster.gpus)
+        gpus = tuple(g.model_copy(update={"used_gb": min(g.mem_gb, used[g.id])}) for g in cluster.gpus)
         return cluster.model_copy(update={"gpus": gpus, "instances": old + new})
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,7 +145,8 @@ class Deployment:
         try:
             insts = tuple(InstanceSpec(str(i["id"]), str(i["model"]), int(i["tp"]), int(i["pp"]),
                                        tuple(int(g) for g in i["gpus"]), float(i["mem_gb"]),
-                                       float(i.get("utilization", 0.0))) for i in d["instances"])
+                                       float(i.get("utilization", 0.0)), str(i.get("gpu_type", DEFAULT_GPU_TYPE)))
+                          for i in d["instances"])
             stages = tuple(StageRoute(str(s["stage"]), int(s["calls"]),
                                       tuple(Route(tuple(str(x) for x in r["instances"]), float(r["share"]))
                                             for r in s["routes"])) for s in d["stages"])
@@ -159,7 +161,8 @@ class Serving:
     """How one route of one stage is served, the input of :func:`build_deployment`: ``reuse``
     (an instance id) or ``replicas`` new instances of ``model`` on ``tp x pp``, one GPU list
     per replica; ``share``: the share of the stage's requests it takes; ``tag`` prefixes the
-    replica index in new ids (``<task>/<stage>/<tag><r>``)."""
+    replica index in new ids (``<task>/<stage>/<tag><r>``); ``gpu_type``: the config's GPU type
+    (spec section 10; for ``reuse`` it is the instance's, read from the cluster)."""
 
     model: str
     tp: int
@@ -168,6 +171,7 @@ class Serving:
     gpus: tuple[tuple[int, ...], ...] = ()
     share: float = 1.0
     tag: str = ""
+    gpu_type: str = DEFAULT_GPU_TYPE
 
 
 def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence[Serving]], *,
@@ -179,8 +183,9 @@ def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence
     wf = next(w for w in problem.workflows if w.name == workflow)
     if len(serving) != len(wf.stages):
         raise ValueError(f"{len(serving)} stage servings for {len(wf.stages)} stages of {workflow}")
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in problem.perf}
-    mem = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r.capacity_rps for r in problem.perf}
+    mem = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in problem.deployments}
+    inst_type = {i.id: problem.cluster.instance_type(i) for i in problem.cluster.instances}
     insts: list[InstanceSpec] = []
     routes: list[StageRoute] = []
     reuse: dict[str, float] = {}
@@ -188,7 +193,8 @@ def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence
         load = problem.task.arrival_rate_rps * st.calls
         stage_routes = []
         for s in ways:
-            cap = perf[(workflow, st.name, s.model, s.tp, s.pp)]
+            gpu_type = inst_type[s.reuse] if s.reuse is not None else s.gpu_type
+            cap = perf[(workflow, st.name, s.model, s.tp, s.pp, gpu_type)]
             if s.reuse is not None:
                 reuse[s.reuse] = reuse.get(s.reuse, 0.0) + s.share * load / cap
                 stage_routes.append(Route((s.reuse,), s.share))
@@ -196,8 +202,8 @@ def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence
             ids = []
             for r, gpus in enumerate(s.gpus):
                 iid = f"{problem.task.name}/{st.name}/{s.tag}{r}"
-                insts.append(InstanceSpec(iid, s.model, s.tp, s.pp, tuple(gpus), mem[(s.model, s.tp, s.pp)],
-                                          s.share * load / (len(s.gpus) * cap)))
+                insts.append(InstanceSpec(iid, s.model, s.tp, s.pp, tuple(gpus), mem[(s.model, s.tp, s.pp, gpu_type)],
+                                          s.share * load / (len(s.gpus) * cap), gpu_type))
                 ids.append(iid)
             stage_routes.append(Route(tuple(ids), s.share))
         routes.append(StageRoute(st.name, st.calls, tuple(stage_routes)))

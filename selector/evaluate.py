@@ -1,8 +1,11 @@
-"""Evaluating one variant (spec sections 3-4) and choosing the unique optimum (section 5).
+"""Evaluating one variant (spec sections 3-4, 9, 10) and choosing the unique optimum (sections 5
+and 10).
 
 Every selector builds its answer through :func:`evaluate` and :func:`choose`, so the
 numbers a plan reports and the tie-breaks between equal-cost variants are computed in one
-place, in stage order, exactly as the spec states.
+place, in stage order, exactly as the spec states. :func:`objective_value` is the one
+definition of what a variant's objective is worth (``cost`` under ``gb_s``, ``U`` under
+``usd_per_hour``).
 """
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from dataclasses import dataclass
 
 from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
-from selector.placement import StageDemand, free_memory, place, reuse_busy, reused_gpus_ok
+from selector.placement import StageDemand, free_memory, gpu_types, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan, StagePlan
-from selector.problem import TOL
+from selector.problem import TOL, objective_value
 
 # constraint names, in the order of spec section 4
 ACCURACY, LATENCY, CAPACITY, PLACEMENT = "accuracy", "latency", "capacity", "placement"
@@ -32,6 +35,8 @@ class Evaluation:
     new_gpus: int
     violated: str | None
     gpus: tuple[tuple[tuple[int, ...], ...], ...] | None   # per new stage, per replica
+    usd_per_hour: float = 0.0   # section 10's U (0.0 without prices)
+    objective: str = "gb_s"     # the problem's objective (section 10)
 
     @property
     def feasible(self) -> bool:
@@ -42,13 +47,19 @@ class Evaluation:
         return self.new_mem_gb * self.latency_s
 
     @property
+    def value(self) -> float:
+        """The objective's value: :func:`objective_value`."""
+        return objective_value(self.objective, self.cost_gb_s, self.usd_per_hour)
+
+    @property
     def key(self) -> tuple:
         return (self.workflow, *(o.key for o in self.options))
 
 
 def demands(options: Sequence[Option]) -> list[StageDemand]:
-    """The placement demand of the variant's new stages, in stage order."""
-    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, o.replica_util)
+    """The placement demand of the variant's new stages, in stage order; each restricted to its
+    config's GPU type (section 10)."""
+    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, o.replica_util, o.gpu_type)
             for o in options if o.kind == NEW]
 
 
@@ -67,12 +78,12 @@ def placement(cp: Compiled, options: Sequence[Option]) -> list[list[list[int]]] 
     instance's GPU above 1 fails the variant, and placement skips GPUs without compute room."""
     cluster = cp.problem.cluster
     if not cluster.compute:
-        return place(free_memory(cluster), demands(options))
+        return place(free_memory(cluster), demands(options), types=gpu_types(cluster))
     to = routed(options)
     busy = reuse_busy(cluster, to)
     if not reused_gpus_ok(cluster, to, busy):
         return None
-    return place(free_memory(cluster), demands(options), busy)
+    return place(free_memory(cluster), demands(options), busy, types=gpu_types(cluster))
 
 
 def capacity_ok(cp: Compiled, options: Sequence[Option]) -> bool:
@@ -90,12 +101,14 @@ def evaluate(cp: Compiled, workflow: int, choice: Sequence[int], *, do_placement
     acc = min(o.accuracy for o in opts)
     lat = 0.0
     mem = 0.0
+    usd = 0.0
     gpus = 0
     for s, o in zip(stages, opts):
         lat += s.calls * o.latency_s
         if o.kind == NEW:
             mem += o.replicas * o.mem_gb
             gpus += o.replicas * o.shards
+            usd += o.usd_per_hour
     task = cp.problem.task
     violated, placed = None, None
     if acc < task.accuracy_slo - TOL:
@@ -110,16 +123,18 @@ def evaluate(cp: Compiled, workflow: int, choice: Sequence[int], *, do_placement
             violated = PLACEMENT
         else:
             placed = tuple(tuple(tuple(r) for r in st) for st in result)
-    return Evaluation(workflow, tuple(choice), opts, acc, lat, mem, gpus, violated, placed)
+    return Evaluation(workflow, tuple(choice), opts, acc, lat, mem, gpus, violated, placed, usd,
+                      cp.problem.objective)
 
 
 def choose(feasible: Iterable[Evaluation]) -> Evaluation | None:
-    """The unique optimum of section 5 among feasible evaluations (cost, then L, then G, then key)."""
+    """The unique optimum of sections 5 and 10 among feasible evaluations (the objective's value,
+    then L, then G, then key)."""
     cands = list(feasible)
     if not cands:
         return None
-    cmin = min(e.cost_gb_s for e in cands)
-    cands = [e for e in cands if e.cost_gb_s <= cmin + TOL * max(1.0, cmin)]
+    cmin = min(e.value for e in cands)
+    cands = [e for e in cands if e.value <= cmin + TOL * max(1.0, cmin)]
     lmin = min(e.latency_s for e in cands)
     cands = [e for e in cands if e.latency_s <= lmin + TOL * max(1.0, lmin)]
     gmin = min(e.new_gpus for e in cands)
@@ -138,7 +153,8 @@ def variant_of(cp: Compiled, plan: Plan) -> tuple[int, tuple[int, ...]]:
         if sp.reuse is not None:
             key: tuple = (REUSE, inst[sp.reuse])
         else:
-            key = (NEW, models[sp.model], next(k for k, c in enumerate(p.configs) if (c.tp, c.pp) == (sp.tp, sp.pp)))
+            key = (NEW, models[sp.model], next(k for k, c in enumerate(p.configs)
+                                               if c.key == (sp.tp, sp.pp, sp.gpu_type)))
         choice.append(next(k for k, o in enumerate(st.options) if o.key == key))
     return w, tuple(choice)
 
@@ -154,14 +170,16 @@ def to_plan(cp: Compiled, ev: Evaluation, *, status: str, solver: str, elapsed_s
         model = p.models[o.model].name
         if o.kind == REUSE:
             inst = p.cluster.instances[o.instance]
-            stages.append(StagePlan(st.name, model, inst.tp, inst.pp, inst.id, 0, ()))
+            stages.append(StagePlan(st.name, model, inst.tp, inst.pp, inst.id, 0, (), o.gpu_type))
         else:
-            stages.append(StagePlan(st.name, model, o.tp, o.pp, None, o.replicas, next(placed)))
-    dep = build_deployment(p, w.name, [[Serving(s.model, s.tp, s.pp, s.reuse, s.gpus)] for s in stages])
+            stages.append(StagePlan(st.name, model, o.tp, o.pp, None, o.replicas, next(placed), o.gpu_type))
+    dep = build_deployment(p, w.name, [[Serving(s.model, s.tp, s.pp, s.reuse, s.gpus, gpu_type=s.gpu_type)]
+                                       for s in stages])
     return Plan(status=status, solver=solver, task=p.task.name, variant_space=cp.variant_space,
                 elapsed_s=elapsed_s, variants_evaluated=evaluated, workflow=w.name, stages=tuple(stages),
                 cost_gb_s=ev.cost_gb_s, latency_s=ev.latency_s, new_mem_gb=ev.new_mem_gb,
-                new_gpus=ev.new_gpus, accuracy=ev.accuracy, extra=extra or {}, deployment=dep)
+                new_gpus=ev.new_gpus, accuracy=ev.accuracy, extra=extra or {}, deployment=dep,
+                usd_per_hour=ev.usd_per_hour if cp.priced else None)
 
 
 def infeasible_plan(cp: Compiled, *, solver: str, reason: str, elapsed_s: float, evaluated: int) -> Plan:

@@ -17,11 +17,17 @@ class StageDemand:
     shards: int
     shard_gb: float
     util: float = 0.0
+    gpu_type: str | None = None   # section 10: its shards go only on GPUs of this type (None: any)
 
 
 def free_memory(cluster: Cluster) -> dict[int, float]:
     """Free GB per GPU id (``mem_gb - used_gb``), in ascending id order."""
     return {g.id: g.mem_gb - g.used_gb for g in sorted(cluster.gpus, key=lambda g: g.id)}
+
+
+def gpu_types(cluster: Cluster) -> dict[int, str]:
+    """Spec section 10: each GPU id's type."""
+    return {g.id: g.type for g in cluster.gpus}
 
 
 def gpu_busy(cluster: Cluster) -> dict[int, float]:
@@ -50,20 +56,26 @@ def reused_gpus_ok(cluster: Cluster, routed: Mapping[int, float], busy: Mapping[
 
 
 def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
-          busy: Mapping[int, float] | None = None) -> list[list[list[int]]] | None:
+          busy: Mapping[int, float] | None = None, *,
+          types: Mapping[int, str] | None = None) -> list[list[list[int]]] | None:
     """Place every stage's replicas in order; returns per stage, per replica, its sorted GPU ids,
     or ``None`` when some replica cannot be placed. ``busy`` (GPU id -> utilisation after reuse)
     turns on section 9: a GPU is a candidate only while ``busy + util <= 1 + 1e-9``, and placing
-    a shard adds ``util`` to it. Neither ``free_gb`` nor ``busy`` is modified."""
+    a shard adds ``util`` to it. ``types`` (GPU id -> type, :func:`gpu_types`) turns on section 10:
+    a demand with a ``gpu_type`` is a candidate only on GPUs of that type. Neither ``free_gb`` nor
+    ``busy`` is modified."""
     free = dict(free_gb)
     load = None if busy is None else dict(busy)
     ids = sorted(free)
     out: list[list[list[int]]] = []
     for d in demands:
+        if d.gpu_type is not None and types is None:
+            raise ValueError("a typed demand needs the GPUs' types (place(..., types=gpu_types(cluster)))")
+        mine = ids if d.gpu_type is None else [g for g in ids if types[g] == d.gpu_type]
         used_by_stage: set[int] = set()
         stage_out: list[list[int]] = []
         for _ in range(d.replicas):
-            chosen = _pick(free, load, ids, used_by_stage, d)
+            chosen = _pick(free, load, mine, used_by_stage, d)
             if chosen is None:
                 return None
             stage_out.append(sorted(chosen))

@@ -3,7 +3,10 @@
 ``load_problem`` / ``parse_problem`` turn YAML, JSON or a dict into a frozen
 :class:`Problem`, rejecting every kind of bad input the spec lists with a
 :class:`~selector.errors.ProblemError` that names the field. Nothing is guessed: only
-``calls``, ``cluster.instances`` and ``cluster.sharing`` (section 9; ``memory``) have defaults.
+``calls``, ``cluster.instances``, ``cluster.sharing`` (section 9; ``memory``) and section 10's
+keys (GPU ``type`` and ``gpu_type``: ``"gpu"``; ``cluster.prices``: none; ``objective``:
+``gb_s``) have defaults. Section 10's keys are left out of :meth:`Problem.to_dict` while they
+hold their defaults, so an untyped problem dumps exactly as before section 10.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, SerializationInfo,
+                      SerializerFunctionWrapHandler, ValidationError, model_serializer)
 
 from selector.errors import ProblemError
 from selector.yamlio import load_mapping
@@ -45,16 +49,48 @@ def _name(v: Any) -> str:
     return s
 
 
+def _type_name(v: Any) -> str:
+    """Section 10's GPU type names: strings only (a YAML number must be quoted), not empty."""
+    if not isinstance(v, str):
+        raise ValueError("must be a string (quote GPU type names that YAML reads as numbers)")
+    if not v:
+        raise ValueError("must not be empty")
+    return v
+
+
+def _prices(v: Any) -> Any:
+    if not isinstance(v, dict):
+        raise ValueError("must be a mapping from GPU type to US dollars per GPU-hour")
+    return v
+
+
 Num = Annotated[float, BeforeValidator(_number)]
 Whole = Annotated[int, BeforeValidator(_whole)]
 Name = Annotated[str, BeforeValidator(_name)]
 PosNum = Annotated[Num, Field(gt=0)]
 NonNegNum = Annotated[Num, Field(ge=0)]
 PosWhole = Annotated[Whole, Field(ge=1)]
+GpuType = Annotated[str, BeforeValidator(_type_name)]
+
+#: spec section 10: the GPU type of every GPU, config and row that does not name one
+DEFAULT_GPU_TYPE = "gpu"
+#: spec section 10: what a plan minimises (``gb_s``: section 5's cost; ``usd_per_hour``: ``U``)
+OBJECTIVES = ("gb_s", "usd_per_hour")
+#: section 10's opt-in keys with their defaults, left out of a dump while they hold them
+_OPT_IN_DEFAULTS = {"type": DEFAULT_GPU_TYPE, "gpu_type": DEFAULT_GPU_TYPE, "prices": None,
+                    "objective": "gb_s"}
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        out = handler(self)
+        for key, default in _OPT_IN_DEFAULTS.items():
+            if key in out and out[key] == default and key in type(self).model_fields:
+                del out[key]
+        return out
 
 
 class Task(_Frozen):
@@ -73,6 +109,12 @@ class Model(_Frozen):
 class Config(_Frozen):
     tp: PosWhole
     pp: PosWhole
+    gpu_type: GpuType = DEFAULT_GPU_TYPE
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        """Section 10's config triple ``(tp, pp, gpu_type)``."""
+        return (self.tp, self.pp, self.gpu_type)
 
 
 class Stage(_Frozen):
@@ -90,6 +132,7 @@ class Deployment(_Frozen):
     tp: PosWhole
     pp: PosWhole
     mem_gb: PosNum
+    gpu_type: GpuType = DEFAULT_GPU_TYPE
 
 
 class Perf(_Frozen):
@@ -100,12 +143,14 @@ class Perf(_Frozen):
     pp: PosWhole
     latency_s: PosNum
     capacity_rps: PosNum
+    gpu_type: GpuType = DEFAULT_GPU_TYPE
 
 
 class Gpu(_Frozen):
     id: Whole
     mem_gb: PosNum
     used_gb: NonNegNum
+    type: GpuType = DEFAULT_GPU_TYPE
 
 
 class Instance(_Frozen):
@@ -126,11 +171,30 @@ class Cluster(_Frozen):
     gpus: tuple[Gpu, ...]
     instances: tuple[Instance, ...] = ()
     sharing: Literal["memory", "compute"] = "memory"
+    #: section 10: US dollars per GPU-hour by GPU type (None: not given)
+    prices: Annotated[dict[GpuType, PosNum] | None, BeforeValidator(_prices)] = None
 
     @property
     def compute(self) -> bool:
         """True under ``sharing: compute`` (spec section 9)."""
         return self.sharing == "compute"
+
+    def __hash__(self) -> int:      # ``prices`` is a dict: hash its items, so a typed cluster hashes too
+        return hash((self.gpus, self.instances, self.sharing, tuple(sorted((self.prices or {}).items()))))
+
+    def gpu_type(self, gpu_id: int) -> str:
+        """The type of GPU ``gpu_id`` (section 10)."""
+        return next(g.type for g in self.gpus if g.id == gpu_id)
+
+    def instance_type(self, inst: Instance) -> str:
+        """Section 10: an instance's type is its GPUs' type (validation rejects mixed ones)."""
+        return self.gpu_type(inst.gpus[0])
+
+    def price(self, gpu_type: str) -> float:
+        """US dollars per GPU-hour of ``gpu_type``; KeyError without ``prices`` or its type."""
+        if self.prices is None:
+            raise KeyError(f"no cluster.prices (GPU type {gpu_type!r})")
+        return self.prices[gpu_type]
 
 
 class Problem(_Frozen):
@@ -143,14 +207,30 @@ class Problem(_Frozen):
     deployments: tuple[Deployment, ...]
     perf: tuple[Perf, ...]
     cluster: Cluster
+    objective: Literal["gb_s", "usd_per_hour"] = "gb_s"
 
     def to_dict(self) -> dict:
+        """The problem as JSON data; section 10's keys only where they differ from their defaults."""
         return self.model_dump(mode="json")
+
+
+def objective_value(objective: str, cost_gb_s: float, usd_per_hour: float | None) -> float:
+    """What a variant (or a plan, or a task of a joint choice) is worth under ``objective``
+    (spec sections 5 and 10): ``cost = M*L`` under ``gb_s``, ``U`` under ``usd_per_hour``."""
+    if objective == "gb_s":
+        return cost_gb_s
+    if objective == "usd_per_hour":
+        if usd_per_hour is None:
+            raise ValueError("objective usd_per_hour needs usd_per_hour (cluster.prices)")
+        return usd_per_hour
+    raise ValueError(f"unknown objective {objective!r}")
 
 
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
+        if part == "[key]":         # pydantic's marker after a mapping key that failed
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -199,13 +279,14 @@ def _unique(items, key, field: str, what: str) -> None:
 def check_references(p: Problem) -> None:
     """Cross-field checks: unique keys and ids, rows naming known entities, cluster sanity."""
     _unique(p.models, lambda m: m.name, "models", "model")
-    _unique(p.configs, lambda c: (c.tp, c.pp), "configs", "config (tp, pp)")
+    _unique(p.configs, lambda c: c.key, "configs", "config (tp, pp, gpu_type)")
     _unique(p.workflows, lambda w: w.name, "workflows", "workflow")
     for wi, w in enumerate(p.workflows):
         _unique(w.stages, lambda s: s.name, f"workflows[{wi}].stages", "stage")
-    _unique(p.deployments, lambda d: (d.model, d.tp, d.pp), "deployments", "deployment (model, tp, pp)")
-    _unique(p.perf, lambda r: (r.workflow, r.stage, r.model, r.tp, r.pp), "perf",
-            "perf row (workflow, stage, model, tp, pp)")
+    _unique(p.deployments, lambda d: (d.model, d.tp, d.pp, d.gpu_type), "deployments",
+            "deployment (model, tp, pp, gpu_type)")
+    _unique(p.perf, lambda r: (r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type), "perf",
+            "perf row (workflow, stage, model, tp, pp, gpu_type)")
     _unique(p.cluster.gpus, lambda g: g.id, "cluster.gpus", "GPU id")
     _unique(p.cluster.instances, lambda i: i.id, "cluster.instances", "instance id")
     models = {m.name for m in p.models}
@@ -239,3 +320,22 @@ def _check_cluster(p: Problem, models: set[str]) -> None:
         for g in inst.gpus:
             if g not in gpus:
                 raise ProblemError(f"{f}.gpus", f"GPU {g} is not in cluster.gpus")
+        types = sorted({gpus[g].type for g in inst.gpus})
+        if len(types) > 1:
+            raise ProblemError(f"{f}.gpus", f"GPUs of different types {types} (an instance's GPUs must "
+                               "share one type)")
+    _check_prices(p)
+
+
+def _check_prices(p: Problem) -> None:
+    """Section 10: given prices price every type a GPU or a config has; ``usd_per_hour`` needs them."""
+    prices = p.cluster.prices
+    if prices is None:
+        if p.objective == "usd_per_hour":
+            raise ProblemError("cluster.prices", "missing: objective usd_per_hour needs a price per GPU type")
+        return
+    needed = [(f"cluster.gpus[{i}].type", g.type) for i, g in enumerate(p.cluster.gpus)]
+    needed += [(f"configs[{i}].gpu_type", c.gpu_type) for i, c in enumerate(p.configs)]
+    for where, t in needed:
+        if t not in prices:
+            raise ProblemError("cluster.prices", f"no price for GPU type {t!r} (named by {where})")

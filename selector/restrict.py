@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from selector.index import NEW, Compiled, StageOptions, WorkflowOptions
 from selector.placement import free_memory
 from selector.problem import TOL
@@ -28,12 +30,14 @@ def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
     """Per stage, the option indices some feasible variant could use. Dropped (each implies a
     violation of spec section 4 whatever the other stages choose): accuracy below the SLO, one
     stage alone over the latency SLO, a reused instance overloaded by this stage alone, more GPU
-    slots than the cluster has, a shard larger than the freest GPU. Under ``sharing: compute``
-    (section 9) also: new replicas needing more GPUs than have room for their ``u_s``, and a
-    reused instance one of whose GPUs this stage alone pushes above 1 (busy only grows)."""
+    slots than the cluster has GPUs of the option's type (section 10), a shard larger than the
+    freest GPU of that type. Under ``sharing: compute`` (section 9) also: new replicas needing
+    more GPUs of their type than have room for their ``u_s``, and a reused instance one of whose
+    GPUs this stage alone pushes above 1 (busy only grows)."""
     task, cluster = cp.problem.task, cp.problem.cluster
-    max_free = max(free_memory(cluster).values(), default=0.0)
-    n_gpus = len(cluster.gpus)
+    free = free_memory(cluster)
+    max_free = {t: max(free[g] for g in ids) for t, ids in cp.gpus_by_type.items()}
+    n_gpus = {t: len(ids) for t, ids in cp.gpus_by_type.items()}
     busy = cp.base_busy
     out = []
     for st in wf.stages:
@@ -41,7 +45,8 @@ def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
         for i, o in enumerate(st.options):
             if o.accuracy < task.accuracy_slo - TOL or st.calls * o.latency_s > task.latency_slo_s + TOL:
                 continue
-            if o.kind == NEW and (o.replicas * o.shards > n_gpus or o.mem_gb / o.shards > max_free + TOL):
+            if o.kind == NEW and (o.replicas * o.shards > n_gpus.get(o.gpu_type, 0)
+                                  or o.mem_gb / o.shards > max_free.get(o.gpu_type, 0.0) + TOL):
                 continue
             if o.kind != NEW and cp.base_util[o.instance] + o.util_add > 1.0 + TOL:
                 continue
@@ -54,5 +59,6 @@ def usable_options(cp: Compiled, wf: WorkflowOptions) -> list[list[int]]:
 
 def _compute_usable(cp: Compiled, o, busy) -> bool:
     if o.kind == NEW:
-        return int((busy + o.replica_util <= 1.0 + TOL).sum()) >= o.replicas * o.shards
+        mine = np.array([cp.problem.cluster.gpu_type(g) == o.gpu_type for g in cp.gpu_ids], dtype=bool)
+        return int(((busy + o.replica_util <= 1.0 + TOL) & mine).sum()) >= o.replicas * o.shards
     return bool((busy[cp.instance_gpus[o.instance] > 0] + o.util_add <= 1.0 + TOL).all())

@@ -8,6 +8,7 @@ that can still tie are placed with LeastLoaded (placements cached by the variant
 """
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -19,7 +20,7 @@ from selector.space import Chunk
 
 
 class Candidate(NamedTuple):
-    cost_gb_s: float
+    value: float                  # the objective's value (cost, or U under usd_per_hour)
     latency_s: float
     new_gpus: int
     key: tuple[int, int]          # (workflow, flat index): same order as the spec key
@@ -27,10 +28,15 @@ class Candidate(NamedTuple):
 
 
 class BestWindow:
-    """Keeps every placeable variant whose cost ties the best seen so far (within 1e-9)."""
+    """Keeps every placeable variant whose objective value (cost, or section 10's ``U``) ties the
+    best seen so far (within 1e-9)."""
 
-    def __init__(self, cp: Compiled) -> None:
+    def __init__(self, cp: Compiled, *, deadline: float | None = None) -> None:
         self.cp = cp
+        #: a ``time.perf_counter()`` value: past it a scan stops placing (``cut`` set); the window
+        #: then holds what was placed so far, so its best is feasible but maybe not the chunk's best
+        self.deadline = deadline
+        self.cut = False
         self.window: list[Candidate] = []
         self.best_cost = np.inf
         self.evaluated = 0
@@ -44,12 +50,15 @@ class BestWindow:
         idx = np.flatnonzero(ok)
         if idx.size == 0:
             return
-        cost = ch.cost[idx]
+        cost = ch.value[idx]
         if np.isfinite(self.best_cost):
             keep = cost <= self.best_cost + TOL * max(1.0, self.best_cost)
             idx, cost = idx[keep], cost[keep]
         chunk_min = None
-        for j in np.lexsort((ch.flat[idx], cost)):
+        for n, j in enumerate(np.lexsort((ch.flat[idx], cost))):
+            if self.deadline is not None and n % 64 == 63 and time.perf_counter() > self.deadline:
+                self.cut = True
+                break
             c = float(cost[j])
             if chunk_min is not None and c > chunk_min + TOL * max(1.0, chunk_min):
                 break
@@ -63,13 +72,13 @@ class BestWindow:
         if chunk_min is not None and chunk_min < self.best_cost:
             self.best_cost = chunk_min
             lim = chunk_min + TOL * max(1.0, chunk_min)
-            self.window = [c for c in self.window if c.cost_gb_s <= lim]
+            self.window = [c for c in self.window if c.value <= lim]
 
     def _fits(self, wf: WorkflowOptions, choice: tuple[int, ...]) -> bool:
         opts = [st.options[c] for st, c in zip(wf.stages, choice)]
         # what LeastLoaded sees: the new stages' demands and (section 9) the utilisation routed
-        demand: tuple = tuple((o.replicas, o.shards, o.mem_gb, o.replica_util if self.cp.compute else 0.0)
-                              for o in opts if o.kind == NEW)
+        demand: tuple = tuple((o.replicas, o.shards, o.mem_gb, o.replica_util if self.cp.compute else 0.0,
+                               o.gpu_type) for o in opts if o.kind == NEW)
         if self.cp.compute:
             demand += (tuple(sorted(routed(opts).items())),)
         if demand not in self._placeable:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from selector.index import Compiled, WorkflowOptions
-from selector.problem import TOL
+from selector.problem import TOL, objective_value
+
 DEFAULT_CHUNK = 1 << 16
 
 
@@ -30,6 +31,8 @@ class Chunk:
     gpus: np.ndarray
     max_util: np.ndarray    # highest utilisation over reused instances (0 when none)
     fits_hint: np.ndarray   # necessary conditions of placement hold (section 9's ones too)
+    usd: np.ndarray         # section 10's U (zeros without prices)
+    objective: str = "gb_s"
 
     @property
     def workflow(self) -> int:
@@ -38,6 +41,11 @@ class Chunk:
     @property
     def cost(self) -> np.ndarray:
         return self.mem * self.lat
+
+    @property
+    def value(self) -> np.ndarray:
+        """The objective's value per variant (``selector.problem.objective_value``)."""
+        return objective_value(self.objective, self.cost, self.usd)
 
 
 def decode(flat: np.ndarray, radices: tuple[int, ...]) -> np.ndarray:
@@ -69,6 +77,7 @@ def evaluate_chunk(cp: Compiled, wf: WorkflowOptions, flat: np.ndarray, *, free_
     lat = np.zeros(n)
     mem = np.zeros(n)
     gpus = np.zeros(n, dtype=np.int64)
+    usd = np.zeros(n)
     hint = np.ones(n, dtype=bool)
     for s, st in enumerate(wf.stages):     # stage order, as the spec sums
         a = st.arrays
@@ -77,12 +86,34 @@ def evaluate_chunk(cp: Compiled, wf: WorkflowOptions, flat: np.ndarray, *, free_
         lat += a["lat"][c]
         mem += a["mem"][c]
         gpus += a["gpus"][c]
+        usd += a["usd"][c]
         hint &= a["gpus"][c] <= n_gpus      # a stage's shards sit on distinct GPUs
     hint &= mem <= free_total + TOL
+    if cp.typed:
+        hint &= _types_fit(cp, wf, choice)
     max_util = _max_util(cp, wf, choice)
     if cp.compute:
         hint &= _compute_hint(cp, wf, choice)
-    return Chunk(wf, flat, choice, acc, lat, mem, gpus, max_util, hint)
+    return Chunk(wf, flat, choice, acc, lat, mem, gpus, max_util, hint, usd, cp.problem.objective)
+
+
+def _types_fit(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:
+    """Section 10's necessary conditions, per variant: the new memory on each GPU type fits that
+    type's free memory, and each new stage's GPU slots fit the number of GPUs of its type; under
+    ``sharing: compute`` also section 9's room, per type (``Compiled.type_room``)."""
+    ok = np.ones(choice.shape[0], dtype=bool)
+    for t, (free, count, room) in cp.type_room.items():
+        mem = np.zeros(choice.shape[0])
+        load = np.zeros(choice.shape[0])
+        for s, st in enumerate(wf.stages):
+            c = choice[:, s]
+            mine = st.type_mask(t)[c]
+            mem += np.where(mine, st.arrays["mem"][c], 0.0)
+            ok &= ~mine | (st.arrays["gpus"][c] <= count)
+            if cp.compute:     # a reuse option's type is its instance's
+                load += np.where(st.type_mask(t, reuse=True)[c], st.arrays["cload"][c], 0.0)
+        ok &= (mem <= free + TOL) & (load <= room + TOL)
+    return ok
 
 
 def _compute_hint(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:

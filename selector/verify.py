@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from selector.index import replicas_for
-from selector.placement import StageDemand, free_memory, gpu_busy, place
+from selector.placement import StageDemand, free_memory, gpu_busy, gpu_types, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 REL = 1e-6
@@ -28,13 +28,14 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
         return [f"unknown workflow {plan.workflow!r}"]
     if [s.stage for s in plan.stages] != [s.name for s in wf.stages]:
         return ["stages do not match the workflow's stages in order"]
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r for r in problem.perf}
-    deploy = {(d.model, d.tp, d.pp): d.mem_gb for d in problem.deployments}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r for r in problem.perf}
+    deploy = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in problem.deployments}
     acc = {m.name: m.accuracy for m in problem.models}
     insts = {i.id: i for i in problem.cluster.instances}
-    configs = {(c.tp, c.pp) for c in problem.configs}
+    configs = {c.key for c in problem.configs}
+    prices = problem.cluster.prices or {}
     errs: list[str] = []
-    A, L, M, G = math.inf, 0.0, 0.0, 0
+    A, L, M, G, U = math.inf, 0.0, 0.0, 0, 0.0
     util = {i.id: i.utilization for i in problem.cluster.instances}
     busy = gpu_busy(problem.cluster)        # section 9 (read under sharing: compute)
     reused_gpus: set[int] = set()
@@ -43,13 +44,15 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
         load = problem.task.arrival_rate_rps * st.calls
         if sp.reuse is not None:
             inst = insts.get(sp.reuse)
-            if inst is None or (inst.model, inst.tp, inst.pp) != (sp.model, sp.tp, sp.pp):
+            if inst is None or (inst.model, inst.tp, inst.pp, problem.cluster.instance_type(inst)) != \
+                    (sp.model, sp.tp, sp.pp, sp.gpu_type):
                 errs.append(f"{st.name}: reuse of unknown or mismatched instance {sp.reuse!r}")
                 continue
-        elif (sp.tp, sp.pp) not in configs or (sp.model, sp.tp, sp.pp) not in deploy:
+        elif (sp.tp, sp.pp, sp.gpu_type) not in configs or (sp.model, sp.tp, sp.pp, sp.gpu_type) not in deploy:
             errs.append(f"{st.name}: new deployment without a config/deployments row")
             continue
-        row = perf.get((wf.name, st.name, sp.model, sp.tp, sp.pp))
+        key = (sp.model, sp.tp, sp.pp, sp.gpu_type)
+        row = perf.get((wf.name, st.name, *key))
         if row is None:
             errs.append(f"{st.name}: no perf row")
             continue
@@ -66,10 +69,11 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
             reps = replicas_for(load, row.capacity_rps)
             if sp.replicas != reps:
                 errs.append(f"{st.name}: replicas {sp.replicas}, spec gives {reps}")
-            M += reps * deploy[(sp.model, sp.tp, sp.pp)]
+            M += reps * deploy[key]
             G += reps * sp.tp * sp.pp
-            demands.append(StageDemand(reps, sp.tp * sp.pp, deploy[(sp.model, sp.tp, sp.pp)] / (sp.tp * sp.pp),
-                                       load / (reps * row.capacity_rps)))
+            U += reps * sp.tp * sp.pp * prices.get(sp.gpu_type, 0.0)
+            demands.append(StageDemand(reps, sp.tp * sp.pp, deploy[key] / (sp.tp * sp.pp),
+                                       load / (reps * row.capacity_rps), sp.gpu_type))
     if errs:
         return errs
     t = problem.task
@@ -82,7 +86,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
     if compute:
         errs += [f"GPU {g} busy {busy[g]} > 1 after reuse (sharing: compute)" for g in sorted(reused_gpus)
                  if busy[g] > 1 + TOL]
-    placed = place(free_memory(problem.cluster), demands, busy if compute else None)
+    placed = place(free_memory(problem.cluster), demands, busy if compute else None,
+                   types=gpu_types(problem.cluster))
     got = [[list(g) for g in sp.gpus] for sp in plan.stages if sp.reuse is None]
     if placed is None:
         errs.append("new replicas cannot be placed by LeastLoaded")
@@ -94,4 +99,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
             errs.append(f"reported {name} {theirs} != {mine}")
     if plan.new_gpus != G:
         errs.append(f"reported new_gpus {plan.new_gpus} != {G}")
+    if problem.cluster.prices is None and plan.usd_per_hour is not None:
+        errs.append(f"reported usd_per_hour {plan.usd_per_hour} without cluster.prices (must be null)")
+    if problem.cluster.prices is not None and not _close(plan.usd_per_hour, U):
+        errs.append(f"reported usd_per_hour {plan.usd_per_hour} != {U}")
     return errs

@@ -53,9 +53,9 @@ import numpy as np
 
 from selector.diagnose import empty_space_reason, infeasibility_reason
 from selector.evaluate import PLACEMENT, Evaluation, choose, demands, evaluate, infeasible_plan, routed, to_plan
-from selector.index import NEW, REUSE, Compiled, Option
+from selector.index import NEW, Compiled, Option
 from selector.pareto import front, suffix_minima
-from selector.placement import free_memory, place, reuse_busy, reused_gpus_ok
+from selector.placement import free_memory, gpu_types, place, reuse_busy, reused_gpus_ok
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from selector.restrict import usable_options
@@ -63,7 +63,7 @@ from solvers.base import unknown_plan
 
 DIAGNOSE_GRACE_S = 0.1   # the reason of a proof may overrun the limit by this much, no more
 FRONT_LIMIT = 50_000     # Pareto points kept per stage by lower_bound before it settles for a weaker bound
-Objective = Literal["cost", "latency"]
+Objective = Literal["cost", "latency", "usd"]   # usd: section 10's U (objective usd_per_hour)
 Variant = tuple[int, tuple[int, ...]]            # (workflow, option index per stage)
 
 
@@ -82,13 +82,15 @@ class Answer:
 
 
 class Backend(Protocol):
+    """``usd_cap`` (section 10): only variants whose ``U`` is at most it (widened like ``cap``)."""
+
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
                  hint: Variant | None, deadline: float, workflows: tuple[int, ...],
-                 bound: float = 0.0) -> Answer: ...
+                 bound: float = 0.0, usd_cap: float | None = None) -> Answer: ...
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None) -> tuple[list[Variant], bool]: ...
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]: ...
 
 
 @dataclass(frozen=True)
@@ -111,53 +113,13 @@ def prepare(cp: Compiled) -> Prepared:
     return Prepared(cp, tuple(out), sum(free.values()), max((len(w.stages) for w in cp.workflows), default=0))
 
 
-PACKING_KS = (1, 2, 3, 4)
-PACKING_SHIFT = 1e-8     # > the spec's 1e-9, so shifted utilisations on one GPU sum to below 1
-
-
-def reuse_by_gpu(data: Prepared, keys) -> dict[int, list[tuple[tuple, float]]]:
-    """Section 9's reuse check, per GPU of a reused instance that two or more options reuse: the
-    (option key, utilisation the option adds) of each; the row is sum util y <= 1 - busy_g."""
-    by_gpu: dict[int, list[tuple[tuple, float]]] = {}
-    for k in keys:
-        o = data.opt(*k)
-        if o.kind == REUSE:
-            for g in map(int, data.cp.instance_gpus[o.instance].nonzero()[0]):
-                by_gpu.setdefault(g, []).append((k, o.util_add))
-    return {g: terms for g, terms in by_gpu.items() if len(terms) > 1}
-
-
-def packing_rows(data: Prepared) -> list[tuple[dict[tuple[int, int, int], int], int]]:
-    """Section 9's bin-packing conditions, necessary for any placement (so for LeastLoaded):
-    ``[(weight per (workflow, stage, option), capacity)]`` for ``k`` in ``PACKING_KS``, meaning
-    ``sum weight * y <= capacity``.
-
-    A GPU takes shards only while its ``busy`` plus their ``u`` stays within ``1 + 1e-9``; with
-    ``v = max(0, x - PACKING_SHIFT)`` the values on one GPU then sum to below 1, so (the floor being
-    superadditive) ``sum floor((k+1) v) <= k`` per GPU. Summed over GPUs, with the GPU's busy
-    as one more value (reuse only raises it): ``sum over new shards floor((k+1) v(u_s)) <=
-    sum_g max(0, k - floor((k+1) v(busy_g)))`` (GPUs above ``1 + 1e-9`` take nothing). For
-    ``k = 1``: shards above one half cannot share a GPU. Weights and capacities are integers."""
-    cp = data.cp
-    rows = []
-    for k in PACKING_KS:
-        def level(x: float) -> int:
-            return math.floor((k + 1) * max(0.0, x - PACKING_SHIFT))
-        cap = sum(0 if b > 1.0 + TOL else max(0, k - level(float(b))) for b in cp.base_busy)
-        weights = {}
-        for w, stages in enumerate(data.options):
-            for s, opts in enumerate(stages):
-                for o in opts:
-                    op = data.opt(w, s, o)
-                    if op.kind == NEW and level(op.replica_util) > 0:
-                        weights[w, s, o] = op.replicas * op.shards * level(op.replica_util)
-        if weights:
-            rows.append((weights, cap))
-    return rows
+def primary(cp: Compiled) -> Objective:
+    """What the driver minimises first: ``cost`` (section 5) or ``usd`` (section 10's ``U``)."""
+    return "usd" if cp.usd else "cost"
 
 
 def _demand_class(o: Option) -> tuple:
-    return ("reuse",) if o.kind != NEW else ("new", o.replicas, o.shards, o.mem_gb)
+    return ("reuse",) if o.kind != NEW else ("new", o.replicas, o.shards, o.mem_gb, o.gpu_type)
 
 
 def _reuse_class(cp: Compiled, o: Option) -> tuple:
@@ -176,8 +138,9 @@ def _failing_stage(data: Prepared, ev: Evaluation) -> int | None:
         busy = reuse_busy(cluster, to)
         if not reused_gpus_ok(cluster, to, busy):
             return None
+    types = gpu_types(cluster)
     for j, o in enumerate(ev.options):
-        if o.kind == NEW and place(free, demands(ev.options[: j + 1]), busy) is None:
+        if o.kind == NEW and place(free, demands(ev.options[: j + 1]), busy, types=types) is None:
             return j
     return len(ev.options) - 1
 
@@ -201,7 +164,7 @@ def _compute_cuts(data: Prepared, ev: Evaluation, fail: int) -> list[Cut]:
     def cls(o: Option, s: int) -> tuple:
         if o.kind != NEW:
             return _reuse_class(cp, o)
-        return ("new", o.replicas, o.shards, o.mem_gb, o.replica_util) if s <= fail else ("new",)
+        return ("new", o.replicas, o.shards, o.mem_gb, o.replica_util, o.gpu_type) if s <= fail else ("new",)
 
     classes = [cls(o, s) for s, o in enumerate(ev.options)]
     return _class_cuts(data, fail, cls, lambda s: classes[s] if s < len(classes) else ("new",), every_stage=True)
@@ -237,6 +200,8 @@ def lower_bound(data: Prepared, w: int, cap: float | None) -> float:
     opts = data.options[w]
     if not all(opts):
         return math.inf
+    if cp.usd:
+        return _usd_bound(data, w, cap)
     lat = [np.array([wf.stages[s].calls * data.opt(w, s, o).latency_s for o in keep]) for s, keep in enumerate(opts)]
     mem = [np.array([data.opt(w, s, o).replicas * data.opt(w, s, o).mem_gb for o in keep]) for s, keep in enumerate(opts)]
     slo = cp.problem.task.latency_slo_s + TOL
@@ -250,6 +215,18 @@ def lower_bound(data: Prepared, w: int, cap: float | None) -> float:
         return math.inf
     rest_l, rest_m = suffix_minima(lat, mem, done)
     return float(((fl + rest_l) * (fm + rest_m)).min())
+
+
+def _usd_bound(data: Prepared, w: int, cap: float | None) -> float:
+    """Section 10: ``U`` is a sum over stages, so the sum of each stage's least ``U`` bounds it
+    (``inf`` when the stages' least latencies already break the SLO or the bound exceeds ``cap``)."""
+    wf = data.cp.workflows[w]
+    lat = sum(min(wf.stages[s].calls * data.opt(w, s, o).latency_s for o in keep)
+              for s, keep in enumerate(data.options[w]))
+    if lat > data.cp.problem.task.latency_slo_s + TOL:
+        return math.inf
+    low = sum(min(data.opt(w, s, o).usd_per_hour for o in keep) for s, keep in enumerate(data.options[w]))
+    return math.inf if cap is not None and low > cap else low
 
 
 def no_good(variant: Variant) -> Cut:
@@ -267,11 +244,11 @@ class _State:
 
 def _incumbent(data: Prepared, backend: Backend, st: _State, *, objective: Objective, reuse_only: bool,
                cap: float | None, hint: Variant | None, deadline: float, workflows: tuple[int, ...],
-               bound: float = 0.0) -> Evaluation | None:
+               bound: float = 0.0, usd_cap: float | None = None) -> Evaluation | None:
     """Minimise, evaluate exactly, cut and repeat until an exactly feasible answer (or none)."""
     while True:
         ans = backend.minimise(objective=objective, reuse_only=reuse_only, cap=cap, cuts=st.cuts, hint=hint,
-                               deadline=deadline, workflows=workflows, bound=bound)
+                               deadline=deadline, workflows=workflows, bound=bound, usd_cap=usd_cap)
         if ans.status in ("unknown", "feasible"):
             st.proved = False
         if ans.variant is None:
@@ -287,7 +264,12 @@ def _incumbent(data: Prepared, backend: Backend, st: _State, *, objective: Objec
 
 
 def positive_cost_floor(data: Prepared) -> float:
-    """A lower bound on the cost of any variant with at least one new stage."""
+    """A lower bound on the objective value (cost, or ``U`` under section 10's ``usd_per_hour``)
+    of any variant with at least one new stage."""
+    if data.cp.usd:
+        return min((data.opt(w, s, o).usd_per_hour for w, stages in enumerate(data.options)
+                    for s, opts in enumerate(stages) for o in opts if data.opt(w, s, o).kind == NEW),
+                   default=float("inf"))
     lat, mem = float("inf"), float("inf")
     for w, wf in enumerate(data.cp.workflows):
         per_stage = [min((wf.stages[s].calls * data.opt(w, s, o).latency_s for o in opts), default=float("inf"))
@@ -342,7 +324,7 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
     everything = tuple(range(len(cp.workflows)))
     for w in sorted(everything, key=lambda w: (lower_bound(data, w, None), w)):
         best = choose(found)
-        cap = None if best is None else _window(best.cost_gb_s)
+        cap = None if best is None else _window(best.value)
         bound = lower_bound(data, w, cap)
         if not math.isfinite(bound):
             st.pruned += 1
@@ -351,7 +333,7 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
             st.proved = False
             break
         hint = (best.workflow, best.choice) if best is not None and best.workflow == w else None
-        inc = _incumbent(data, backend, st, objective="cost", reuse_only=False, cap=cap, hint=hint,
+        inc = _incumbent(data, backend, st, objective=primary(cp), reuse_only=False, cap=cap, hint=hint,
                          deadline=deadline, workflows=(w,), bound=bound)
         if inc is not None:
             found.append(inc)
@@ -360,13 +342,15 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
     best = choose(found)
     if not st.proved:
         return best
-    c = best.cost_gb_s
+    c = best.value
     if c == 0.0 and positive_cost_floor(data) > TOL * 1.000001:
         lat_inc = _incumbent(data, backend, st, objective="latency", reuse_only=True, cap=None, hint=None,
                              deadline=deadline, workflows=everything)
         lat = min(best.latency_s, lat_inc.latency_s if lat_inc is not None else best.latency_s)
         variants, complete = backend.enumerate(objective="latency", reuse_only=True, cap=_window(lat),
                                                cuts=st.cuts, deadline=deadline, workflows=everything)
+    elif cp.usd:
+        variants, complete = _usd_window(data, backend, st, best, deadline)
     else:
         bounds = {w: lower_bound(data, w, _window(c)) for w in everything}
         live = tuple(w for w in everything if math.isfinite(bounds[w]))
@@ -377,3 +361,19 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
     evs = [evaluate(cp, *v) for v in variants]
     st.evaluated += len(evs)
     return choose(found + [e for e in evs if e.feasible])
+
+
+def _usd_window(data: Prepared, backend: Backend, st: _State, best: Evaluation,
+                deadline: float) -> tuple[list[Variant], bool]:
+    """Section 10's tie window: ``U`` ties are common (a stage's model changes no price), so the
+    window is cut by latency first: the least ``L`` among variants with ``U`` in the window (a
+    placed incumbent), then every variant with ``U`` and ``L`` both in their windows."""
+    everything = tuple(range(len(data.cp.workflows)))
+    cap = _window(best.value)
+    bounds = {w: lower_bound(data, w, cap) for w in everything}
+    live = tuple(w for w in everything if math.isfinite(bounds[w]))
+    fast = _incumbent(data, backend, st, objective="latency", reuse_only=False, cap=None, hint=None,
+                      deadline=deadline, workflows=live, usd_cap=cap)
+    lat = best.latency_s if fast is None else min(best.latency_s, fast.latency_s)
+    return backend.enumerate(objective="latency", reuse_only=False, cap=_window(lat), cuts=st.cuts,
+                             deadline=deadline, workflows=live, usd_cap=cap)

@@ -54,8 +54,7 @@ class BayesianSelector(Selector):
             why = ("variant space is empty" if cp.variant_space == 0 else
                    f"accuracy: no variant reaches accuracy_slo {task.accuracy_slo}")
             return infeasible_plan(cp, solver=self.name, reason=why, elapsed_s=time.perf_counter() - t0, evaluated=0)
-        free = sum(g.mem_gb - g.used_gb for g in problem.cluster.gpus)
-        big = max(1.0, free * task.latency_slo_s) * 10.0
+        big = _penalty_scale(cp)
         seen: dict[tuple, Evaluation] = {}
 
         def objective(trial) -> float:
@@ -64,7 +63,7 @@ class BayesianSelector(Selector):
             if (w, choice) not in seen:
                 seen[w, choice] = evaluate(cp, w, choice)
             ev = seen[w, choice]
-            return ev.cost_gb_s if ev.feasible else big * (1.0 + _excess(cp, ev))
+            return ev.value if ev.feasible else big * (1.0 + _excess(cp, ev))
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with warnings.catch_warnings():
@@ -104,6 +103,18 @@ class _Deadline:
         self.last = now
         if now + self.slowest > self.deadline:
             study.stop()
+
+
+def _penalty_scale(cp) -> float:
+    """Above any feasible variant's objective value: 10x the free GB times the latency SLO
+    (cost), or under ``usd_per_hour`` 10x every GPU priced once per stage of the longest
+    workflow (a feasible ``U`` counts a GPU at most once per stage: a stage's replicas never share one)."""
+    cluster, task = cp.problem.cluster, cp.problem.task
+    if cp.usd:
+        stages = max((len(wf.stages) for wf in cp.workflows), default=1)
+        return max(1.0, stages * sum(cluster.price(g.type) for g in cluster.gpus)) * 10.0
+    free = sum(g.mem_gb - g.used_gb for g in cluster.gpus)
+    return max(1.0, free * task.latency_slo_s) * 10.0
 
 
 def _excess(cp, ev: Evaluation) -> float:

@@ -41,7 +41,7 @@ class ExhaustiveSelector(Selector):
         if (reason := empty_space_reason(cp)) is not None:
             return infeasible_plan(cp, solver=self.name, reason=reason, elapsed_s=time.perf_counter() - t0,
                                    evaluated=0)
-        search = BestWindow(cp)
+        search = BestWindow(cp, deadline=deadline)
         complete = True
         allowed = [usable_options(cp, wf) for wf in cp.workflows]
         for wf, keep in zip(cp.workflows, allowed):

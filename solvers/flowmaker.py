@@ -83,7 +83,7 @@ def _search_workflow(cp: Compiled, wf: WorkflowOptions, kept: set[int],
         if time.perf_counter() > deadline:
             return None, evaluated, True
         allowed = [idx[a] for idx, a in zip(by_choice, assignment)]
-        window = BestWindow(cp)
+        window = BestWindow(cp, deadline=deadline)
         for ch in chunks(cp, restrict(wf, allowed)):
             window.scan(ch)
             if time.perf_counter() > deadline:   # best so far in this assignment (still feasible)

@@ -9,7 +9,9 @@ searching a pruned space exactly, but prunes by what the objective rewards inste
    the cluster, a shard larger than the freest GPU).
 2. Per stage, keep the first Pareto layers of the remaining options in (stage latency, new
    memory): cost ``M * L`` is monotone in both, so a variant using a dominated option is
-   usually beaten by one using its dominator. Layers are added while the workflow's restricted
+   usually beaten by one using its dominator. Under ``objective: usd_per_hour`` (spec section
+   10) the layers are in (stage latency, stage ``U``): ``U`` is what is minimised and latency what
+   breaks its ties. Layers are added while the workflow's restricted
    space stays within ``max_space`` variants (at least the first layer is kept).
 3. Search each restricted space exactly (vectorised chunks, LeastLoaded, section-5 ties) and
    take the best over workflows.
@@ -54,7 +56,7 @@ class FlowMakerPlusSelector(Selector):
             allowed = _restricted(cp, wf, self.max_space)
             if allowed is None:
                 continue
-            window = BestWindow(cp)
+            window = BestWindow(cp, deadline=deadline)
             for ch in chunks(cp, restrict(wf, allowed)):
                 window.scan(ch)
                 if time.perf_counter() > deadline:
@@ -104,7 +106,8 @@ def _restricted(cp: Compiled, wf: WorkflowOptions, max_space: int) -> list[list[
     layers = []
     for st, opts in zip(wf.stages, usable):
         a = st.arrays
-        layers.append(_layers([(float(a["lat"][i]), float(a["mem"][i]), i) for i in opts]))
+        second = a["usd"] if cp.usd else a["mem"]
+        layers.append(_layers([(float(a["lat"][i]), float(second[i]), i) for i in opts]))
     depth = [1] * len(layers)
     allowed = [sorted(L[0]) for L in layers]
     grew = True

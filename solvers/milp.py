@@ -26,7 +26,7 @@ Formulation (one model over all workflows; ``solvers/_exact.py`` drives it):
     instances, ``sum_{o reuses an instance on g} util[o] y <= (1 + 1e-9 - busy_g) UTIL_SCALE + S/2``
     (exact: the reuse check), and the necessary ``sum cload[o] y <= room UTIL_SCALE + S/2`` with
     ``cload`` the utilisation an option adds over all its GPUs and ``room = sum_g max(0, 1 - busy_g)``,
-    and the integer bin-packing rows of ``_exact.packing_rows`` (e.g. shards above one half
+    and the integer bin-packing rows of ``_rows.packing_rows`` (e.g. shards above one half
     cannot share a GPU), also necessary for any placement; these two only once a cut exists
   - the driver's lower bound on the workflow's cost: ``P >= bound`` (widened as below)
   - lazy cuts from the driver: ``sum_{(s, o) in cut} y[w,s,o] <= |stages in cut| - 1``
@@ -58,7 +58,8 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, packing_rows, reuse_by_gpu, solve_exact
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
+from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 SCALE = 1_000_000
@@ -115,13 +116,18 @@ class CpSatBackend:
         self.ls = SCALE / self.lat_max
         self.ms = SCALE / max(self.mem_max, 1e-6)
         self.us = float(SCALE)
+        # section 10's U in units of USD_SCALE per $/h: the largest workflow's dearest choices ~ SCALE
+        usd_max = max((sum(max(data.opt(w, s_, o).usd_per_hour for o in opts) for s_, opts in enumerate(stages))
+                       for w, stages in enumerate(data.options) if all(stages)), default=0.0)
+        self.usd_scale = SCALE / max(usd_max, 1e-6)
         self.slack = s / 2 + 1e-6          # rounding error of a sum over s stages, in units
         self.e_lat = self.slack / self.ls  # seconds
         self.e_mem = self.slack / self.ms  # GB
         self._packing = packing_rows(data) if data.cp.compute else []
 
     # -- model -----------------------------------------------------------------------------
-    def _build(self, *, reuse_only: bool, cuts: list[Cut], workflows: tuple[int, ...]):
+    def _build(self, *, reuse_only: bool, cuts: list[Cut], workflows: tuple[int, ...],
+               usd_cap: float | None = None):
         from ortools.sat.python import cp_model
 
         d, cp = self.data, self.data.cp
@@ -159,6 +165,13 @@ class CpSatBackend:
                 m.add(sum(terms) <= math.floor((1.0 + TOL - cp.base_util[i]) * self.us + self.slack))
         if cp.compute:
             self._compute_sharing(m, y, necessary=bool(cuts))
+        for row, free in type_memory_rows(d, y):   # section 10: per GPU type, new memory <= its free memory
+            m.add(sum(round(v * self.ms) * y[k] for k, v in row.items())
+                  <= math.floor((free + TOL) * self.ms + self.slack))
+        # section 10's U, in usd units
+        self._usd = sum(round(d.opt(*k).usd_per_hour * self.usd_scale) * v for k, v in y.items())
+        if usd_cap is not None:
+            m.add(self._usd <= self._cap_units("usd", usd_cap))
         # lazy cuts: not every listed stage picks from its set
         for cut in cuts:
             if cut.workflow not in x:
@@ -181,8 +194,9 @@ class CpSatBackend:
                   <= math.floor((1.0 + TOL - cp.base_busy[g]) * self.us + self.slack))
         if not necessary:
             return
-        m.add(sum(round(d.opt(*k).compute_load * self.us) * v for k, v in y.items())
-              <= math.floor((cp.compute_room + TOL) * self.us + self.slack))
+        for load, room in compute_room_rows(d, y):
+            m.add(sum(round(u * self.us) * y[k] for k, u in load.items())
+                  <= math.floor((room + TOL) * self.us + self.slack))
         for weights, cap in self._packing:
             terms = [c * y[k] for k, c in weights.items() if k in y]
             if terms:
@@ -195,12 +209,21 @@ class CpSatBackend:
     def _cap_units(self, objective: Objective, cap: float) -> int:
         if objective == "latency":
             return math.floor(cap * self.ls + self.slack)
+        if objective == "usd":
+            return math.floor(cap * self.usd_scale + self.slack)
         return math.floor((cap + self._widening()) * self.ms * self.ls) + 1
 
     def _objective(self, m, objective: Objective, lint, mint, cap: float | None, x=None,
                    bounds: dict[int, float] | None = None):
         if objective == "latency":
             target = lint
+        elif objective == "usd":
+            target = m.new_int_var(0, SCALE + math.ceil(2 * self.slack) + 1, "U")
+            m.add(target == self._usd)
+            low = {w: max(0, math.floor(b * self.usd_scale - self.slack) - 1)
+                   for w, b in (bounds or {}).items() if w in x and b > 0}
+            if low:
+                m.add(target >= sum(v * x[w] for w, v in low.items()))
         else:
             target = m.new_int_var(0, self._ubs[0] * self._ubs[1], "P")
             m.add_multiplication_equality(target, [mint, lint])
@@ -234,10 +257,11 @@ class CpSatBackend:
 
     # -- backend protocol ---------------------------------------------------------------------
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
+                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0,
+                 usd_cap: float | None = None) -> Answer:
         from ortools.sat.python import cp_model
 
-        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows)
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows, usd_cap=usd_cap)
         m.minimize(self._objective(m, objective, lint, mint, cap, x, {w: bound for w in workflows}))
         if hint is not None and hint[0] in x:
             hw, hc = hint
@@ -256,12 +280,12 @@ class CpSatBackend:
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None) -> tuple[list[Variant], bool]:
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]:
         from ortools.sat.python import cp_model
 
         if not workflows:
             return [], True
-        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows)
+        m, x, y, lint, mint = self._build(reuse_only=reuse_only, cuts=cuts, workflows=workflows, usd_cap=usd_cap)
         self._objective(m, objective, lint, mint, cap, x, bounds)
         found: list[Variant] = []
 

@@ -15,7 +15,7 @@ data and *linearises* the product ``M * L``:
     ``busy_g + sum_{o reuses an instance on g} util[o] y <= 1 + 1e-9`` (exact: the reuse check),
     and the necessary ``sum cload[o] y <= sum_g max(0, 1 + 1e-9 - busy_g)`` (``cload``: the
     utilisation an option adds over all its GPUs), and the integer bin-packing rows of
-    ``_exact.packing_rows``
+    ``_rows.packing_rows``
   - the driver's lower bound on the workflow's cost (``solvers/_exact.py``):
     ``cost >= bound (1 - WINDOW_REL)``
   - product linearisation (big-M with ``U = latency_slo_s``):
@@ -40,8 +40,8 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
-from solvers._exact import (TOL, Answer, Cut, Objective, Prepared, Variant, no_good, packing_rows, reuse_by_gpu,
-                            solve_exact)
+from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
+from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 
 WINDOW_REL = 1e-6
@@ -97,7 +97,7 @@ class PulpBackend:
         self._packing = packing_rows(data) if data.cp.compute else []
 
     def _build(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-               workflows: tuple[int, ...], bounds: dict[int, float] | None = None):
+               workflows: tuple[int, ...], bounds: dict[int, float] | None = None, usd_cap: float | None = None):
         import pulp
 
         d, cp = self.data, self.data.cp
@@ -138,6 +138,11 @@ class PulpBackend:
                 lp += pulp.lpSum(terms) <= 1.0 + TOL - float(cp.base_util[i])
         if cp.compute:
             self._compute_sharing(lp, y, necessary=bool(cuts))
+        for row, free in type_memory_rows(d, y):   # section 10: per GPU type, new memory <= its free memory
+            lp += pulp.lpSum(v * y[k] for k, v in row.items()) <= free + TOL
+        usd = pulp.lpSum(d.opt(*k).usd_per_hour * v for k, v in y.items())   # section 10's U
+        if usd_cap is not None:
+            lp += usd <= usd_cap * (1 + WINDOW_REL) + WINDOW_REL
         for cut in cuts:
             if cut.workflow not in x:
                 continue
@@ -156,6 +161,11 @@ class PulpBackend:
                 lp += target >= next(iter(low.values()))
             elif low:
                 lp += target >= pulp.lpSum(b * x[w] for w, b in low.items())
+        elif objective == "usd":
+            target = usd
+            low = {w: b * (1 - WINDOW_REL) for w, b in (bounds or {}).items() if w in x and b > 0}
+            if low:
+                lp += target >= pulp.lpSum(b * x[w] for w, b in low.items())
         else:
             target = big_l
         lp += target
@@ -172,7 +182,8 @@ class PulpBackend:
             lp += pulp.lpSum(u * y[k] for k, u in terms) <= 1.0 + TOL - float(cp.base_busy[g])
         if not necessary:
             return
-        lp += pulp.lpSum(d.opt(*k).compute_load * v for k, v in y.items()) <= cp.compute_room + TOL
+        for load, room in compute_room_rows(d, y):
+            lp += pulp.lpSum(u * y[k] for k, u in load.items()) <= room + TOL
         for weights, cap in self._packing:
             terms = [c * y[k] for k, c in weights.items() if k in y]
             if terms:
@@ -218,17 +229,19 @@ class PulpBackend:
         return w, tuple(o for _, o in picks)
 
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
-                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0) -> Answer:
+                 hint: Variant | None, deadline: float, workflows: tuple[int, ...], bound: float = 0.0,
+                 usd_cap: float | None = None) -> Answer:
         status, x, y, _lp = self._solve_built(
             lambda b: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=cuts,
-                                  workflows=workflows, bounds=b), {w: bound for w in workflows}, deadline)
+                                  workflows=workflows, bounds=b, usd_cap=usd_cap), {w: bound for w in workflows},
+            deadline)
         if status in ("infeasible", "unknown"):
             return Answer(status)
         return Answer(status, self._variant(x, y))
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None) -> tuple[list[Variant], bool]:
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]:
         found: list[Variant] = []
         if not workflows:
             return found, True
@@ -236,7 +249,7 @@ class PulpBackend:
             more = cuts + [no_good(v) for v in found]
             status, x, y, _lp = self._solve_built(
                 lambda b, more=more: self._build(objective=objective, reuse_only=reuse_only, cap=cap, cuts=more,
-                                                 workflows=workflows, bounds=b), bounds, deadline)
+                                                 workflows=workflows, bounds=b, usd_cap=usd_cap), bounds, deadline)
             if status == "infeasible":
                 return found, True
             if status != "optimal":

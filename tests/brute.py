@@ -1,6 +1,6 @@
 """A plain brute force of the spec, written independently of selector/ (no numpy, no
-chunks, its own LeastLoaded, its own section 9): the reference the exact solvers are checked
-against, in both sharing modes."""
+chunks, its own LeastLoaded, its own sections 9 and 10): the reference the exact solvers are
+checked against, in both sharing modes and both objectives."""
 from __future__ import annotations
 
 import itertools
@@ -14,15 +14,17 @@ TOL = 1e-9
 def _place(problem: Problem, demands, busy=None):
     """LeastLoaded; ``busy`` (GPU -> utilisation after reuse) switches on section 9."""
     free = {g.id: g.mem_gb - g.used_gb for g in problem.cluster.gpus}
+    kind = {g.id: g.type for g in problem.cluster.gpus}
     busy = None if busy is None else dict(busy)
     out = []
-    for reps, shards, shard, u in demands:
+    for reps, shards, shard, u, gtype in demands:
         mine: set[int] = set()
         stage = []
         for _ in range(reps):
             chosen = []
             for _ in range(shards):
-                cands = sorted(g for g in free if g not in mine and (busy is None or busy[g] + u <= 1 + TOL))
+                cands = sorted(g for g in free if g not in mine and kind[g] == gtype
+                               and (busy is None or busy[g] + u <= 1 + TOL))
                 if not cands:
                     return None
                 top = max(free[g] for g in cands)
@@ -40,29 +42,33 @@ def _place(problem: Problem, demands, busy=None):
 
 
 def brute_force(problem: Problem):
-    """Returns (workflow name, per-stage option descriptors, cost, latency) of the optimum, or None."""
+    """Returns (workflow name, per-stage option descriptors, objective value, latency) of the
+    optimum, or None. A descriptor is ``("reuse", instance id, model)`` or ``("new", (tp, pp,
+    gpu_type), model)``; the value is ``cost`` (GB*s) or, under ``usd_per_hour``, ``U``."""
     p = problem
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp): r for r in p.perf}
-    dep = {(d.model, d.tp, d.pp): d.mem_gb for d in p.deployments}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r for r in p.perf}
+    dep = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in p.deployments}
     acc = {m.name: m.accuracy for m in p.models}
+    gtype = {g.id: g.type for g in p.cluster.gpus}
+    price = p.cluster.prices or {}
     feas = []
     for wi, w in enumerate(p.workflows):
         per_stage = []
         for s in w.stages:
             opts = []
             for ii, inst in enumerate(p.cluster.instances):
-                r = perf.get((w.name, s.name, inst.model, inst.tp, inst.pp))
+                r = perf.get((w.name, s.name, inst.model, inst.tp, inst.pp, gtype[inst.gpus[0]]))
                 if r:
                     opts.append(((0, ii), ("reuse", inst.id, inst.model, r)))
             for mi, m in enumerate(p.models):
                 for ci, c in enumerate(p.configs):
-                    r = perf.get((w.name, s.name, m.name, c.tp, c.pp))
-                    if r and (m.name, c.tp, c.pp) in dep:
-                        opts.append(((1, mi, ci), ("new", (c.tp, c.pp), m.name, r)))
+                    r = perf.get((w.name, s.name, m.name, c.tp, c.pp, c.gpu_type))
+                    if r and (m.name, c.tp, c.pp, c.gpu_type) in dep:
+                        opts.append(((1, mi, ci), ("new", (c.tp, c.pp, c.gpu_type), m.name, r)))
             per_stage.append(opts)
         for combo in itertools.product(*per_stage):
             A = min(acc[o[1][2]] for o in combo)
-            L, M, G, util, demands = 0.0, 0.0, 0, {}, []
+            L, M, G, U, util, demands = 0.0, 0.0, 0, 0.0, {}, []
             for s, (_, (kind, ref, model, r)) in zip(w.stages, combo):
                 load = p.task.arrival_rate_rps * s.calls
                 L += s.calls * r.latency_s
@@ -74,7 +80,9 @@ def brute_force(problem: Problem):
                     mem = dep[(model, *ref)]
                     M += reps * mem
                     G += reps * ref[0] * ref[1]
-                    demands.append((reps, ref[0] * ref[1], mem / (ref[0] * ref[1]), load / (reps * r.capacity_rps)))
+                    U += reps * ref[0] * ref[1] * price.get(ref[2], 0.0)
+                    demands.append((reps, ref[0] * ref[1], mem / (ref[0] * ref[1]), load / (reps * r.capacity_rps),
+                                    ref[2]))
             if A < p.task.accuracy_slo - TOL or L > p.task.latency_slo_s + TOL:
                 continue
             if any(u > 1 + TOL for u in util.values()):
@@ -90,7 +98,8 @@ def brute_force(problem: Problem):
                     continue
             if _place(p, demands, busy) is None:
                 continue
-            feas.append((M * L, L, G, (wi, *[o[0] for o in combo]), w.name, combo))
+            value = U if p.objective == "usd_per_hour" else M * L
+            feas.append((value, L, G, (wi, *[o[0] for o in combo]), w.name, combo))
     if not feas:
         return None
     cmin = min(f[0] for f in feas)
@@ -101,3 +110,9 @@ def brute_force(problem: Problem):
     best = min((f for f in feas if f[2] == gmin), key=lambda f: f[3])
     descr = [(o[1][0], o[1][1], o[1][2]) for o in best[5]]
     return best[4], descr, best[0], best[1]
+
+
+def plan_descr(plan) -> list[tuple]:
+    """A plan's per-stage descriptors in :func:`brute_force`'s form, to compare the two."""
+    return [("reuse", s.reuse, s.model) if s.reuse else ("new", (s.tp, s.pp, s.gpu_type), s.model)
+            for s in plan.stages]

@@ -1,4 +1,5 @@
-"""Small random selection problems for tests (seeded), with optional deployed instances."""
+"""Small random selection problems for tests (seeded), with optional deployed instances; typed
+ones (spec section 10: GPU types, prices, either objective) from :func:`random_typed_problem`."""
 from __future__ import annotations
 
 import numpy as np
@@ -76,3 +77,50 @@ def _instances(rng, models, n_gpus: int, gpu_mem: float):
                           "utilization": round(float(rng.uniform(0, 0.9)), 3)})
     gpus = [{"id": g, "mem_gb": gpu_mem, "used_gb": round(used[g], 4)} for g in range(n_gpus)]
     return instances, gpus
+
+
+#: GPU types of the typed random problems: (memory GB, speed factor, price range $/GPU-hour)
+TYPES = {"small": (24.0, 0.6, (0.4, 1.2)), "mid": (48.0, 1.0, (1.0, 2.5)), "big": (80.0, 1.8, (2.0, 5.0))}
+
+
+def random_typed_problem(seed: int, objective: str = "usd_per_hour", *, n_types: int = 3, **kw) -> Problem:
+    """:func:`random_problem` ``seed`` spread over ``n_types`` GPU types (section 10): each GPU gets
+    a type (and that type's memory), each config is offered on one to ``n_types`` types, deployment
+    and perf rows exist per type (latency and capacity scaled by the type's speed, so the faster,
+    pricier type is not always worth it), instances keep GPUs of one type (a mixed one is dropped
+    and its memory freed), and every type is priced. A second generator seeded from ``seed`` draws
+    all of it, so the untyped problem of the same seed is unchanged."""
+    base = random_problem(seed, **kw).to_dict()
+    rng = np.random.default_rng([seed, 10])
+    names = list(TYPES)[:n_types]
+    gpus = base["cluster"]["gpus"]
+    kinds = [names[int(k)] for k in rng.integers(0, n_types, size=len(gpus))]
+    insts = [i for i in base["cluster"]["instances"] if len({kinds[g] for g in i["gpus"]}) == 1]
+    used = [0.0] * len(gpus)
+    for g, gpu in enumerate(gpus):
+        gpu["type"], gpu["mem_gb"] = kinds[g], TYPES[kinds[g]][0]
+    for i in insts:
+        for g in i["gpus"]:
+            used[g] += float(rng.uniform(3, 20)) / len(i["gpus"])
+    for g, gpu in enumerate(gpus):
+        gpu["used_gb"] = round(min(used[g], gpu["mem_gb"]), 4)
+    for t in names:             # a few more, empty GPUs of each type
+        for _ in range(int(rng.integers(0, 3))):
+            gpus.append({"id": len(gpus), "mem_gb": TYPES[t][0], "used_gb": 0.0, "type": t})
+    configs = []
+    for c in base["configs"]:
+        for t in rng.choice(names, size=int(rng.integers(1, n_types + 1)), replace=False):
+            configs.append({**c, "gpu_type": str(t)})
+    deployments = [{**d, "gpu_type": t, "mem_gb": round(d["mem_gb"] * float(rng.uniform(0.95, 1.1)), 2)}
+                   for d in base["deployments"] for t in names if rng.random() < 0.85]
+    perf = []
+    for r in base["perf"]:
+        for t in names:
+            if rng.random() < 0.8:
+                speed = TYPES[t][1] * float(rng.uniform(0.85, 1.15))
+                perf.append({**r, "gpu_type": t, "latency_s": round(r["latency_s"] / speed, 4),
+                             "capacity_rps": round(r["capacity_rps"] * speed, 4)})
+    prices = {t: round(float(rng.uniform(*TYPES[t][2])), 3) for t in names}
+    base.update(configs=configs, deployments=deployments, perf=perf, objective=objective)
+    base["cluster"].update(instances=insts, prices=prices)
+    return parse_problem(base)

@@ -33,3 +33,9 @@ SMALL_PROBLEM = {
     "cluster": {"gpus": [{"id": 0, "mem_gb": 48.0, "used_gb": 8.0}, {"id": 1, "mem_gb": 48.0, "used_gb": 0.0}],
                 "instances": [{"id": "i0", "model": "a", "tp": 1, "pp": 1, "gpus": [0], "utilization": 0.2}]},
 }
+
+
+def typed_stages(stages: list[dict]) -> list[dict]:
+    """A plan's expected stages with spec section 10's ``gpu_type`` (``"gpu"`` where an expected
+    file written before section 10 has none: an untyped problem's plan carries it per stage)."""
+    return [{**s, "gpu_type": s.get("gpu_type", "gpu")} for s in stages]

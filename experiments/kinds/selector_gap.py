@@ -4,7 +4,11 @@ A suite (``configs/benchmarks/*.yaml``) lists frozen problem files (the paper-si
 seven quickstart tasks deployed in sequence; each file carries its own ``cluster.sharing``), and
 ranges of seeds for ``selector.synthetic.paper_problem`` and ``selector.generate.random_problem``,
 generated in every mode of the suite's ``sharing`` list (spec section 9; ids of compute-mode
-copies end in ``-compute``). Per problem, the reference (``exhaustive``) proves the optimum;
+copies end in ``-compute``), and (``typed``) seeded random problems and paper variants spread over
+three GPU types with prices (spec section 10, ``selector.typed.spread_over_types``) under each
+objective of ``objectives`` (ids ``...-typed-usd`` / ``...-typed-gbs``, before any ``-compute``).
+``opt_cost_gb_s`` and ``cost_gb_s`` hold the objective's value: GB*s, or dollars per hour on a
+``usd_per_hour`` problem (column ``objective``). Per problem, the reference (``exhaustive``) proves the optimum;
 every solver then answers and gets a row::
 
     problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
@@ -69,6 +73,8 @@ class Suite(BaseModel):
     paper_variants: RandomSpec | None = None              # seeds of selector.synthetic.paper_problem
     sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])   # generated members
     quickstart: dict | None = None                        # how the frozen quickstart files were made
+    typed: RandomSpec | None = None                       # seeds of typed random problems and paper variants
+    objectives: list[Literal["gb_s", "usd_per_hour"]] = Field(default_factory=lambda: ["usd_per_hour", "gb_s"])
 
 
 def in_mode(problem: Problem, sharing: str, suffix: bool = True) -> tuple[str, Problem]:
@@ -115,6 +121,26 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
             for s in range(suite.random.start, stop):
                 pid, p = in_mode(random_problem(s), mode)
                 out.append((pid, "random", p))
+        if suite.typed is not None:
+            out += _typed_members(suite, mode)
+    return out
+
+
+def _typed_members(suite: Suite, mode: str) -> list[tuple[str, str, Problem]]:
+    """Spec section 10 members: random problems and paper variants over three priced GPU types."""
+    from selector.generate import random_problem
+    from selector.synthetic import paper_problem
+    from selector.typed import spread_over_types
+    out = []
+    for s in range(suite.typed.start, suite.typed.stop):
+        for objective in suite.objectives:
+            tag = "usd" if objective == "usd_per_hour" else "gbs"
+            for family, base in (("typed-random", random_problem(s)),) + (
+                    (("typed-paper", paper_problem(s)),) if s < 3 else ()):
+                typed = spread_over_types(base, seed=s, objective=objective)
+                pid, p = in_mode(typed.model_copy(update={"task": typed.task.model_copy(
+                    update={"name": f"{typed.task.name}-typed-{tag}"})}), mode)
+                out.append((pid, family, p))
     return out
 
 
@@ -125,15 +151,16 @@ def _solver(name: str, params: Params):
 
 def _comparable(plan: Plan) -> dict:
     d = {**plan.to_dict(), "solved": plan.solved}
-    return {k: v for k, v in d.items() if k in ("solved", "workflow", "stages", "cost_gb_s", "latency_s",
+    return {k: v for k, v in d.items() if k in ("solved", "workflow", "stages", "cost_gb_s", "usd_per_hour", "latency_s",
                                                  "new_mem_gb", "new_gpus", "accuracy")}
 
 
-def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: str = "memory") -> dict:
+def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: str = "memory",
+            objective: str = "gb_s") -> dict:
     """One result row (see the module docstring)."""
     feasible = ref.status == "optimal"
-    opt = ref.cost_gb_s if feasible else math.nan
-    cost = plan.cost_gb_s if plan.solved else math.nan
+    opt = ref.value(objective) if feasible else math.nan
+    cost = plan.value(objective) if plan.solved else math.nan
     if not feasible:
         match, gap = not plan.solved, math.nan
     elif not plan.solved:
@@ -141,7 +168,8 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: 
     else:
         match = abs(cost - opt) <= REL * max(abs(opt), 1e-12) or cost == opt
         gap = 100.0 * (cost - opt) / opt if opt > 0 else (0.0 if cost == 0 else math.nan)
-    return {"problem": pid, "family": family, "sharing": sharing, "variant_space": ref.variant_space,
+    return {"problem": pid, "family": family, "sharing": sharing, "objective": objective,
+            "variant_space": ref.variant_space,
             "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
@@ -152,11 +180,11 @@ def solve_problem(pid: str, family: str, problem: Problem, params: Params) -> pd
     ref = _solver(params.reference, params).select(problem, time_limit_s=params.time_limit_s)
     if ref.status == "feasible":
         raise RuntimeError(f"{pid}: reference {params.reference} did not finish within {params.time_limit_s} s")
-    mode = problem.cluster.sharing
-    rows = [compare(pid, family, ref, ref, params.reference, mode)]
+    mode, objective = problem.cluster.sharing, problem.objective
+    rows = [compare(pid, family, ref, ref, params.reference, mode, objective)]
     for name in params.solvers:
         plan = _solver(name, params).select(problem, time_limit_s=params.time_limit_s)
-        rows.append(compare(pid, family, ref, plan, name, mode))
+        rows.append(compare(pid, family, ref, plan, name, mode, objective))
     return pd.DataFrame(rows)
 
 

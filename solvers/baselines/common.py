@@ -25,7 +25,7 @@ from dataclasses import replace
 from selector.deployment import Deployment, Serving, build_deployment
 from selector.evaluate import Evaluation, evaluate, infeasible_plan, to_plan
 from selector.index import NEW, Compiled, Option, compile_problem
-from selector.placement import StageDemand, free_memory, gpu_busy, place
+from selector.placement import StageDemand, free_memory, gpu_busy, gpu_types, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem, parse_problem
 
@@ -54,16 +54,19 @@ def option_index(cp: Compiled, wi: int, si: int, pred) -> int | None:
     return None
 
 
-def pack_first_fit(free_gb: dict[int, float], demands: Sequence[StageDemand]) -> list[list[list[int]]] | None:
-    """Each shard on the lowest-id GPU with room for it (colocation allowed, same stage too)."""
+def pack_first_fit(free_gb: dict[int, float], demands: Sequence[StageDemand],
+                   types: dict[int, str] | None = None) -> list[list[list[int]]] | None:
+    """Each shard on the lowest-id GPU with room for it (colocation allowed, same stage too),
+    among the GPUs of the demand's type (spec section 10; ``types``: GPU id -> type)."""
     free = dict(free_gb)
     out = []
     for d in demands:
         stage = []
+        mine = [g for g in sorted(free) if d.gpu_type is None or types is None or types[g] == d.gpu_type]
         for _ in range(d.replicas):
             chosen = []
             for _ in range(d.shards):
-                g = next((g for g in sorted(free) if g not in chosen and free[g] >= d.shard_gb - TOL), None)
+                g = next((g for g in mine if g not in chosen and free[g] >= d.shard_gb - TOL), None)
                 if g is None:
                     return None
                 free[g] -= d.shard_gb
@@ -85,7 +88,8 @@ def servings(cp: Compiled, options: Sequence[Option], placed, *, share: float = 
         if o.kind != NEW:
             out.append(Serving(model, o.tp, o.pp, reuse=p.cluster.instances[o.instance].id, share=share))
         else:
-            out.append(Serving(model, o.tp, o.pp, gpus=tuple(tuple(g) for g in next(spots)), share=share, tag=tag))
+            out.append(Serving(model, o.tp, o.pp, gpus=tuple(tuple(g) for g in next(spots)), share=share, tag=tag,
+                               gpu_type=o.gpu_type))
     return out
 
 
@@ -96,7 +100,16 @@ def deployment(cp: Compiled, wi: int, options: Sequence[Option], placed, *, rule
 
 
 def new_demands(options: Sequence[Option]) -> list[StageDemand]:
-    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards) for o in options if o.kind == NEW]
+    """Memory-only demands of the new options, each on its config's GPU type (spec section 10)."""
+    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, gpu_type=o.gpu_type)
+            for o in options if o.kind == NEW]
+
+
+def default_config(problem: Problem) -> tuple[int, int, str]:
+    """A developer's default deployment config, as ``(tp, pp, gpu_type)``: the first listed config
+    with ``tp = pp = 1``, else the first listed (so on a typed cluster, spec section 10, the
+    type of that first config: the order of ``configs`` is the developer's preference)."""
+    return next((c.key for c in problem.configs if (c.tp, c.pp) == (1, 1)), problem.configs[0].key)
 
 
 def spec_face(cp: Compiled, ev: Evaluation | None, *, solver: str, t0: float, rule: str,
@@ -147,8 +160,8 @@ def compute_overload(problem: Problem, deploy: Deployment | None) -> str | None:
 
 
 def least_loaded(cp: Compiled, options: Sequence[Option]):
-    return place(free_memory(cp.problem.cluster), new_demands(options))
+    return place(free_memory(cp.problem.cluster), new_demands(options), types=gpu_types(cp.problem.cluster))
 
 
-__all__ = ["compile_problem", "compute_overload", "developer_workflow", "deployment", "evaluate", "least_loaded", "new_demands",
+__all__ = ["compile_problem", "compute_overload", "default_config", "developer_workflow", "deployment", "evaluate", "least_loaded", "new_demands",
            "only_workflow", "option_index", "pack_first_fit", "servings", "spec_face"]

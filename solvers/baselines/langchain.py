@@ -3,8 +3,9 @@
 Rules (docs/baselines.md): the developer's workflow (first multi-stage candidate); for every
 stage the most accurate model of the default size class (``active_params_b <=
 max_params_b``, default 8.5: an 8B-class model) that has a perf row on the default config
-(``tp=1, pp=1``, else the first listed config); replicas as the spec sizes them; never
-reuses; instances packed first-fit onto GPUs in id order (colocating when they fit).
+(the first listed config with ``tp=1, pp=1``, else the first listed config; on a typed cluster,
+spec section 10, that config's GPU type: ``common.default_config``); replicas as the spec sizes them; never
+reuses; instances packed first-fit onto GPUs of the config's type in id order (colocating when they fit).
 No SLO is checked: it deploys its choice anyway. Setting ``paper`` (``langchain:paper`` in an
 experiment): one replica per stage whatever the load, as the paper's LangChain deployment (15
 instances for six tasks); its spec face is then infeasible (capacity) where the spec would size
@@ -18,12 +19,12 @@ import time
 from dataclasses import replace
 
 from selector.index import NEW
-from selector.placement import free_memory
+from selector.placement import free_memory, gpu_types
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from solvers.base import Selector
-from solvers.baselines.common import (compile_problem, deployment, developer_workflow, evaluate, new_demands,
-                                      option_index, pack_first_fit, spec_face)
+from solvers.baselines.common import (compile_problem, default_config, deployment, developer_workflow, evaluate,
+                                      new_demands, option_index, pack_first_fit, spec_face)
 
 
 SETTINGS = ("default", "paper")
@@ -42,14 +43,13 @@ class LangChainSelector(Selector):
         t0 = time.perf_counter()
         cp = compile_problem(problem)
         wi = developer_workflow(problem)
-        cfgs = [(c.tp, c.pp) for c in problem.configs]
-        default = (1, 1) if (1, 1) in cfgs else cfgs[0]
+        default = default_config(problem)
         choice = []
         for si, st in enumerate(cp.workflows[wi].stages):
-            cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default
+            cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp, o.gpu_type) == default
                      and o.active_params_b <= self.max_params_b + TOL]
             if not cands:
-                cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp) == default]
+                cands = [o for o in st.options if o.kind == NEW and (o.tp, o.pp, o.gpu_type) == default]
             if not cands:
                 return spec_face(cp, None, solver=self.name, t0=t0, rule=self.rule, deploy=None,
                                  unplaced_reason=f"stage {st.name}: no model on the default config")
@@ -62,7 +62,7 @@ class LangChainSelector(Selector):
             options = [replace(o, replicas=1) if o.kind == NEW else o for o in options]
             if short:
                 ev, why = None, f"capacity: one replica per stage where the load needs {short[0].replicas}"
-        placed = pack_first_fit(free_memory(problem.cluster), new_demands(options))
+        placed = pack_first_fit(free_memory(problem.cluster), new_demands(options), gpu_types(problem.cluster))
         deploy = None if placed is None else deployment(cp, wi, options, placed, rule=self.rule)
         return spec_face(cp, ev, solver=self.name, t0=t0, rule=self.rule, deploy=deploy, why=why,
                          unplaced_reason="packing: an instance does not fit any GPU")

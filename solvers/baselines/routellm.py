@@ -3,7 +3,8 @@ router sends each request, per stage, to one of them by a threshold on its diffi
 
 Rules (docs/baselines.md): the task's first workflow (RouteLLM routes single prompts; the
 first candidate is the direct one); strong ``qwen2.5-14b``, weak ``qwen2.5-7b`` on the
-default config (tp=1, pp=1, else the first listed); when a model is not in the problem,
+default config (the first listed with tp=1, pp=1, else the first listed; on a typed cluster,
+spec section 10, that config's GPU type: ``common.default_config``); when a model is not in the problem,
 strong = the most accurate and weak = the smallest model with a perf row on the default
 config. Settings set the difficulty threshold below which a request goes to the weak model:
 ``max-quality`` 0.0 (all strong), ``balanced`` 0.35, ``min-cost`` 0.65 (difficulty is
@@ -28,11 +29,11 @@ from dataclasses import replace
 
 from selector.deployment import Deployment, build_deployment
 from selector.index import NEW, REUSE, replicas_for
-from selector.placement import free_memory, place
+from selector.placement import free_memory, gpu_types, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from solvers.base import Selector
-from solvers.baselines.common import compile_problem, evaluate, new_demands, servings, spec_face
+from solvers.baselines.common import compile_problem, default_config, evaluate, new_demands, servings, spec_face
 
 SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65}
 
@@ -48,7 +49,7 @@ class RouteLLMSelector(Selector):
 
     def _models(self, problem: Problem, default) -> tuple[str, str] | None:
         on_default = [m for m in problem.models
-                      if any(r.model == m.name and (r.tp, r.pp) == default for r in problem.perf)]
+                      if any(r.model == m.name and (r.tp, r.pp, r.gpu_type) == default for r in problem.perf)]
         if not on_default:
             return None
         names = {m.name for m in on_default}
@@ -72,7 +73,7 @@ class RouteLLMSelector(Selector):
                     opt = o
                     util[o.instance] = util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add
                     break
-                if o.kind == NEW and (o.tp, o.pp) == default and opt is None:
+                if o.kind == NEW and (o.tp, o.pp, o.gpu_type) == default and opt is None:
                     opt = o
             if opt is None:
                 return None
@@ -86,8 +87,7 @@ class RouteLLMSelector(Selector):
         t0 = time.perf_counter()
         cp = compile_problem(problem)
         wi = 0
-        cfgs = [(c.tp, c.pp) for c in problem.configs]
-        default = (1, 1) if (1, 1) in cfgs else cfgs[0]
+        default = default_config(problem)
         pair = self._models(problem, default)
         share = 1.0 - self.threshold
         util: dict[int, float] = {}
@@ -103,7 +103,8 @@ class RouteLLMSelector(Selector):
         choice = [next(k for k, x in enumerate(cp.workflows[wi].stages[s].options) if x.key == o.key)
                   for s, o in enumerate(strong)]
         ev = evaluate(cp, wi, choice)
-        placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak))
+        placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak),
+                       types=gpu_types(problem.cluster))
         deploy = None if placed is None else self._deployment(cp, wi, strong, weak, placed)
         return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy,
                          unplaced_reason="strong and weak replicas cannot be placed")

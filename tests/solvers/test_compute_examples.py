@@ -12,7 +12,7 @@ from selector.verify import verify_plan
 from solvers.registry import get_solver, names
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
-NAMES = sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
+NAMES = sorted(p.stem for p in EXAMPLES.glob("compute-*.yaml"))   # typed-*: test_types.py
 EXACT = ["exhaustive", "milp", "milp-pulp"]
 NUMBERS = ("cost_gb_s", "latency_s", "new_mem_gb", "accuracy")
 

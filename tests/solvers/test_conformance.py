@@ -9,9 +9,9 @@ import pytest
 from selector.problem import load_problem, parse_problem
 from selector.verify import verify_plan
 from solvers.registry import get_solver, names
-from tests.brute import brute_force
+from tests.brute import brute_force, plan_descr
 from tests.randprob import random_problem, with_sharing
-from tests.shared import spec_example
+from tests.shared import spec_example, typed_stages
 
 SELECTORS = names()
 SEEDS = range(30)
@@ -21,9 +21,6 @@ SHARING = ["memory", "compute"]
 def _strip(d: dict) -> dict:
     return {k: v for k, v in d.items() if k not in ("elapsed_s", "variants_evaluated")}
 
-
-def _descr(plan) -> list[tuple]:
-    return [("reuse", s.reuse, s.model) if s.reuse else ("new", (s.tp, s.pp), s.model) for s in plan.stages]
 
 
 @pytest.mark.parametrize("name", SELECTORS)
@@ -43,7 +40,8 @@ def test_spec_examples(name: str, example: str) -> None:
     if solver.exact:
         got = plan.to_dict()
         assert got["status"] == "optimal"
-        assert got["workflow"] == expected["workflow"] and got["stages"] == expected["stages"]
+        assert got["workflow"] == expected["workflow"] and got["stages"] == typed_stages(expected["stages"])
+        assert got["usd_per_hour"] is None
         for k in ("cost_gb_s", "latency_s", "new_mem_gb", "accuracy"):
             assert got[k] == pytest.approx(expected[k], rel=1e-6)
         assert got["new_gpus"] == expected["new_gpus"]
@@ -65,7 +63,7 @@ def test_random_problems_against_brute_force(name: str, sharing: str) -> None:
             continue
         if solver.exact:
             assert plan.status == "optimal", seed
-            assert (plan.workflow, _descr(plan)) == (ref[0], ref[1]), seed
+            assert (plan.workflow, plan_descr(plan)) == (ref[0], ref[1]), seed
             assert plan.cost_gb_s == pytest.approx(ref[2], rel=1e-6)
         elif plan.solved:
             assert plan.cost_gb_s >= ref[2] * (1 - 1e-6) - 1e-9, seed

@@ -1,5 +1,5 @@
 """The exact selectors (milp on CP-SAT, milp-pulp on HiGHS) return exhaustive's unique optimum,
-in both sharing modes of spec section 9."""
+in both sharing modes of spec section 9 and, on typed problems, both objectives of section 10."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,10 @@ from selector.generate import Shape, random_problem
 from selector.problem import load_problem, parse_problem
 from solvers.registry import get_solver
 from tests.randprob import with_sharing
-from tests.shared import spec_example
+from tests.shared import spec_example, typed_stages
 
 EXACT = ["milp", "milp-pulp"]
-KEYS = ("status", "workflow", "stages", "cost_gb_s", "latency_s", "new_mem_gb", "new_gpus", "accuracy",
+KEYS = ("status", "workflow", "stages", "cost_gb_s", "usd_per_hour", "latency_s", "new_mem_gb", "new_gpus", "accuracy",
         "reason", "variant_space")
 
 
@@ -29,6 +29,8 @@ def same(a, b) -> dict:
 def test_spec_examples(solver, example):
     plan = get_solver(solver).select(load_problem(spec_example(example))).to_dict()
     expected = json.loads(spec_example(example, ".expected.json").read_text())
+    if "stages" in expected:      # spec section 10: an untyped plan's stages carry gpu_type "gpu"
+        expected = {**expected, "stages": typed_stages(expected["stages"]), "usd_per_hour": None}
     for k, v in expected.items():
         if k not in ("elapsed_s", "solver", "variants_evaluated"):
             assert plan.get(k) == v, (k, plan.get(k), v)
@@ -183,3 +185,26 @@ def test_heuristics_never_beat_the_optimum(heuristic, sharing):
         if h.solved:
             assert opt.status == "optimal"
             assert h.cost_gb_s >= opt.cost_gb_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("solver", EXACT)
+@pytest.mark.parametrize("objective", ["gb_s", "usd_per_hour"])
+@pytest.mark.parametrize("sharing", ["memory", "compute"])
+def test_typed_problems_match_exhaustive(solver, objective, sharing):
+    """Spec section 10: random problems (selector.generate) spread over three priced GPU types."""
+    from selector.typed import spread_over_types
+    for seed in range(0, 60, 4):
+        p = spread_over_types(with_sharing(random_problem(seed), sharing), seed=seed, objective=objective)
+        assert same(get_solver("exhaustive").select(p), get_solver(solver).select(p)) == {}, seed
+
+
+@pytest.mark.parametrize("objective", ["gb_s", "usd_per_hour"])
+def test_typed_paper_sized_space(objective):
+    """The paper-sized space over three GPU types (about 218,000 variants): all three agree."""
+    from selector.synthetic import paper_problem
+    from selector.typed import spread_over_types
+    p = spread_over_types(paper_problem(1), seed=1, objective=objective)
+    ref = get_solver("exhaustive").select(p)
+    assert ref.status == "optimal"
+    for solver in EXACT:
+        assert same(ref, get_solver(solver).select(p)) == {}, solver

@@ -1,6 +1,6 @@
-"""Property tests, in both sharing modes of spec section 9: exhaustive equals an independent
-brute force; flowmaker and flowmaker-plus are never cheaper than the optimum and always feasible
-when they answer."""
+"""Property tests, in both sharing modes of spec section 9 and, on typed problems (section 10),
+both objectives: exhaustive equals an independent brute force; flowmaker and flowmaker-plus are
+never cheaper than the optimum and always feasible when they answer."""
 from __future__ import annotations
 
 import pytest
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from selector.verify import verify_plan
 from solvers.registry import get_solver
-from tests.brute import brute_force
-from tests.randprob import random_problem, with_sharing
+from tests.brute import brute_force, plan_descr
+from tests.randprob import random_problem, random_typed_problem, with_sharing
 
 SHARING = st.sampled_from(["memory", "compute"])
 
@@ -26,8 +26,7 @@ def test_exhaustive_equals_brute_force(seed: int, sharing: str) -> None:
         return
     assert plan.status == "optimal"
     assert plan.workflow == ref[0]
-    got = [("reuse", s.reuse, s.model) if s.reuse else ("new", (s.tp, s.pp), s.model) for s in plan.stages]
-    assert got == ref[1]
+    assert plan_descr(plan) == ref[1]
     assert plan.cost_gb_s == pytest.approx(ref[2], rel=1e-6)
     assert plan.latency_s == pytest.approx(ref[3], rel=1e-6)
 
@@ -42,6 +41,38 @@ def test_heuristics_never_beat_optimum(seed: int, sharing: str, heuristic: str) 
     if plan.solved:
         assert not verify_plan(problem, plan)
         assert ref is not None and plan.cost_gb_s >= ref[2] * (1 - 1e-6) - 1e-9
+    if ref is None:
+        assert plan.status == "infeasible"
+
+
+OBJECTIVE = st.sampled_from(["gb_s", "usd_per_hour"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10**6), sharing=SHARING, objective=OBJECTIVE)
+def test_exhaustive_equals_brute_force_on_typed_problems(seed: int, sharing: str, objective: str) -> None:
+    problem = with_sharing(random_typed_problem(seed, objective), sharing)
+    plan = get_solver("exhaustive").select(problem)
+    ref = brute_force(problem)
+    if ref is None:
+        assert plan.status == "infeasible"
+        return
+    assert plan.status == "optimal" and (plan.workflow, plan_descr(plan)) == (ref[0], ref[1])
+    assert plan.value(objective) == pytest.approx(ref[2], rel=1e-6)
+    assert plan.latency_s == pytest.approx(ref[3], rel=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10**6), sharing=SHARING, objective=OBJECTIVE,
+       heuristic=st.sampled_from(["flowmaker", "flowmaker-plus"]))
+def test_heuristics_never_beat_optimum_on_typed_problems(seed: int, sharing: str, objective: str,
+                                                          heuristic: str) -> None:
+    problem = with_sharing(random_typed_problem(seed, objective), sharing)
+    plan = get_solver(heuristic).select(problem)
+    ref = brute_force(problem)
+    if plan.solved:
+        assert not verify_plan(problem, plan)
+        assert ref is not None and plan.value(objective) >= ref[2] * (1 - 1e-6) - 1e-9
     if ref is None:
         assert plan.status == "infeasible"
 
