@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, PREFILL, WAITING, IterationPlan, PieceSink,
-                                          Policy, Seq, Sink)
+from orchestrator.engines.llm_seq import (DECODE, DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+                                          PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig
@@ -193,11 +193,6 @@ class LLMCore:
             self.kicked = True
             self.loop.defer(self)
 
-    def at_instant_end(self, now: float) -> Sequence[Event] | None:
-        """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
-        self.kicked = False
-        return None if self.busy else self.start_iteration(now)
-
     def _finish_now(self, s: Seq, now: float) -> list[Event]:
         """A sequence with nothing to compute: a continued prompt with no new tokens parks its
         KV again; a decode whose token came from the parked prefill ends."""
@@ -254,6 +249,14 @@ class LLMCore:
 
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
+        if plan is DECODE_ONLY and self.running:      # most iterations: the whole batch decodes
+            self.free -= self.groups[-self.dit % self.block_size]
+            self.n_decode = n = len(self.running)
+            self.chunks = ()
+            if self.free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
+            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         preempt, decode, chunks = plan
         if preempt:
             for s in preempt:
@@ -267,7 +270,10 @@ class LLMCore:
         if not chunks:
             if self.free < 0:
                 raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
-            return self.decode_s(n, self.ctx_sum) if n else 0.0
+            if not n:
+                return 0.0
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined: most iterations
+            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         tokens, attn, finishing = 0, 0.0, 0
         for s, m in chunks:
             if s.state == WAITING:
@@ -292,9 +298,14 @@ class LLMCore:
         return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
 
     # ---- iterations ----------------------------------------------------------------
-    def start_iteration(self, now: float) -> Sequence[Event]:
-        events: list[Event] = []
+    def at_instant_end(self, now: float) -> Sequence[Event] | None:
+        """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
+        self.kicked = False
+        if self.busy:
+            return None
+        events: list[Event] | None = None
         if self.ready:
+            events = []
             self._admit_ready(now, events)
         dur = self._apply(self.policy.schedule(self), now)
         if dur <= 0.0:
@@ -309,7 +320,8 @@ class LLMCore:
         self.busy = True
         self.iter_start = now
         self.iterations += 1
-        self.prefill_iterations += bool(self.chunks)
+        if self.chunks:
+            self.prefill_iterations += 1
         end = self._end                 # one iteration at a time: its end event is reused
         end.time = now + dur
         if events:
@@ -326,9 +338,14 @@ class LLMCore:
         self.busy_s += now - self.iter_start
         done: list[Seq] = []
         events: list[Event] = []
-        if self.n_decode:
-            self.tokens += self.n_decode
-            self._advance_decode(done, events, now)
+        n = self.n_decode
+        if n:
+            self.tokens += n
+            k = self.dit
+            self.ctx_sum += n
+            self.dit = k + 1
+            if self.mark_buckets or k in self.buckets:
+                self._advance_decode(k, done, events, now)
         for s, n in self.chunks:
             self.tokens += n
             s.filled += n
@@ -407,10 +424,8 @@ class LLMCore:
             for m in s.marks[s.mark_i:]:
                 self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
 
-    def _advance_decode(self, done: list[Seq], events: list[Event], now: float) -> None:
-        k = self.dit
-        self.ctx_sum += self.n_decode
-        self.dit = k + 1
+    def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
+        """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
         if self.mark_buckets:
             for s in self.mark_buckets.pop(k, ()):
                 # stale entries (a preempted and readmitted sequence) do not match
