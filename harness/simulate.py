@@ -151,4 +151,4 @@ def _load_name(cfg: SimulateConfig) -> str:
         return f"closed loop, {cfg.concurrency} clients"
     if cfg.rate_rps is not None:
         return f"poisson {cfg.rate_rps:g} req/s (seed {cfg.seed})"
-    return "trace arrivals" + (f" x{cfg.time_scale:g}" if cfg.time_scale != 1.0 else "")
+    return "arrivals as in the trace" + (f" x{cfg.time_scale:g}" if cfg.time_scale != 1.0 else "")
