@@ -59,9 +59,11 @@ def bench_embedding(repeats: int) -> dict:
     return {"type": "table", "batch_sizes": list(BATCHES), "tokens": list(TOKENS), "latency_ms": rows}
 
 
-def bench_reranker(repeats: int, query_tokens: int = 24) -> dict:
-    from orchestrator.engines.real.embedding import EmbeddingReranker
-    eng = EmbeddingReranker(name="rr")
+def bench_reranker(repeats: int, query_tokens: int = 24, cross_encoder: bool = False) -> dict:
+    from orchestrator.engines.real.embedding import EmbeddingReranker, build_minilm_cross_encoder
+    ce = build_minilm_cross_encoder(os.path.join(tempfile.gettempdir(), "flowmaker_minilm_cross_encoder")) \
+        if cross_encoder else None
+    eng = EmbeddingReranker(name="rr", cross_encoder_dir=ce)
     eng.warm()
     rows = []
     for t in TOKENS:
@@ -112,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_version(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per size; the fastest counts (default 5)")
-    ap.add_argument("--only", choices=("embedding", "reranker", "pgvector"), action="append", help="measure only this engine (repeatable; default all)")
+    ap.add_argument("--only", choices=("embedding", "reranker", "cross-encoder", "pgvector"), action="append",
+                    help="measure only this engine (repeatable; default all but cross-encoder, the MiniLM "
+                         "cross-encoder reranker of the real runs)")
     ap.add_argument("--out", default=None, help="also write the YAML here")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -121,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     which = a.only or ["embedding", "reranker", "pgvector"]
     out: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                                       f"torch threads {a.threads}", "repeats": a.repeats}
-    fns = {"embedding": bench_embedding, "reranker": bench_reranker, "pgvector": bench_pgvector}
+    fns = {"embedding": bench_embedding, "reranker": bench_reranker, "pgvector": bench_pgvector,
+           "cross-encoder": lambda r: bench_reranker(r, cross_encoder=True)}
     for w in which:
         out[w] = fns[w](a.repeats)
         print(yaml.safe_dump({w: out[w]}, sort_keys=False, default_flow_style=None), flush=True)

@@ -36,7 +36,8 @@ import time
 from selector.deploy import deploy_task, with_cluster
 from selector.index import NEW, compile_problem
 from selector.problem import Problem, parse_problem
-from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.clusterfile import load_cluster_file
+from selector.resolve import load_catalog, resolve_task
 from selector.synthetic import paper_problem, synthetic_problem
 
 EXACT = ("milp", "milp-pulp", "exhaustive")

@@ -19,23 +19,27 @@ import sys
 from typing import Any
 
 
-def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: float = 0.5) -> dict[str, Any]:
-    """Time ``get_solver(name).select`` on the stress problem in this process (after a warm-up)."""
+def measure(name: str, limit_s: float, *, n_instances: int = 12, utilization: float = 0.5,
+            problem_name: str | None = None) -> dict[str, Any]:
+    """Time ``get_solver(name).select`` on the stress problem in this process (after a warm-up);
+    ``problem_name`` picks one of ``selector.stress.STRESS_PROBLEMS`` instead."""
     import time
 
-    from selector.stress import many_instances_problem
+    from selector.stress import STRESS_PROBLEMS, many_instances_problem
     from selector.synthetic import synthetic_problem
     from solvers.registry import get_solver
 
     solver = get_solver(name)
+    solver.prepare()
     solver.select(synthetic_problem(n_stages=1, n_models=2), time_limit_s=5.0)   # imports, caches
-    problem = many_instances_problem(n_instances=n_instances, utilization=utilization)
+    problem = (STRESS_PROBLEMS[problem_name]() if problem_name
+               else many_instances_problem(n_instances=n_instances, utilization=utilization))
     t0 = time.perf_counter()
     plan = solver.select(problem, time_limit_s=limit_s)
     elapsed = time.perf_counter() - t0
     rss_mb = peak_rss_mb()
     return {"solver": name, "limit_s": limit_s, "elapsed_s": elapsed, "over_s": elapsed - limit_s,
-            "status": plan.status, "peak_rss_mb": rss_mb}
+            "status": plan.status, "peak_rss_mb": rss_mb, "problem": problem.task.name}
 
 
 def peak_rss_mb() -> float:
@@ -90,6 +94,7 @@ def measure_isolated(name: str, limit_s: float, *, rlimit_mb: int | None = 6000,
 def main(argv: list[str] | None = None) -> int:
     from flowmaker.entry import OneLineParser, add_version
     from solvers.base import time_limit_arg
+    from selector.stress import STRESS_PROBLEMS
     from solvers.registry import names
     ap = OneLineParser(prog="python -m experiments.bench_time_limits", description=__doc__.splitlines()[0])
     add_version(ap)
@@ -100,25 +105,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-over", type=float, default=0.2, help="allowed overrun, seconds (default 0.2)")
     ap.add_argument("--max-rss-mb", type=float, default=1000.0, help="allowed peak memory (default 1000)")
     ap.add_argument("--rlimit-mb", type=int, default=6000, help="address-space cap per child (default 6000)")
+    ap.add_argument("--problems", nargs="*", default=None, choices=sorted(STRESS_PROBLEMS),
+                    help="named stress problems (selector.stress; long-200: the 200-stage workflow) instead of "
+                         "--instances/--utilization")
     args = ap.parse_args(argv)
     unknown = [n for n in args.solvers or [] if n not in names()]
     if unknown:
         print(f"error: --solvers: unknown solver '{unknown[0]}'; known: {', '.join(names())}", file=sys.stderr)
         return 2
-    print(f"{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
+    print(f"{'problem':<18}{'solver':<20}{'limit_s':>8}{'elapsed_s':>11}{'over_s':>9}{'peak_mb':>9}  status")
     bad = 0
-    for limit in args.limits:
-        for name in args.solvers or names():
-            r = measure_isolated(name, limit, rlimit_mb=args.rlimit_mb, n_instances=args.instances,
-                                 utilization=args.utilization)
-            if "error" in r:
-                bad += 1
-                print(f"{name:<20}{limit:>8g}  error: {r['error']}")
-                continue
-            ok = r["over_s"] <= args.max_over and r["peak_rss_mb"] <= args.max_rss_mb
-            bad += not ok
-            print(f"{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}{r['peak_rss_mb']:>9.0f}  "
-                  f"{r['status']}{'' if ok else '  MISSED'}")
+    for problem in args.problems or [None]:
+        label = problem or f"instances-{args.instances}"
+        for limit in args.limits:
+            for name in args.solvers or names():
+                r = measure_isolated(name, limit, rlimit_mb=args.rlimit_mb, n_instances=args.instances,
+                                     utilization=args.utilization, problem_name=problem)
+                if "error" in r:
+                    bad += 1
+                    print(f"{label:<18}{name:<20}{limit:>8g}  error: {r['error']}", flush=True)
+                    continue
+                ok = r["over_s"] <= args.max_over and r["peak_rss_mb"] <= args.max_rss_mb
+                bad += not ok
+                print(f"{label:<18}{name:<20}{limit:>8g}{r['elapsed_s']:>11.3f}{r['over_s']:>9.3f}"
+                      f"{r['peak_rss_mb']:>9.0f}  {r['status']}{'' if ok else '  MISSED'}", flush=True)
     return 1 if bad else 0
 
 

@@ -9,7 +9,6 @@ import json
 import math
 import os
 import platform
-import re
 import secrets
 import subprocess
 import sys
@@ -18,8 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
+from pydantic import AfterValidator, Field
+
+from flowmaker.names import NAME_RE, distinct, file_name, name_problem, path_inside
+
+
+#: a config's list of registry names (selectors, solvers, apps): at least one, none twice
+NameList = Annotated[list[str], Field(min_length=1), AfterValidator(distinct)]
 
 
 class UserError(Exception):
@@ -37,11 +44,18 @@ class RunContext:
         """Where one finished unit of work is stored; existence means done (resume skips it)."""
         d = self.run_dir / "cells"
         d.mkdir(parents=True, exist_ok=True)
-        return d / f"{name}{suffix}"
+        return d / (file_name(name) + suffix)     # a key built from user values: never a path of its own
+
+    def file_path(self, *parts: str) -> Path:
+        """``run_dir/parts...``, each part a safe file name (``flowmaker.names.file_name``), its
+        folder made: where a kind stores a file named after a task, an app or a selector."""
+        p = path_inside(self.run_dir, *parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
 
 
 #: a run id is one plain path component: no separators, no leading dot, nothing to resolve
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # matched whole (fullmatch)
+RUN_ID_PATTERN = NAME_RE
 
 
 def new_run_id() -> str:
@@ -59,16 +73,16 @@ def config_hash(config: dict) -> str:
 def _stored_hash(run_dir: Path) -> str | None:
     """The config hash a run folder was started with: ``meta.json``'s, else (older runs) the hash
     of its ``config.yaml``; None for a folder with neither."""
-    import yaml
+    from flowmaker.inputs import load_data, read_text
     try:
-        meta = json.loads((run_dir / "meta.json").read_text())
-        if isinstance(meta.get("config_sha256"), str):
+        meta = json.loads(read_text(run_dir / "meta.json"))     # bounded: a FIFO there never blocks
+        if isinstance(meta, dict) and isinstance(meta.get("config_sha256"), str):
             return meta["config_sha256"]
-    except (OSError, ValueError):
+    except ValueError:                                          # InputError, JSONDecodeError
         pass
     try:
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except OSError:
+        old = load_data(run_dir / "config.yaml")
+    except ValueError:
         return None
     return config_hash(old) if isinstance(old, dict) else None
 
@@ -91,9 +105,8 @@ def open_run_dir(root: Path, experiment: str, run_id: str | None, config: dict, 
             except FileExistsError:
                 continue
         raise UserError(f"{root / experiment}: could not create a fresh run folder")
-    if not RUN_ID_PATTERN.fullmatch(run_id):
-        raise UserError(f"--run-id {run_id!r}: must be letters, digits, '_', '.' or '-' (one folder name, "
-                        f"not starting with '.')")
+    if (why := name_problem(run_id)) is not None:
+        raise UserError(f"--run-id {run_id[:80]!r}: {why}")
     run_dir = root / experiment / run_id
     base = root.resolve()
     if not run_dir.resolve().is_relative_to(base):
@@ -156,17 +169,30 @@ def write_meta(run_dir: Path, *, seed: int, config_path: Path, extra: dict | Non
     atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=1))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _new_temp(path: Path) -> tuple[int, str]:
+    """A temporary file beside ``path`` with the mode a plain ``open(path, "w")`` gives
+    (``0o666 & ~umask``): ``mkstemp``'s 0600 made result files mix 0600 and 0644 (issue 28)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, tmp
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = _new_temp(path)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)
 
 
 def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = _new_temp(path)
     os.close(fd)
     df.to_parquet(tmp, index=False)
     os.replace(tmp, path)

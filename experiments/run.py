@@ -23,17 +23,27 @@ import sys
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from flowmaker.inputs import validate_strict
+from flowmaker.names import name_problem
 from experiments.context import RunContext, UserError, check_finite, config_hash, open_run_dir, write_meta
 
 
 class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    experiment: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: str = Field(pattern=r"^[a-z0-9_]+$")
+    experiment: str
+    kind: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$")    # never a private module (_plotstyle, __init__)
     seed: int = 0
     params: dict = Field(default_factory=dict)
+
+    @field_validator("experiment")
+    @classmethod
+    def _folder_name(cls, v: str) -> str:
+        why = name_problem(v)      # the results folder's name: one safe path component
+        if why:
+            raise ValueError(why)
+        return v
 
 
 def config_file(name_or_path: str | Path) -> Path:
@@ -58,7 +68,7 @@ def load_config(path: Path) -> ExperimentConfig:
     except ProblemError as exc:
         raise UserError(str(exc) if exc.field == str(path) else f"{path}: {exc}") from None
     try:
-        return ExperimentConfig.model_validate(raw)
+        return validate_strict(ExperimentConfig, raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -105,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         check_finite(cfg.params, "params")
         mod = kind_module(cfg.kind)
         try:
-            params = mod.Params.model_validate(cfg.params)
+            params = validate_strict(mod.Params, cfg.params)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"])
-            raise UserError(f"{args.config}: field 'params.{field}': {err['msg']}")
+            field = ".".join(["params", *(str(p) for p in err["loc"])])
+            raise UserError(f"{args.config}: field '{field}': {err['msg'].removeprefix('Value error, ')}")
         check_finite(params.model_dump(), "params")
         config = cfg.model_dump(mode="json")
         try:

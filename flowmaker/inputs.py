@@ -9,6 +9,8 @@ use < 10), :data:`MAX_NODES` values after expanding aliases.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +32,48 @@ class InputError(ValueError):
         super().__init__(f"{path}: {message}" if str(path) else message)
 
 
-def read_bytes(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
-    """At most ``max_bytes`` bytes of ``path``; InputError for a missing, unreadable or larger file
-    (reads ``max_bytes + 1`` at most, so ``/dev/zero`` ends quickly)."""
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def open_input(path: str | Path):
+    """``path`` opened for reading in binary mode, refusing anything but a regular file: a FIFO,
+    a device (``/dev/zero``), a socket or a folder is an InputError, found without blocking (the
+    file is opened non-blocking and checked with ``fstat``, so a FIFO with no writer never hangs
+    and a file swapped for one after a check is still caught). Every reader of a user's file
+    goes through here."""
     p = Path(path)
-    if p.is_dir():
-        raise InputError(p, "is a folder, not a file")
-    if not p.exists():
-        raise InputError(p, "no such file; cannot read it")
     try:
-        with open(p, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(p, "no such file; cannot read it") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a folder, not a file") from None
     except OSError as exc:
         raise InputError(p, f"cannot read file ({exc.strerror or type(exc).__name__})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(p, "is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+            raise InputError(p, f"is {what}, not a regular file; refusing to read it")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | Path, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """At most ``max_bytes`` bytes of the regular file ``path`` (:func:`open_input`); InputError
+    for a missing, unreadable, special or larger file (reads ``max_bytes + 1`` at most)."""
+    p = Path(path)
+    with open_input(p) as fh:
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(p, f"cannot read file ({exc.strerror or type(exc).__name__})") from None
     if len(data) > max_bytes:
         raise InputError(p, f"larger than {max_bytes / 2**20:.0f} MiB; refusing to read it")
     return data
@@ -87,6 +118,28 @@ def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool 
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _no_sexagesimal() -> None:
+    """YAML 1.1 reads ``1:30`` as the number 90 (base 60) and ``1e10`` as a string; YAML 1.2 and
+    every user mean the opposite, so the strict loader resolves int and float as YAML 1.2 does
+    (no base-60 forms; an exponent without a dot or sign is a float)."""
+    import re
+    resolvers = {k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+                 for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    StrictLoader.yaml_implicit_resolvers = resolvers
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"""^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$""", re.X),
+        list("-+0123456789"))
+    StrictLoader.add_implicit_resolver(      # YAML 1.2's floats: 1e10 and 1.0e10 are numbers too
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*|[0-9][0-9_]*(?=[eE]))(?:[eE][-+]?[0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."))
+
+
+_no_sexagesimal()
+
+
 def _no_dup_pairs(pairs: list[tuple[str, Any]]) -> dict:
     out: dict = {}
     for k, v in pairs:
@@ -109,6 +162,16 @@ def _yaml_where(exc: yaml.YAMLError) -> str:
 MAX_NODES = 2_000_000
 
 
+def _check_string(s: str, where: str) -> None:
+    if "\x00" in s:
+        raise InputError(where, f"a NUL character in the text {s[:40]!r}")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(where, f"a lone surrogate (\\u{ord(s[exc.start]):x}) in the text {s[:exc.start]!r}; "
+                                "not valid Unicode") from None
+
+
 def check_depth(data: Any, *, limit: int = MAX_DEPTH, where: str = "") -> None:
     """InputError when ``data`` nests lists and mappings deeper than ``limit``, refers to itself
     (a recursive YAML alias), or expands to more than :data:`MAX_NODES` values (aliases counted
@@ -117,6 +180,8 @@ def check_depth(data: Any, *, limit: int = MAX_DEPTH, where: str = "") -> None:
     on_path: set[int] = set()
 
     def walk(obj: Any, depth: int) -> tuple[int, int]:
+        if isinstance(obj, str):
+            _check_string(obj, where)
         if not isinstance(obj, (dict, list, tuple)):
             return 1, 0
         if depth > limit:
@@ -127,6 +192,9 @@ def check_depth(data: Any, *, limit: int = MAX_DEPTH, where: str = "") -> None:
         if key not in memo:
             on_path.add(key)
             size, height = 1, 0
+            for k in (obj if isinstance(obj, dict) else ()):
+                if isinstance(k, str):
+                    _check_string(k, where)
             for child in (obj.values() if isinstance(obj, dict) else obj):
                 s, h = walk(child, depth + 1)
                 size, height = size + s, max(height, h + 1)
@@ -181,3 +249,11 @@ def load_mapping(path: str | Path, *, max_bytes: int | None = None) -> dict[str,
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise InputError(path, f"the top level must be a mapping (key: value lines), not {kind}")
     return data
+
+
+def validate_strict(model: Any, data: Any) -> Any:
+    """``model`` (a pydantic model class) from parsed ``data`` under pydantic's strict JSON rules:
+    a number is never read from ``true`` or ``"5"``, nor a string from a number, while lists still
+    fill tuples (JSON has only arrays). Raises pydantic's ValidationError. Non-JSON values
+    (a YAML date) pass as their text."""
+    return model.model_validate_json(json.dumps(data, default=str), strict=True)

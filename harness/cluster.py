@@ -72,12 +72,13 @@ def make_router(name: str) -> Router:
 
 def instance_timing(spec: InstanceSpec, *, gpu: str, engine: EngineConfig,
                     step: StepTime | None = None) -> tuple[StepTime, int]:
-    """``spec``'s step time model (the profiler's for its model on ``tp x pp`` ``gpu`` s unless
-    ``step`` is given) and its KV capacity in tokens from the memory it was given (``mem_gb``;
+    """``spec``'s step time model (the profiler's for its model on ``tp x pp`` GPUs of its own type
+    (``spec.gpu_type``, spec section 10), or of ``gpu`` when the plan names none, unless ``step``
+    is given) and its KV capacity in tokens from the memory it was given (``mem_gb``;
     ``engine.kv_capacity_tokens`` overrides); 0 tokens when nothing is left for the cache."""
     if step is None:
         from profiler.steps import step_model
-        sm = step_model(spec.model, gpu, spec.tp, spec.pp)
+        sm = step_model(spec.model, spec.gpu_name(gpu), spec.tp, spec.pp)
         return sm, kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)
     return step, kv_capacity_tokens(step, engine, mem_gb=spec.mem_gb)
 

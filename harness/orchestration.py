@@ -129,7 +129,7 @@ def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
                 step, kv = instance_timing(inst, gpu=gpu, engine=cfg)
                 if kv < cfg.block_size:
                     raise OrchestrationError(f"task {b.task}: instance {inst.id} has no KV-cache memory left")
-                out[name] += llm_instances(name=f"{inst.model}@{gpu}x{inst.tp * inst.pp}", step=step,
+                out[name] += llm_instances(name=f"{inst.model}@{inst.gpu_name(gpu)}x{inst.tp * inst.pp}", step=step,
                                            kv_capacity_tokens=kv, config=cfg)
         elif name in b.app.engines:
             bind_ = b.app.engines[name]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowmaker.inputs import InputError, open_input
 from profiler.catalog import shared_data_path
 
 LAYOUTS = {
@@ -159,12 +160,10 @@ def _lines(path: Path):
     """The file's lines as text, read one at a time with bounds: a line over
     :data:`MAX_LINE_BYTES` (``/dev/zero`` has none) or a file over :data:`MAX_TRACE_BYTES` is a
     TraceError, as are binary and non-UTF-8 bytes."""
-    if path.is_dir():
-        raise TraceError(f"{path}: is a folder, not a trace file")
     try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+        fh = open_input(path)          # a regular file only: a FIFO or device never blocks
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     total = 0
     with fh:
         for lineno in range(1, 2**62):

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.factory import build_instances, load_engine_spec, named_yaml
+from orchestrator.engines.factory import build_instances, load_engine_spec, load_spec, named_yaml
 from orchestrator.template import Component, QueryConfig, Template
 from profiler.catalog import configs_dir
 
@@ -76,7 +75,18 @@ class AppSpec(_Frozen):
 
 
 def load_app(name_or_path: str | Path) -> AppSpec:
-    return AppSpec.model_validate(yaml.safe_load(named_yaml(name_or_path, APP_DIR, "app").read_text()))
+    """An app by name (``configs/apps/<name>.yaml``) or by ``.yaml`` path, read with the bounded
+    reader; an unknown, unreadable or invalid app is a one-line ``SpecError`` (also a KeyError)."""
+    return load_spec(named_yaml(name_or_path, APP_DIR, "app"), AppSpec, "app")
+
+
+def check_apps(names: list[str]) -> list[str]:
+    """``names`` when each app loads, with every engine spec it binds (a pydantic validator: an
+    experiment fails on a bad app before its first cell); a one-line SpecError otherwise."""
+    for name in dict.fromkeys(names):
+        for b in load_app(name).engines.values():
+            load_engine_spec(b.spec)
+    return names
 
 
 def known_apps() -> list[str]:

@@ -32,6 +32,14 @@ its source (run-llama/llama_index, llama-index-core):
 LlamaDistPC (Teola sec. 6, baselines) parallelises independent modules by hand: a module starts
 when every module it reads data from has *finished* (module-level dependencies, each module
 still a black box), instead of after its predecessor in template order.
+
+The *opened* variants (pass ``llamaindex_open``) are the strongest configuration of the same
+modules, each by a documented LlamaIndex knob: ``TreeSummarize(use_async=True)`` sends the leaf
+calls together (``run_async_tasks([self._llm.apredict(...) for text_chunk in text_chunks])``),
+``DocumentContextExtractor(num_workers=n)`` with ``n`` at least the chunk count keeps every
+context call in flight, and ``embed_batch_size`` (a ``BaseEmbedding`` field, ``le=2048``) at least
+the chunk count embeds a document in one call. Per-query retrieval and parsing the whole
+expansion first stay: no LlamaIndex option streams a completion into retrievers.
 """
 from __future__ import annotations
 
@@ -47,21 +55,23 @@ LLAMAINDEX_EMBED_BATCH = 10
 
 class LlamaIndexModules(Pass):
     """Rewrite the p-graph into what LlamaIndex executes inside each module (rules above)."""
-    name = "llamaindex"
 
-    def __init__(self, *, embed_batch: int = LLAMAINDEX_EMBED_BATCH) -> None:
-        self.embed_batch = embed_batch
+    def __init__(self, *, embed_batch: int | None = LLAMAINDEX_EMBED_BATCH, open_loops: bool = False,
+                 name: str = "llamaindex") -> None:
+        self.embed_batch = embed_batch      # None: one embedding call per document
+        self.open_loops = open_loops        # True: every loop call in flight at once (use_async, num_workers)
+        self.name = name
 
     def apply(self, g: Graph, ctx: PassContext) -> Graph:
         for nid in g.order:
             n = g.nodes[nid]
-            if n.kind == Kind.EMBEDDING and n.n_items > self.embed_batch:
+            if n.kind == Kind.EMBEDDING and self.embed_batch is not None and n.n_items > self.embed_batch:
                 return self._sequential_batches(g, nid)
             if n.kind == Kind.SEARCHING and n.n_items > 1:
                 split = self._per_query(g, n)
                 if split is not None:
                     return split
-        return self._sequential_loop_calls(g)
+        return g if self.open_loops else self._sequential_loop_calls(g)
 
     def _sequential_batches(self, g: Graph, nid: str) -> Graph:
         g2 = decompose(g, g.nodes[nid], self.embed_batch)
@@ -137,4 +147,6 @@ class ModulePruning(Pass):
         return ed.freeze()
 
 
-BASELINE_PASSES: tuple[Pass, ...] = (LlamaIndexModules(), ModulePruning())
+BASELINE_PASSES: tuple[Pass, ...] = (LlamaIndexModules(),
+                                     LlamaIndexModules(embed_batch=None, open_loops=True, name="llamaindex_open"),
+                                     ModulePruning())

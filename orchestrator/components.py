@@ -139,6 +139,8 @@ def _llm(c: Component, cfg: QueryConfig, use: Use) -> Expansion:
     n = cfg.n_expanded_queries if fmt == "json_list" else 1
     out = int(c.params.get("output_tokens", cfg.answer_tokens))
     close = c.params.get("json_close_tokens") if fmt == "json_list" else None
+    if close is not None and c.params.get("decode_stop", "structure") == "structure":
+        out = close = min(out, int(close))  # the engine stops where the list closes (EOS / grammar end)
     nodes = _llm_pair(c, "", tuple(segs), fmt=fmt, out_tokens=out, n_items=n, splittable=c.splittable,
                       close_tokens=None if close is None else int(close))
     d = nodes[1].id

@@ -11,7 +11,11 @@
 * ``llamadistpc-po`` / ``llamadistpc-to``: plus manual parallelism of independent *modules*
   (``ModulePruning``: a module waits for the modules it reads from, as black boxes) and LLM
   prefix caching.
-* ablations: ``teola-no-<pass>`` (one pass off), ``teola-no-par-pipe`` (no passes, Teola's
+* ``llamadist-open-{po,to}`` / ``llamadistpc-open-{po,to}``: the same with LlamaIndex's in-module
+  concurrency opened by its own knobs (``llamaindex_open``: async tree synthesis, every chunk
+  context in flight, one embedding call per document): the strongest baselines.
+* ablations: ``teola-no-<pass>`` (one pass off), ``teola-only-<p>[+<q>...]`` (only the named
+  passes on; any subset, resolved on demand, for the per-pass decomposition), ``teola-no-par-pipe`` (no passes, Teola's
   scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``, and
   ``teola-no-prefill_split-{blind,topo-lowest}`` (the batching ablations without prompt splitting).
 """
@@ -26,6 +30,10 @@ ALL = ("prune", "stage", "prefill_split", "decode_pipeline", "rerank_pipeline")
 #: LlamaIndex modules as black boxes (orchestrator.baselines); PC adds module-level parallelism
 LLAMADIST = ("llamaindex",)
 LLAMADIST_PC = ("llamaindex", "module_prune")
+#: the same modules with their in-module concurrency opened (orchestrator.baselines)
+LLAMADIST_OPEN = ("llamaindex_open",)
+LLAMADIST_PC_OPEN = ("llamaindex_open", "module_prune")
+ONLY = "teola-only-"
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,10 @@ def _schemes() -> dict[str, Scheme]:
         Scheme("llamadist-to", LLAMADIST, Blind),
         Scheme("llamadistpc-po", LLAMADIST_PC, PerInvocation, prefix_caching=True),
         Scheme("llamadistpc-to", LLAMADIST_PC, Blind, prefix_caching=True),
+        Scheme("llamadist-open-po", LLAMADIST_OPEN, PerInvocation),
+        Scheme("llamadist-open-to", LLAMADIST_OPEN, Blind),
+        Scheme("llamadistpc-open-po", LLAMADIST_PC_OPEN, PerInvocation, prefix_caching=True),
+        Scheme("llamadistpc-open-to", LLAMADIST_PC_OPEN, Blind, prefix_caching=True),
         Scheme("teola-no-par-pipe", (), _topo),
         Scheme("teola-blind", ALL, Blind),
         Scheme("teola-topo-lowest", ALL, lambda: TopologyAware(direction="lowest")),
@@ -69,11 +81,29 @@ def _schemes() -> dict[str, Scheme]:
 
 
 SCHEMES: dict[str, Scheme] = _schemes()
-BASELINES = ("llamadist-po", "llamadist-to", "llamadistpc-po", "llamadistpc-to")
+#: LlamaIndex's defaults inside every module
+DEFAULT_BASELINES = ("llamadist-po", "llamadist-to", "llamadistpc-po", "llamadistpc-to")
+#: the same with in-module concurrency opened
+OPEN_BASELINES = ("llamadist-open-po", "llamadist-open-to", "llamadistpc-open-po", "llamadistpc-open-to")
+BASELINES = DEFAULT_BASELINES + OPEN_BASELINES
+
+
+def only_scheme(passes: tuple[str, ...] | list[str]) -> str:
+    """The name of Teola with only ``passes`` on (none: ``teola-no-par-pipe``), in ``ALL`` order."""
+    unknown = set(passes) - set(ALL)
+    if unknown:
+        raise KeyError(f"unknown pass {sorted(unknown)[0]!r}; known: {', '.join(ALL)}")
+    on = [p for p in ALL if p in passes]
+    return ONLY + "+".join(on) if on else "teola-no-par-pipe"
 
 
 def get_scheme(name: str) -> Scheme:
+    if name.startswith(ONLY):
+        on = tuple(name[len(ONLY):].split("+"))
+        if only_scheme(on) != name:
+            raise KeyError(f"unknown scheme {name!r}: write the passes once each, in the order {'+'.join(ALL)}")
+        return Scheme(name, on, _topo)
     try:
         return SCHEMES[name]
     except KeyError:
-        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}") from None
+        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}, {ONLY}<pass>[+<pass>...]") from None

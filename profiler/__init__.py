@@ -18,7 +18,7 @@ _EXPORTS = {
     "Calibration": "calibration", "GpuCalibration": "calibration", "load_calibration": "calibration",
     "CatalogError": "catalog", "ClusterSpec": "catalog", "GpuSpec": "catalog", "ModelSpec": "catalog",
     "load_accuracy": "catalog", "load_cluster": "catalog", "load_deploy_configs": "catalog",
-    "load_gpus": "catalog", "load_models": "catalog", "repo_root": "catalog",
+    "load_gpus": "catalog", "load_models": "catalog", "load_prices": "catalog", "repo_root": "catalog",
     "shared_data_dir": "catalog",
 }
 

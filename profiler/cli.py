@@ -36,13 +36,27 @@ except ImportError:  # pragma: no cover
     BackendMissing = RuntimeError  # type: ignore[misc, assignment]
 
 
+#: the largest count an option takes: tokens, sequences and GPUs beyond it describe no real engine
+#: (a batch of 1e12 sequences would print a KV cache of 1e9 GB)
+MAX_COUNT = 2**31 - 1
+
+
 def _positive(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    if v > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, got {text[:40]}")
+    return v
+
+
+def _seqs(text: str) -> int:
+    v = _positive(text)
+    if v > 2**20:
+        raise argparse.ArgumentTypeError(f"must be at most {2**20} sequences, got {v}")
     return v
 
 
@@ -109,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     me.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm", help="whose memory rules (default vllm)")
     me.add_argument("--max-num-batched-tokens", type=_positive, default=8192,
                     help="vLLM max_num_batched_tokens / TensorRT-LLM max_num_tokens")
-    me.add_argument("--max-num-seqs", type=_positive, default=256,
+    me.add_argument("--max-num-seqs", type=_seqs, default=256,
                     help="vLLM max_num_seqs / TensorRT-LLM max_batch_size")
     me.add_argument("--fraction", type=float, default=0.9, help="vLLM gpu_memory_utilization / "
                     "TensorRT-LLM kv_cache free_gpu_memory_fraction")

@@ -84,6 +84,7 @@ def _solve(args: argparse.Namespace) -> int:
     problem = _read_problem(args.problem)
     warn_problem(problem)
     solver = _solver(args.solver)
+    solver.prepare()                   # the backend's import is not part of the time limit
     plan = solver.select(problem, time_limit_s=args.time_limit)
     print(plan.to_json() if args.json else format_plan(plan.to_dict()))
     return 0
@@ -91,9 +92,10 @@ def _solve(args: argparse.Namespace) -> int:
 
 # -- resolve, bundle, deploy ------------------------------------------------------------------
 def _env(args: argparse.Namespace):
-    """(catalog, cluster, gpu, perf) from the options shared by resolve, bundle and deploy."""
+    """(catalog, cluster, gpu, perf, objective) from the options shared by resolve, bundle and deploy."""
     from profiler.catalog import CatalogError
-    from selector.resolve import AnalyticPerf, TablePerf, load_catalog, load_cluster_file
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import AnalyticPerf, TablePerf, load_catalog
     try:
         catalog = load_catalog(models=getattr(args, "models", None), accuracy=getattr(args, "accuracy", None))
         cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
@@ -104,13 +106,13 @@ def _env(args: argparse.Namespace):
             raise
         raise ProblemError("--cluster", str(exc).split(": ", 1)[1]) from None
     perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
-    return catalog, cluster, gpu, perf
+    return catalog, cluster, gpu, perf, args.objective or "gb_s"
 
 
 def _resolve_one(spec: str, env) -> Any:
     from selector.resolve import resolve_task
-    catalog, cluster, gpu, perf = env
-    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
+    catalog, cluster, gpu, perf, objective = env
+    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf, objective=objective)
 
 
 def _resolve(args: argparse.Namespace) -> int:
@@ -172,7 +174,7 @@ def _deploy(args: argparse.Namespace) -> int:
     from selector.sanity import warn_problem
     solver = _solver(args.solver)
     if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
-        for opt in ("cluster", "sharing", "profile"):
+        for opt in ("cluster", "sharing", "profile", "objective"):
             if getattr(args, opt) is not None:
                 raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
                                                "drop the option or deploy task names instead")
@@ -192,9 +194,10 @@ def _deploy(args: argparse.Namespace) -> int:
         print()
     inst = result["cluster"]["instances"]
     solved = sum(p["status"] in ("optimal", "feasible") for p in result["plans"])
+    usd = [p["usd_per_hour"] for p in result["plans"] if p.get("usd_per_hour") is not None]
     print(f"final cluster: {len(inst)} instances, {sum(g['used_gb'] for g in result['cluster']['gpus']):.4g} GB "
           f"used of {sum(g['mem_gb'] for g in result['cluster']['gpus']):.4g} GB; "
-          f"{solved} of {len(result['plans'])} tasks placed")
+          f"{solved} of {len(result['plans'])} tasks placed" + (f"; ${sum(usd):.4g}/h of new GPUs" if usd else ""))
     return 0
 
 
@@ -259,6 +262,10 @@ def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
                    help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
     p.add_argument("--profile", default=None, metavar="NAME|FILE",
                    help="profile table (parquet; a name in results/profiles); default: the analytic model")
+    p.add_argument("--objective", default=None, choices=("gb_s", "usd_per_hour"),
+                   help="what the plan minimises (spec section 10): gb_s = new GB x latency (default), "
+                        "usd_per_hour = dollars per hour of the GPUs it newly reserves (prices from "
+                        "configs/prices.yaml or the cluster file's `prices`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
     ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
                     help="serving engine whose command lines are rendered (default vllm)")
-    ep.add_argument("--gpu", required=True, help="catalog GPU the plan is for (memory shares), e.g. a6000")
+    ep.add_argument("--gpu", default=None, help="catalog GPU of the instances whose plan names no gpu_type "
+                    "(memory shares, node selector), e.g. a6000; a typed plan's instances keep their own")
     ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
                     help="checkpoint of a catalog model (default: its hf_id); repeatable")
     ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")

@@ -74,7 +74,9 @@ def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
             if ok.any():
                 min_mem = min(min_mem, float(ch.mem[ok].min()))
             if deadline is not None and time.perf_counter() > deadline:
-                return "unknown: time limit reached while diagnosing infeasibility"
+                # the search's proof stands: the answer is infeasible, only its diagnosis is cut short
+                return ("infeasible (proved by the search); the constraint that excludes every variant was "
+                        "not identified before the deadline")
     if cap_pass == 0:
         return (f"capacity: every variant meeting accuracy and latency overloads a reused instance "
                 f"(best utilization {best_util})")

@@ -180,9 +180,14 @@ class Compiled:
         return float(np.maximum(0.0, 1.0 + TOL - self.base_busy).sum())
 
 
+#: more replicas than any cluster holds GPUs: an option needing them never fits (an answer, not an overflow)
+MAX_REPLICAS = 2**31
+
+
 def replicas_for(load_rps: float, capacity_rps: float) -> int:
-    """Spec section 3: ``max(1, ceil(load / capacity - 1e-9))``."""
-    return max(1, math.ceil(load_rps / capacity_rps - TOL))
+    """Spec section 3: ``max(1, ceil(load / capacity - 1e-9))``, at most :data:`MAX_REPLICAS`."""
+    ratio = load_rps / capacity_rps - TOL
+    return max(1, math.ceil(ratio)) if ratio < MAX_REPLICAS else MAX_REPLICAS
 
 
 _LAST: list = []   # the last (problem, compiled) pair: a Problem is immutable, so it is found by identity

@@ -24,11 +24,20 @@ from selector.yamlio import load_mapping
 TOL = 1e-9
 
 
+#: magnitudes a number may have (issue 28): beyond them a quotient or product in the model
+#: (load / capacity, replicas x GB) overflows; no real rate, latency, size or count comes near
+MAX_NUMBER, MIN_NONZERO, MAX_WHOLE = 1e15, 1e-15, 2**31 - 1
+
+
 def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError("must be a number")
+    if isinstance(v, int) and abs(v) > MAX_NUMBER:
+        raise ValueError(f"must be at most {MAX_NUMBER:g} in size")
     if not math.isfinite(v):
         raise ValueError("must be finite")
+    if abs(v) > MAX_NUMBER or 0 < abs(v) < MIN_NONZERO:
+        raise ValueError(f"must be 0 or between {MIN_NONZERO:g} and {MAX_NUMBER:g} in size")
     return float(v)
 
 
@@ -37,6 +46,8 @@ def _whole(v: Any) -> int:
         raise ValueError("must be a whole number")
     if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
         raise ValueError("must be a whole number")
+    if abs(v) > MAX_WHOLE:
+        raise ValueError(f"must be at most {MAX_WHOLE} in size")
     return int(v)
 
 
@@ -313,18 +324,24 @@ def _check_cluster(p: Problem, models: set[str]) -> None:
         f = f"cluster.instances[{i}]"
         if inst.model not in models:
             raise ProblemError(f"{f}.model", f"unknown model {inst.model!r}")
-        if len(inst.gpus) != inst.tp * inst.pp:
-            raise ProblemError(f"{f}.gpus", f"lists {len(inst.gpus)} GPUs but tp*pp = {inst.tp * inst.pp}")
-        if len(set(inst.gpus)) != len(inst.gpus):
-            raise ProblemError(f"{f}.gpus", "lists a GPU twice")
-        for g in inst.gpus:
-            if g not in gpus:
-                raise ProblemError(f"{f}.gpus", f"GPU {g} is not in cluster.gpus")
-        types = sorted({gpus[g].type for g in inst.gpus})
-        if len(types) > 1:
-            raise ProblemError(f"{f}.gpus", f"GPUs of different types {types} (an instance's GPUs must "
-                               "share one type)")
+        check_instance_gpus(inst, gpus, f)
     _check_prices(p)
+
+
+def check_instance_gpus(inst: Instance, gpus: dict[int, Gpu], field: str) -> None:
+    """Sections 1 and 10: an instance lists tp*pp distinct GPUs of the cluster, all of one type;
+    a ProblemError naming ``<field>.gpus`` otherwise."""
+    if len(inst.gpus) != inst.tp * inst.pp:
+        raise ProblemError(f"{field}.gpus", f"lists {len(inst.gpus)} GPUs but tp*pp = {inst.tp * inst.pp}")
+    if len(set(inst.gpus)) != len(inst.gpus):
+        raise ProblemError(f"{field}.gpus", "lists a GPU twice")
+    for g in inst.gpus:
+        if g not in gpus:
+            raise ProblemError(f"{field}.gpus", f"GPU {g} is not in cluster.gpus")
+    types = sorted({gpus[g].type for g in inst.gpus})
+    if len(types) > 1:
+        raise ProblemError(f"{field}.gpus", f"GPUs of different types {types} (an instance's GPUs must "
+                           "share one type)")
 
 
 def _check_prices(p: Problem) -> None:

@@ -16,6 +16,9 @@ from selector.index import Compiled, WorkflowOptions
 from selector.problem import TOL, objective_value
 
 DEFAULT_CHUNK = 1 << 16
+#: variants x stages evaluated per block at most: ~20 ms on an idle core, so a deadline checked
+#: between blocks is kept within a few hundredths of a second even on a loaded machine
+CHUNK_CELLS = 1 << 17
 
 
 @dataclass
@@ -64,6 +67,9 @@ def chunks(cp: Compiled, wf: WorkflowOptions, *, chunk: int = DEFAULT_CHUNK,
     size = wf.size
     free_total = sum(g.mem_gb - g.used_gb for g in cp.problem.cluster.gpus)
     n_gpus = len(cp.problem.cluster.gpus)
+    # a block's work is variants x stages: deep workflows get fewer variants per block, so that
+    # a block stays ~10 ms and a caller's deadline check between blocks keeps its time limit
+    chunk = max(64, min(chunk, CHUNK_CELLS // max(1, len(wf.stages))))
     for lo in range(start, size, chunk):
         flat = np.arange(lo, min(size, lo + chunk), dtype=np.int64)
         yield evaluate_chunk(cp, wf, flat, free_total=free_total, n_gpus=n_gpus)
@@ -138,17 +144,24 @@ def _compute_hint(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.n
 
 
 def _max_util(cp: Compiled, wf: WorkflowOptions, choice: np.ndarray) -> np.ndarray:
-    """Per variant, the highest post-routing utilisation over the instances it reuses."""
+    """Per variant, the highest post-routing utilisation over the instances it reuses: per reused
+    instance ``k``, ``base_k + sum_t util_t [inst_t == k]`` (summed in stage order). One pass per
+    stage into a variants x instances table, not stages squared (a 200-stage workflow took
+    seconds per block, past any time limit; issue 28)."""
     n = choice.shape[0]
     inst = [st.arrays["inst"][choice[:, s]] for s, st in enumerate(wf.stages)]
-    util = [st.arrays["util"][choice[:, s]] for s, st in enumerate(wf.stages)]
     out = np.zeros(n)
-    if not any((i >= 0).any() for i in inst):
+    used = sorted({int(k) for st in wf.stages for k in st.arrays["inst"] if k >= 0})
+    if not used:
         return out
-    base = np.concatenate([cp.base_util, [0.0]])
-    for s in range(len(inst)):
-        total = base[inst[s]].copy()   # index -1 reads the trailing 0.0
-        for t in range(len(inst)):
-            total += np.where(inst[t] == inst[s], util[t], 0.0)
-        np.maximum(out, np.where(inst[s] >= 0, total, 0.0), out=out)
-    return out
+    col = np.full(len(cp.base_util) + 1, len(used))      # instance -> column; -1 (new) -> a spare one
+    col[used] = np.arange(len(used))
+    total = np.zeros((n, len(used) + 1))
+    total[:, :-1] = cp.base_util[used]
+    hit = np.zeros(total.shape, dtype=bool)
+    rows = np.arange(n)
+    for s, st in enumerate(wf.stages):
+        c = col[inst[s]]
+        total[rows, c] += st.arrays["util"][choice[:, s]]
+        hit[rows, c] = True
+    return np.where(hit[:, :-1], total[:, :-1], 0.0).max(axis=1, initial=0.0)

@@ -7,7 +7,8 @@ With ``utilization`` 0.5 every reuse overloads its instance (one stage alone add
 so no reuse is feasible, yet a heuristic that enumerates reuse assignments sees
 ``n_instances ** n_stages`` of them at reuse-aware size 0 (12 instances, 6 stages: ~3 million).
 That is the shape that made ``flowmaker`` materialise every assignment before its first
-deadline check (issue 14). Lower ``utilization`` (e.g. 0.1) makes single reuses feasible.
+deadline check (issue 14). Lower ``utilization`` (e.g. 0.1) makes single reuses feasible. :func:`long_workflow_problem` is
+the other extreme: 200 stages over one model and one reusable instance.
 """
 from __future__ import annotations
 
@@ -42,3 +43,31 @@ def many_instances_problem(*, n_instances: int = 12, n_stages: int = 6, n_models
     d["cluster"] = {**d["cluster"], "gpus": gpus, "instances": instances}
     d["task"] = {**d["task"], "name": f"{d['task']['name']}-i{n_instances}"}
     return parse_problem(d)
+
+
+def long_workflow_problem(*, n_stages: int = 200, utilization: float = 0.1) -> Problem:
+    """One model, one config, two GPUs, one deployed reusable instance, and a workflow of
+    ``n_stages`` stages: ``2 ** n_stages`` variants, each block of which is wide (issue 28: the
+    per-block work grew with stages squared and blew every time limit)."""
+    stages = [{"name": f"s{i}", "calls": 1} for i in range(n_stages)]
+    return parse_problem({
+        "task": {"name": f"long-{n_stages}", "accuracy_slo": 10.0, "latency_slo_s": 10.0 * n_stages,
+                 "arrival_rate_rps": 0.1},
+        "models": [{"name": "m", "accuracy": 50.0, "active_params_b": 7.0}],
+        "configs": [{"tp": 1, "pp": 1}],
+        "workflows": [{"name": "w", "stages": stages}],
+        "deployments": [{"model": "m", "tp": 1, "pp": 1, "mem_gb": 16.0}],
+        "perf": [{"workflow": "w", "stage": s["name"], "model": "m", "tp": 1, "pp": 1, "latency_s": 1.0,
+                  "capacity_rps": 100.0} for s in stages],
+        "cluster": {"gpus": [{"id": 0, "mem_gb": 48.0, "used_gb": 16.0}, {"id": 1, "mem_gb": 48.0, "used_gb": 0.0}],
+                    "instances": [{"id": "i0", "model": "m", "tp": 1, "pp": 1, "gpus": [0],
+                                   "utilization": utilization}]}})
+
+
+#: the benchmark's problems by name (experiments/bench_time_limits.py --problems)
+STRESS_PROBLEMS = {
+    "instances-12": lambda: many_instances_problem(n_instances=12),
+    "instances-24": lambda: many_instances_problem(n_instances=24),
+    "instances-24-low": lambda: many_instances_problem(n_instances=24, utilization=0.1),
+    "long-200": lambda: long_workflow_problem(n_stages=200),
+}

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from flowmaker.inputs import validate_strict
+from flowmaker.names import check_distinct, name_problem
 
 from profiler.catalog import CatalogError, config_path, configs_dir, known_configs
 from selector.errors import ProblemError
@@ -57,8 +60,15 @@ class OrchestrationSpec(_Frozen):
     stages: dict[str, str] = Field(min_length=1, description="app component -> workflow stage")
 
 
+def _task_name(v: str) -> str:
+    why = name_problem(v)       # it names result files (flowmaker.names)
+    if why:
+        raise ValueError(why)
+    return v
+
+
 class TaskSpec(_Frozen):
-    name: str
+    name: Annotated[str, AfterValidator(_task_name)]
     description: str = ""
     trace: Literal["code", "conv"]
     accuracy_slo: float = Field(ge=0)
@@ -91,7 +101,7 @@ class TaskSpec(_Frozen):
 
 def _validate(cls, data: dict, where: str):
     try:
-        return cls.model_validate(data)
+        return validate_strict(cls, data)      # `arrival_rate_rps: true` is not 1.0
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -124,6 +134,21 @@ def task_names() -> list[str]:
 def load_task(name_or_path: str | Path) -> TaskSpec:
     path = task_path(name_or_path)
     return _validate(TaskSpec, load_mapping(path), str(path))
+
+
+#: tasks one experiment may deploy (the paper's suite has seven); more is a run of days
+MAX_TASKS = 1000
+
+
+def _distinct_tasks(tasks: list[str]) -> list[str]:
+    names = [load_task(t).name for t in tasks]       # an unknown task or bad file fails here, early
+    check_distinct(names, "task names")
+    return tasks
+
+
+#: an experiment's ``tasks:``: names or files, at least one, at most :data:`MAX_TASKS`, every task
+#: readable and their task names distinct (results are keyed by them)
+TaskList = Annotated[list[str], Field(min_length=1, max_length=MAX_TASKS), AfterValidator(_distinct_tasks)]
 
 
 def load_roles(path: Path | None = None) -> dict[str, Role]:

@@ -43,6 +43,15 @@ class Selector(ABC):
     name: ClassVar[str]
     #: True when the selector returns the unique optimum of spec section 5 (status ``optimal``)
     exact: ClassVar[bool] = False
+    #: modules the search imports (a MILP backend, optuna): :meth:`prepare` imports them
+    backend_modules: ClassVar[tuple[str, ...]] = ()
+
+    def prepare(self) -> None:
+        """Import the backend now, so that its first import (1-3 s for OR-Tools on a busy machine)
+        is not counted inside a later ``select``'s time limit (issue 28)."""
+        import importlib
+        for mod in self.backend_modules:
+            importlib.import_module(mod)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

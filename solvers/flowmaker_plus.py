@@ -132,6 +132,8 @@ def _local_search(cp: Compiled, start: Evaluation, deadline: float) -> tuple[Eva
             for o in range(len(st.options)):
                 if o == best.choice[s]:
                     continue
+                if time.perf_counter() > deadline:    # a pass over every option can take longer than the limit
+                    return best, n
                 choice = best.choice[:s] + (o,) + best.choice[s + 1:]
                 ev = evaluate(cp, best.workflow, choice)
                 n += 1

@@ -67,6 +67,7 @@ SCALE = 1_000_000
 
 class MilpSelector(Selector):
     name = "milp"
+    backend_modules = ("ortools.sat.python.cp_model",)
     exact = True
 
     def __init__(self, *, warm_start: bool = True, workers: int | None = None, seed: int = 0,

@@ -451,7 +451,9 @@ def bench_cases(c: Corpus) -> None:
 def build(root: Path) -> list[tuple[str, str, list[str]]]:
     c = Corpus(Path(root))
     (c.root / "out").mkdir(exist_ok=True)
-    for part in (selector_cases, table_cases, profiler_cases, harness_cases, experiment_cases, bench_cases):
+    from tests.fuzz_hostile import build_hostile
+    for part in (selector_cases, table_cases, profiler_cases, harness_cases, experiment_cases, bench_cases,
+                 build_hostile):
         part(c)
     ids = [i for i, _, _ in c.cases]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})

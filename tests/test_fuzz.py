@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.fuzz_corpus import FACES, build
+from tests.fuzz_hostile import ESCAPE
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_LIMIT_S = 20.0          # wall seconds per case (the slowest, a deep YAML file, takes ~1 s)
@@ -46,17 +48,45 @@ def _problems(r: dict) -> str | None:
     return None
 
 
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir()}
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
+def corpus(tmp_path_factory) -> dict:
+    """The whole corpus run once: its results by case id, and every file that appeared under the
+    corpus's temporary root while it ran (issue 28: nothing may land outside ``files/out``)."""
     root = tmp_path_factory.mktemp("fuzz")
     cases = build(root / "files")
+    before = _files(root)
     payload = json.dumps([(cid, FACES[face], argv) for cid, face, argv in cases])
+    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz_runner.py"), "--limit-s", "60",
                            "--rlimit-mb", "6000"], input=payload, capture_output=True, text=True,
                           cwd=root / "files", timeout=1200, env=_env())
+    wall = time.monotonic() - t0
     out = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
     assert len(out) == len(cases), f"the runner stopped after {len(out)} of {len(cases)} cases: {proc.stderr[-2000:]}"
-    return out
+    print(f"\nfuzz corpus: {len(out)} cases in {wall:.1f} s")
+    return {"results": out, "root": root, "new": _files(root) - before}
+
+
+@pytest.fixture(scope="module")
+def results(corpus) -> dict[str, dict]:
+    return corpus["results"]
+
+
+def test_nothing_is_written_outside_the_results_folder(corpus) -> None:
+    """Issue 28 item 1: names like ``../../../../X`` (experiment, task, app, run id) never place a
+    file outside the output folder (``files/out``) the cases name; nor beside an input file."""
+    def allowed(f: str) -> bool:       # an --out file, or a run folder of the corpus's experiment names
+        parts = f.split("/")
+        return (ESCAPE not in f and parts[:2] == ["files", "out"]
+                and (len(parts) == 3 or parts[2:4] in (["results", "fz"], ["results", "quickstart"])))
+    outside = sorted(f for f in corpus["new"] if not allowed(f))
+    assert not outside, outside[:20]
+    escaped = [*map(str, corpus["root"].parent.glob(f"**/*{ESCAPE}*")), *map(str, Path("/tmp").glob(f"*{ESCAPE}*"))]
+    assert not escaped, escaped[:20]
 
 
 def _env() -> dict:
@@ -68,10 +98,13 @@ def _env() -> dict:
 
 
 def test_corpus_is_large_and_covers_every_input_kind(results) -> None:
-    assert len(results) >= 300
+    assert len(results) >= 900
     kinds = {"solve/leaf/", "solve/file/", "deploy/bundle/", "resolve/task/", "resolve/cluster/",
              "simulate/trace/", "resolve/profile/", "validate/measured/", "calibrate/measured/",
-             "predict/calibration/", "run/file/", "run/config/", "bench_"}
+             "predict/calibration/", "run/file/", "run/config/", "bench_",
+             # issue 28's categories
+             "special/", "names/experiment/", "names/run-id/", "names/task/", "names/app/", "names/kind/",
+             "app-file/", "overflow/", "endless/", "coerce/", "dup/"}
     for k in kinds:
         assert sum(i.startswith(k) for i in results) >= 5, k
 
@@ -92,7 +125,7 @@ def test_every_case_is_one_line_and_exit_2(results) -> None:
     ("simulate/trace/azure-timezone", "time zone"),
     ("simulate/kv-tokens-1", "--kv-tokens"),
     ("simulate/replicas-1e6", "--replicas"),
-    ("simulate/trace/dev-zero", "longer than"),
+    ("simulate/trace/dev-zero", "character device"),
     ("predict/calibration/binary", "binary"),
     ("run/file/binary", "binary"),
     ("run/file/unclosed", "line 2, column 1"),

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.kinds.paper_goodput_cost import deploy_all, load_traces, resolve_all
 from profiler.engine import EngineConfig
+from selector.taskspec import TaskList
 
 TINY = "tiny-random-llama"
 BANNER = ("STAND-IN MODEL: every catalog model is served by {model} on CPU; latencies, goodput and "
@@ -35,7 +36,7 @@ BANNER = ("STAND-IN MODEL: every catalog model is served by {model} on CPU; late
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)
+    tasks: TaskList
     cluster: str = "a6000x8"
     selectors: list[str] = Field(min_length=1, description="registry names; 'name:setting' for routellm")
     traces: list[str] = Field(default=["conv"])

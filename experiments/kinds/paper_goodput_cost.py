@@ -25,8 +25,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from experiments.kinds._paper_plan import CellKey, PlanKey, deploy_sequence, label, load_slo_set, run_cell
+from selector.taskspec import TaskList
 
 
 class Scenario(BaseModel):
@@ -48,16 +49,16 @@ class Scenario(BaseModel):
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)
+    tasks: TaskList
     cluster: str = "a6000x8"
-    selectors: list[str] = Field(min_length=1, description="registry names; 'name:setting' for routellm, langchain")
+    selectors: NameList = Field(description="registry names; 'name:setting' for routellm, langchain")
     traces: list[str] = Field(default=["code", "conv"])
     loads_pct: list[float] = Field(default=[25, 50, 75, 100, 200, 400], min_length=1)
     arrivals: Literal["poisson", "window"] = Field(
         default="poisson", description="poisson: Poisson at load x planned rate, trace token sizes; window: "
                                        "trace windows with peak-to-mean <= max_peak_to_mean")
     window_s: float = Field(default=240.0, gt=0, description="arrival window per cell (s)")
-    seeds: int = Field(default=3, ge=1, description="windows per cell: seeds seed, seed+1, ...")
+    seeds: int = Field(default=3, ge=1, le=1000, description="windows per cell: seeds seed, seed+1, ...")
     max_peak_to_mean: float = Field(default=3.0, ge=1, description="window arrivals: burstiness bound (10 s bins)")
     drain_cap_s: float | None = Field(default=None, ge=0, description="cost window = window_s + min(drain, cap); "
                                                                       "default: the largest latency SLO")
@@ -142,7 +143,7 @@ def _deploy_mode(params: Params, problems, ctx: RunContext) -> tuple[dict[str, l
                          "models": ",".join(sorted({i.model for i in insts})),
                          "spec_violation": plan.extra.get("spec_violation"), "select_s": time.perf_counter() - t0})
         out[_label(spec)] = seq
-        atomic_write_text(ctx.run_dir / "deployments" / f"{_label(spec)}{_tag(mode)}.json",
+        atomic_write_text(ctx.file_path("deployments", f"{_label(spec)}{_tag(mode)}.json"),
                           json.dumps({"cluster": cluster.model_dump(mode="json")}, indent=1))
     return out, rows
 
@@ -151,7 +152,8 @@ def resolve_all(params) -> tuple[list, str, list[dict]]:
     """The tasks' resolved problems on ``params.cluster``, its GPU name, and per task
     ``{workflow: [(prompt, output) tokens per stage]}``."""
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
 
     try:

@@ -15,15 +15,16 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from selector.problem import TOL
+from selector.taskspec import TaskList
 
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1, description="deployed in this order (each sees the cluster "
+    tasks: TaskList = Field(description="deployed in this order (each sees the cluster "
                                                        "the previous ones left)")
-    orchestrated: list[str] = Field(min_length=1, description="tasks whose requests run through the "
+    orchestrated: NameList = Field(description="tasks whose requests run through the "
                                                               "orchestrator; each needs orchestration: in its task file")
     cluster: str = "a6000x8"
     selectors: list[str] = Field(default=["flowmaker"], min_length=1)
@@ -83,7 +84,8 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.orchestration import OrchestrationError, bind
     from harness.workload import azure_or_synthetic, cell_workload
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import load_task
 
     _check(params)

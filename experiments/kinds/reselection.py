@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
+from selector.taskspec import TaskList
 
 POLICIES = ("static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow")
 Policy = Literal["static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow"]
@@ -49,7 +50,7 @@ DAY_CONTROLLER = ControllerConfig(interval_s=5.0, window_s=60.0, window_long_s=9
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tasks: list[str] = Field(min_length=1)
+    tasks: TaskList
     cluster: str = Field("a6000x8-compute", description="configs/clusters/<name>.yaml")
     nodes: int = Field(8, ge=1, description="copies of the cluster file's GPUs")
     selector: str = Field("flowmaker", description="registry name of the selector every policy runs")
@@ -80,7 +81,8 @@ def setup(params: Params):
     """``(problems, tokens, cluster, gpu)``: every task resolved on the replicated cluster."""
     from selector.errors import ProblemError
     from selector.problem import Cluster, Gpu
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
     try:
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")

@@ -12,7 +12,9 @@ objective of ``objectives`` (ids ``...-typed-usd`` / ``...-typed-gbs``, before a
 every solver then answers and gets a row::
 
     problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
-    gap_pct, match, same_variant, elapsed_s
+    gap_pct, usd_per_hour, match, same_variant, elapsed_s
+
+(``usd_per_hour``: the plan's dollars per hour, spec section 10; NaN where the problem has no prices)
 
 ``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
 or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
@@ -32,14 +34,15 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import show_progress
+from flowmaker.inputs import InputError
+from flowmaker.names import check_distinct
 from selector.plan import Plan
 from selector.problem import Problem, load_problem
 
@@ -50,7 +53,7 @@ REL = 1e-6
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: str = "configs/benchmarks/selector_gap.yaml"
-    solvers: list[str] = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
+    solvers: NameList = Field(default_factory=lambda: list(DEFAULT_SOLVERS))
     reference: str = "exhaustive"
     time_limit_s: float = Field(default=60.0, gt=0)
     bayesian_trials: int = Field(default=200, ge=1)
@@ -58,10 +61,20 @@ class Params(BaseModel):
     publish: bool = False     # copy gap.parquet, summary.parquet and summary.md to results/<experiment>/
 
 
+#: problems a suite's seeded family may hold (the shipped suite has 300): more is a run of days
+MAX_SEEDS = 10_000
+
+
 class RandomSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    start: int = 0
+    start: int = Field(0, ge=0)
     stop: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> RandomSpec:
+        if self.stop - self.start > MAX_SEEDS:
+            raise ValueError(f"stop - start must be at most {MAX_SEEDS:,} problems (got {self.stop - self.start:,})")
+        return self
 
 
 class Suite(BaseModel):
@@ -123,6 +136,10 @@ def load_suite(path: str | Path, *, max_random: int | None = None) -> list[tuple
                 out.append((pid, "random", p))
         if suite.typed is not None:
             out += _typed_members(suite, mode)
+    try:
+        check_distinct((pid for pid, _, _ in out), f"{path}: problem names")   # cells are keyed by them
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     return out
 
 
@@ -172,6 +189,7 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: 
             "variant_space": ref.variant_space,
             "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
+            "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None else math.nan,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
             "elapsed_s": plan.elapsed_s}
 
@@ -285,11 +303,13 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     mode. Memory-mode files are ``paper-sized.json`` and ``quickstart-<k>-<task>.json``; a compute
     mode's carry ``-compute`` after ``paper-sized`` / ``quickstart``."""
     from selector.deploy import deploy_task
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.synthetic import paper_problem
     from solvers.registry import get_solver
 
-    suite = Suite.model_validate(yaml.safe_load(suite_path.read_text()))
+    from selector.yamlio import load_mapping
+    suite = Suite.model_validate(load_mapping(suite_path))
     q = suite.quickstart or {}
     out_dir = suite_path.parent / "problems"
     out_dir.mkdir(exist_ok=True)

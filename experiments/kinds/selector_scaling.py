@@ -27,21 +27,26 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
 
 EXACT = ("milp", "milp-pulp", "exhaustive")
 
 
+MAX_DEPTH = 32
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    depths: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])
-    multi_depths: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)   # deepest of three workflows (d, d-2, d-4)
+    # workflow depths stop at MAX_DEPTH stages: the variant space grows as options^depth (issue 28:
+    # depth 1000 overflowed the space's size)
+    depths: list[Annotated[int, Field(ge=1, le=MAX_DEPTH)]] = Field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])
+    multi_depths: list[Annotated[int, Field(ge=1, le=MAX_DEPTH)]] = Field(default_factory=list)   # deepest of three workflows (d, d-2, d-4)
     sharing: list[Literal["memory", "compute"]] = Field(default_factory=lambda: ["memory"])
     max_exhaustive_space: float | None = Field(default=None, gt=0)   # skip exhaustive above this
-    catalog_sizes: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [11, 25, 50, 125])
-    catalog_depth: int = Field(default=3, ge=1)
+    catalog_sizes: list[Annotated[int, Field(ge=2, le=1000)]] = Field(default_factory=lambda: [11, 25, 50, 125])
+    catalog_depth: int = Field(default=3, ge=1, le=MAX_DEPTH)
     seeds: list[int] = Field(default_factory=lambda: [0])
-    solvers: list[str] = Field(default_factory=lambda: ["exhaustive", "flowmaker", "flowmaker-plus", "milp",
+    solvers: NameList = Field(default_factory=lambda: ["exhaustive", "flowmaker", "flowmaker-plus", "milp",
                                                         "milp-pulp", "bayesian"])
     time_limit_s: float = Field(default=60.0, gt=0)
     bayesian_trials: int = Field(default=200, ge=1)

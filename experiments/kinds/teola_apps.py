@@ -13,19 +13,27 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.kinds import _teola_passes as by_pass
 from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
-from orchestrator.apps import AppSpec
-from orchestrator.engines import profiler_llm_instances
+from flowmaker.names import check_distinct
+from orchestrator.apps import AppSpec, check_apps
+from orchestrator.engines import load_engine_spec, profiler_llm_instances
+from orchestrator.passes import GraphCache, passes_named
+from orchestrator.runtime.api import pass_context
 from orchestrator.template import QueryConfig
 
 ABLATION_SCHEMES = ("teola", "teola-no-prune", "teola-no-stage", "teola-no-prefill_split",
                     "teola-no-decode_pipeline", "teola-no-rerank_pipeline", "teola-no-par-pipe", "teola-blind",
                     "teola-topo-lowest")
+
+
+#: queries one simulated cell may hold (the paper's runs use 150): more is a run of days
+MAX_QUERIES = 100_000
 
 
 class AppOverride(BaseModel):
@@ -34,6 +42,7 @@ class AppOverride(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     query: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    engines: dict[str, str] = Field(default_factory=dict, description="engine name -> configs/engines spec")
 
 
 class Params(BaseModel):
@@ -48,27 +57,40 @@ class Params(BaseModel):
         "contextual_rag": (0.25, 0.5, 1.0)})
     saturation: float = Field(1.6, gt=1)
     isolated_rate_rps: float = Field(0.02, gt=0, description="rate at which queries do not interact")
-    n_isolated: int = Field(20, ge=1, description="queries per isolated-latency cell")
-    n_queries: int = Field(150, ge=1, description="queries per cell")
+    n_isolated: int = Field(20, ge=1, le=MAX_QUERIES, description="queries per isolated-latency cell")
+    n_queries: int = Field(150, ge=1, le=MAX_QUERIES, description="queries per cell")
     seeds: tuple[int, ...] = Field((0,), min_length=1, description="one run of every cell per seed")
     schemes: tuple[str, ...] = ("teola", "teola+prefix-cache") + BASELINES
     app_overrides: dict[str, AppOverride] = Field(default_factory=dict)
+    # each pass's share of the speedup: every pass subset (identical graphs run once) at each listed
+    # app's lowest rate and for one query (experiments/kinds/_teola_passes.py)
+    decompose_apps: tuple[str, ...] | None = Field(None, description="None: every app in `apps`")
     ablation_app: str = "advanced_rag"
     ablation_rate_rps: float = Field(2.0, gt=0)
     ablation_schemes: tuple[str, ...] = ABLATION_SCHEMES
     # Topology-aware batching only reorders work when more is pending than the cap admits: the
     # same cell with the engine scheduler's cap lowered to `batch_cap` (items in flight per instance).
-    batch_cap_app: str | None = "advanced_rag"
-    batch_cap_rate_rps: float = Field(1.0, gt=0)
+    # per app, the rate to run it at (the paper's rates: each app's high one); 2 LLM instances as in the paper
+    batch_cap_rates: dict[str, float] = Field(default_factory=lambda: {
+        "search_gen": 4.0, "naive_rag": 2.0, "advanced_rag": 1.0, "contextual_rag": 0.25})
     batch_cap: dict[str, int] = Field(default_factory=lambda: {"llm": 4})
-    # Teola's e-graph, and the same without prompt splitting: there a refine step's prompt starts a
-    # new sequence the cap holds back, while a split one continues its partial prefill (placed
-    # whatever the cap), so only the former leaves the policy anything to reorder
-    batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest", "teola-no-prefill_split",
-                                          "teola-no-prefill_split-blind", "teola-no-prefill_split-topo-lowest")
+    # Teola's e-graph in every listed app; in `batch_cap_nosplit_apps` also the same without prompt
+    # splitting: there a refine step's prompt starts a new sequence the cap holds back, while a split one
+    # continues its partial prefill (placed whatever the cap), so only the former leaves the policy
+    # anything to reorder
+    batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest")
+    batch_cap_nosplit_apps: tuple[str, ...] = ("advanced_rag",)
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
+
+    @model_validator(mode="after")
+    def _apps_load(self) -> Params:
+        """Every app named anywhere (a name or a .yaml path) loads, with its engine specs, before
+        any cell runs; their names are distinct."""
+        check_distinct(self.apps, "apps")
+        check_apps([*self.apps, self.ablation_app, *self.batch_cap_rates, *(self.decompose_apps or ())])
+        return self
 
 
 def _app(p: Params, name: str) -> AppSpec:
@@ -82,13 +104,16 @@ def _app(p: Params, name: str) -> AppSpec:
                         f"known: {', '.join(sorted(names))}")
     comps = tuple(c.model_copy(update={"params": {**c.params, **o.params.get(c.name, {})}}) for c in app.components)
     query = QueryConfig.model_validate({**app.query.model_dump(), **o.query})
-    return app.model_copy(update={"query": query, "components": comps})
+    if set(o.engines) - set(app.engines):
+        raise UserError(f"app_overrides.{name}.engines: unknown engines {sorted(set(o.engines) - set(app.engines))}; "
+                        f"known: {', '.join(sorted(app.engines))}")
+    engines = {k: b.model_copy(update={"spec": o.engines.get(k, b.spec)}) for k, b in app.engines.items()}
+    return app.model_copy(update={"query": query, "components": comps, "engines": engines})
 
 
 def _engines(app, scheme, p: Params):
     over = {}
     if p.llm_latency == "profiler":
-        from orchestrator.engines import load_engine_spec
         for name, b in app.engines.items():
             spec = load_engine_spec(b.spec)
             if spec.kind == "llm" and spec.model in ("llama-2-7b", "llama-2-13b"):
@@ -119,6 +144,21 @@ def _cell(ctx: RunContext, p: Params, app_name: str, rate: float, scheme_name: s
     return df
 
 
+def _decompose_reps(p: Params, app_name: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Each pass subset -> the subset that runs for it (identical optimised graphs on every
+    query configuration of the app run once)."""
+    app = _app(p, app_name)
+    engines = _engines(app, get_scheme("teola"), p)
+    ctx, cache, tpl = pass_context(engines), GraphCache(), app.template()
+    cfgs = [app.query.model_copy(update={"doc_tokens": int(d)}) for d in app.doc_tokens_choices] or [app.query]
+    return by_pass.classes(lambda s: [cache.get(tpl, c, passes_named(s), ctx) for c in cfgs])
+
+
+def _cap_schemes(p: Params, app: str) -> tuple[str, ...]:
+    extra = ("teola-no-prefill_split", "teola-no-prefill_split-blind", "teola-no-prefill_split-topo-lowest")
+    return p.batch_cap_schemes + (extra if app in p.batch_cap_nosplit_apps else ())
+
+
 def _jobs(p: Params) -> dict[str, list[tuple]]:
     base = [s for s in p.schemes if s in BASELINES]
     jobs = {"main": [(a, r, s, p.n_queries, seed, None) for a in p.apps for r in p.rates_rps.get(a, (1.0,))
@@ -127,10 +167,15 @@ def _jobs(p: Params) -> dict[str, list[tuple]]:
                          for seed in p.seeds],
             "ablation": [(p.ablation_app, r, s, n, seed, None) for r, n in [(1.0, 1), (p.ablation_rate_rps, p.n_queries)]
                          for s in p.ablation_schemes for seed in p.seeds],
-            "batch_cap": []}
-    if p.batch_cap_app:
-        jobs["batch_cap"] = [(p.batch_cap_app, p.batch_cap_rate_rps, s, p.n_queries, seed, cap)
-                             for cap in (None, dict(p.batch_cap)) for s in p.batch_cap_schemes for seed in p.seeds]
+            "batch_cap": [(a, r, s, p.n_queries, seed, cap) for a, r in p.batch_cap_rates.items()
+                          for cap in (None, dict(p.batch_cap)) for s in _cap_schemes(p, a) for seed in p.seeds],
+            "decomposition": []}
+    for a in p.apps if p.decompose_apps is None else p.decompose_apps:
+        reps = sorted(set(_decompose_reps(p, a).values()), key=len, reverse=True)
+        rate = p.rates_rps.get(a, (1.0,))[0]
+        jobs["decomposition"] += [(a, r, by_pass.scheme_of(s), n, seed, None) for r, n in [(1.0, 1), (rate, p.n_queries)]
+                                  for s in reps for seed in p.seeds]
+        jobs["decomposition"] += [(a, 1.0, b, 1, seed, None) for b in base for seed in p.seeds]   # one query
     return jobs
 
 
@@ -151,9 +196,29 @@ def run(params: Params, ctx: RunContext) -> None:
     sp = report.speedups(summary, report.summarise(frames["isolated"]), params)
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
-    for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap)]:
+    dec = _decomposition(params, frames["decomposition"], summary) if len(frames["decomposition"]) else pd.DataFrame()
+    for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap),
+                     ("decomposition", dec)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", df)
     report.plot(summary, ab, ctx.run_dir)
-    md = report.markdown(sp, ab, cap, params)
+    md = report.markdown(sp, ab, cap, params) + ("\n".join(by_pass.markdown(dec)) + "\n" if len(dec) else "")
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
+
+
+def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Per app and setting: each pass subset's mean latency over seeds (through its
+    representative), decomposed against the best baseline of the main run (load) or of the
+    isolated-query run (one query)."""
+    s = report.summarise(df.assign(capped=False))
+    main = summary.groupby(["app", "rate_rps", "scheme"], sort=False).mean_latency_s.mean()
+    base = [b for b in p.schemes if b in BASELINES]
+    out = []
+    for (app, rate, n), grp in s.groupby(["app", "rate_rps", "n_queries"], sort=False):
+        mean = grp.groupby("scheme").mean_latency_s.mean()
+        reps = _decompose_reps(p, app)
+        lat = {sub: float(mean[by_pass.scheme_of(rep)]) for sub, rep in reps.items()}
+        b = mean[base] if n == 1 else main.loc[(app, rate)][base]
+        out.append(by_pass.decompose(app, 0.0 if n == 1 else rate, "one_query" if n == 1 else "load", lat,
+                                     str(b.idxmin()), float(b.min())))
+    return pd.concat(out, ignore_index=True)

@@ -1,12 +1,17 @@
 """Real end-to-end run on CPU: naive and advanced RAG over the shipped document set
-(``configs/docs_corpus``) with real engines (random tiny Llama on torch, MiniLM embeddings,
-embedding-similarity reranking, PostgreSQL + pgvector from pgserver), each app run under Teola
-and under LlamaDist on fresh copies of the same engines, in wall-clock time.
+(``configs/docs_corpus``) with real engines (random tiny Llama on torch, MiniLM embeddings, a
+MiniLM cross-encoder reranker, PostgreSQL + pgvector from pgserver), each app run under Teola and
+under every baseline on fresh copies of the same engines, in wall-clock time.
 
-Per (app, scheme) it writes one row per query (``queries.parquet``: latency, answer) and a summary
-(``summary.parquet``): makespan and mean latency, the speedup of Teola over each baseline and
-whether every answer is identical. ``runtime: ray`` runs the engine schedulers and engines as
-Ray actors and each cell as a Ray task (``ray_address`` or ``RAY_ADDRESS`` joins a cluster).
+Design (issue 26): first one isolated query per (app, scheme); then ``repeats`` rounds, each
+running every (rate, app) block with the schemes in an order rotated by one per round and block
+(interleaved, so slow phases of the shared machine do not fall on one scheme), the same Poisson
+arrivals for every scheme of a block. Each block records the load average (``os.getloadavg``)
+before and after it and its wall time. ``queries.parquet``: one row per query; ``blocks.parquet``;
+``summary.parquet`` / ``summary.md``: per (app, rate, scheme) the mean over repeats of each
+repeat's mean latency with its range, Teola's speedup over the best baseline with the range of the
+per-repeat ratios, and the rate's regime (``saturated`` when the best baseline's mean exceeds
+``saturation`` x its isolated latency). ``runtime: ray`` runs each cell as a Ray task.
 """
 from __future__ import annotations
 
@@ -14,31 +19,44 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet
+from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from flowmaker.names import name_problem
+from orchestrator.apps import check_apps
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
 
 
+SCHEMES = ["teola", "llamadist-to", "llamadistpc-po", "llamadistpc-to", "llamadistpc-open-to"]
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    apps: list[str] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"], min_length=1)
-    schemes: list[str] = Field(default_factory=lambda: ["teola", "llamadist-po"], min_length=2)
+    apps: Annotated[NameList, AfterValidator(check_apps)] = Field(default_factory=lambda: ["naive_rag", "advanced_rag"])
+    schemes: list[str] = Field(default_factory=lambda: list(SCHEMES), min_length=2,
+                               description="the first is Teola; the rest are baselines")
     corpus: str = "ostvik_guide"
-    n_queries: int = Field(8, ge=1)
-    rate_rps: float = Field(4.0, gt=0, description="Poisson arrival rate; the same arrivals for every scheme")
+    n_queries: int = Field(3, ge=1, le=10_000)
+    rates_rps: dict[str, list[float]] = Field(
+        default_factory=lambda: {"naive_rag": [0.2, 0.4], "advanced_rag": [0.1, 0.2]},
+        description="Poisson arrival rates per app; the same arrivals for every scheme of a block")
+    n_paragraphs: int | None = Field(12, ge=1, description="the corpus's first paragraphs (one chunk each); None: all")
+    fetch_k: int | None = Field(6, ge=1, description="chunks retrieved per (expanded) query; None: the app's")
+    repeats: int = Field(3, ge=1, le=100)
+    saturation: float = Field(1.6, gt=1)
     answer_tokens: int = Field(16, ge=1)
     leaf_tokens: int = Field(16, ge=1, description="tokens per tree-synthesis leaf answer")
     llm_instances: int = Field(2, ge=1)
     llm_dtype: str = "float32"
     llm_max_batch: int = Field(8, ge=1)
     embed_max_batch: int = Field(8, ge=1, description="the embedder's max efficient batch (drives stage decomposition)")
+    reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
     runtime: Literal["inprocess", "ray"] = "inprocess"
@@ -48,7 +66,7 @@ class Params(BaseModel):
 
 def load_corpus(name: str) -> tuple[list[str], list[str]]:
     p = CORPUS_DIR / f"{name}.yaml"
-    if not p.exists():
+    if name_problem(name) is not None or not p.exists():
         known = ", ".join(sorted(q.stem for q in CORPUS_DIR.glob("*.yaml")))
         raise UserError(f"field 'params.corpus': unknown corpus {name!r}; known: {known}")
     raw = yaml.safe_load(p.read_text())
@@ -59,37 +77,41 @@ def app_for_corpus(app_name: str, n_chunks: int, params: Params):
     """The app spec with its query configuration fitted to the corpus: one paragraph per chunk."""
     from orchestrator import load_app
     app = load_app(app_name)
+    fetch = min(params.fetch_k or app.query.fetch_k, app.query.fetch_k)
     q = app.query.model_copy(update={"doc_tokens": 64 * n_chunks, "chunk_size_tokens": 64, "chunk_overlap_tokens": 0,
-                                     "answer_tokens": params.answer_tokens, "fetch_k": min(app.query.fetch_k, n_chunks)})
+                                     "answer_tokens": params.answer_tokens, "fetch_k": min(fetch, n_chunks)})
     comps = tuple(c.model_copy(update={"params": {**c.params, "leaf_tokens": params.leaf_tokens}})
                   if c.op == "synthesis" else c for c in app.components)
     return app.model_copy(update={"query": q, "components": comps, "doc_tokens_choices": ()})
 
 
-def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: str, seed: int) -> list[dict]:
-    """One (app, scheme): fresh real engines, the queries in real time; one row per query."""
+def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: str, seed: int,
+             rate_rps: float = 1.0, ce_dir: str | None = None) -> list[dict]:
+    """One (app, scheme) at ``rate_rps``: fresh real engines, the queries in real time; one row per query."""
     import torch
 
     from orchestrator.engines.real.factory import build_real_engines, close_engines
     from orchestrator.runtime.realtime import run_realtime
     torch.set_num_threads(params.torch_threads)
     paragraphs, questions = load_corpus(params.corpus)
+    paragraphs = paragraphs[:params.n_paragraphs] if params.n_paragraphs else paragraphs
     app = app_for_corpus(app_name, len(paragraphs), params)
     rng = np.random.default_rng(seed)
-    arrivals = np.concatenate([[0.0], np.cumsum(rng.exponential(1 / params.rate_rps, params.n_queries - 1))])
+    arrivals = np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate_rps, params.n_queries - 1))])
     payloads = [{"question": questions[i % len(questions)], "chunks": paragraphs} for i in range(params.n_queries)]
     table = f"chunks_{app_name}_{scheme.replace('-', '_')}"
     if params.runtime == "ray":
         from orchestrator.runtime.ray_runtime import run_ray
         factory = dict(app=app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
                        llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                       embed_max_batch=params.embed_max_batch, table=table)
+                       embed_max_batch=params.embed_max_batch, table=table, cross_encoder_dir=ce_dir)
         rep = run_ray(app.template(), [app.query] * params.n_queries, arrivals, engine_kwargs=factory,
                       scheme=scheme, payloads=payloads, timeout_s=params.timeout_s, torch_threads=params.torch_threads)
     else:
         engines = build_real_engines(app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
                                      llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                                     embed_max_batch=params.embed_max_batch, table=table)
+                                     embed_max_batch=params.embed_max_batch, table=table,
+                                     cross_encoder_dir=ce_dir)
         try:
             rep = run_realtime(app.template(), [app.query] * params.n_queries, arrivals, engines, scheme=scheme,
                                payloads=payloads, timeout_s=params.timeout_s)
@@ -98,62 +120,152 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
     rows = []
     for r in rep.results:
         ans = str(next(iter(r.outputs.values())))
-        rows.append({"app": app_name, "scheme": scheme, "qid": r.qid, "arrival_s": r.arrival_s,
+        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": r.qid, "arrival_s": r.arrival_s,
                      "latency_s": r.latency_s, "finish_s": r.finish_s, "failed": False, "answer": ans,
                      "answer_sha": hashlib.sha1(ans.encode()).hexdigest()[:12], "makespan_s": rep.wall_s})
     for qid, why in rep.failed.items():
-        rows.append({"app": app_name, "scheme": scheme, "qid": qid, "arrival_s": float(arrivals[qid]),
+        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": qid, "arrival_s": float(arrivals[qid]),
                      "latency_s": float("nan"), "finish_s": float("nan"), "failed": True, "answer": why,
                      "answer_sha": "", "makespan_s": rep.wall_s})
     return rows
 
 
-def summarise(df: pd.DataFrame, schemes: list[str]) -> pd.DataFrame:
-    rows = []
-    for app, g in df.groupby("app", sort=False):
-        by = {s: g[g.scheme == s] for s in schemes}
-        ref = by[schemes[0]].sort_values("qid")
-        for s in schemes:
-            d = by[s].sort_values("qid")
-            same = (not d.failed.any() and list(d.answer_sha) == list(ref.answer_sha))
-            rows.append({"app": app, "scheme": s, "n_queries": len(d), "failed": int(d.failed.sum()),
-                         "makespan_s": float(d.makespan_s.max()), "mean_latency_s": float(d.latency_s.mean()),
-                         "p99_latency_s": float(d.latency_s.quantile(0.99)),
-                         "same_answers_as_" + schemes[0]: bool(same)})
-    out = pd.DataFrame(rows)
-    base = out[out.scheme == schemes[0]].set_index("app")
-    out["speedup_mean_latency"] = [r.mean_latency_s / base.loc[r.app, "mean_latency_s"] for r in out.itertuples()]
-    out["speedup_makespan"] = [r.makespan_s / base.loc[r.app, "makespan_s"] for r in out.itertuples()]
+def _block_order(schemes: list[str], k: int) -> list[str]:
+    """The schemes rotated by ``k``: each round and block starts with another scheme."""
+    k %= len(schemes)
+    return schemes[k:] + schemes[:k]
+
+
+def _blocks(params: Params) -> list[tuple[int, float, str, list[str]]]:
+    """(repeat, rate, app, scheme order) in run order."""
+    out, k = [], 0
+    for rep in range(params.repeats):
+        for i in range(max(len(params.rates_rps.get(a, [1.0])) for a in params.apps)):
+            for app in params.apps:
+                rates = params.rates_rps.get(app, [1.0])
+                if i >= len(rates):
+                    continue
+                rate = rates[i]
+                out.append((rep, rate, app, _block_order(params.schemes, k)))
+                k += 1
     return out
 
 
+def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | None = None,
+              saturation: float = 1.6) -> pd.DataFrame:
+    """Per (app, rate, scheme): mean over repeats of each repeat's mean latency, its range,
+    whether every answer equals the first scheme's, and the speedup of ``schemes[0]`` (Teola)
+    over each scheme and over the best baseline (per-repeat ratio range)."""
+    if "repeat" not in df:
+        df = df.assign(repeat=0)
+    rows = []
+    for (app, rate), g in df.groupby(["app", "rate_rps"], sort=False):
+        per = g[~g.failed].groupby(["scheme", "repeat"]).latency_s.mean().unstack("repeat")
+        ref = g[g.scheme == schemes[0]].sort_values(["repeat", "qid"])
+        base = [s for s in schemes[1:] if s in per.index]
+        best = per.loc[base].mean(axis=1).idxmin() if base else schemes[0]
+        ratio = per.loc[best] / per.loc[schemes[0]]
+        iso = None if isolated is None else isolated[(isolated.app == app) & (isolated.scheme == best)].latency_s.mean()
+        for s in schemes:
+            d = g[g.scheme == s].sort_values(["repeat", "qid"])
+            mine = per.loc[s] / per.loc[schemes[0]]
+            rows.append({"app": app, "rate_rps": rate, "scheme": s, "n_queries": len(d), "failed": int(d.failed.sum()),
+                         "mean_latency_s": float(per.loc[s].mean()), "min_repeat_s": float(per.loc[s].min()),
+                         "max_repeat_s": float(per.loc[s].max()), "p99_latency_s": float(d.latency_s.quantile(0.99)),
+                         "makespan_s": float(d.makespan_s.max()),
+                         "same_answers_as_" + schemes[0]: bool(not d.failed.any() and
+                                                               list(d.answer_sha) == list(ref.answer_sha)),
+                         "speedup_mean_latency": float(per.loc[s].mean() / per.loc[schemes[0]].mean()),
+                         "speedup_min": float(mine.min()), "speedup_max": float(mine.max()),
+                         "best_baseline": best, "teola_vs_best": float(per.loc[best].mean() / per.loc[schemes[0]].mean()),
+                         "teola_vs_best_min": float(ratio.min()), "teola_vs_best_max": float(ratio.max()),
+                         "best_isolated_s": float("nan") if iso is None else float(iso),
+                         "saturated": bool(iso is not None and per.loc[best].mean() > saturation * iso)})
+    return pd.DataFrame(rows)
+
+
+def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s: float) -> str:
+    t = params.schemes[0]
+    lines = ["# Teola on real engines (CPU, wall clock)", "",
+             f"{params.n_queries} queries per cell, rates {params.rates_rps} req/s, {params.n_paragraphs or 'all'} "
+             f"paragraphs per document, fetch_k {params.fetch_k or 'as the app'}, {params.repeats} repeats with the "
+             f"scheme order rotated per block; reranker: {params.reranker}; {params.llm_instances} tiny-Llama "
+             f"instances; torch threads {params.torch_threads}. Latency: mean over repeats of each repeat's mean "
+             f"[range over repeats]; speedup = best baseline / {t} [range of the per-repeat ratios]. Regime: "
+             f"`saturated` when the best baseline's mean exceeds {params.saturation}x its isolated latency. "
+             f"Total wall time {wall_s:.0f} s.", "",
+             "| app | rate (req/s) | regime | best baseline | its mean (s) | Teola mean (s) | speedup [per-repeat range] | "
+             "same answers |", "|---|---|---|---|---|---|---|---|"]
+    for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
+        r = g.set_index("scheme")
+        b = r.iloc[0]
+        same = bool(r["same_answers_as_" + t].all())
+        lines.append(f"| {app} | {rate:g} | {'saturated' if b.saturated else 'unsaturated'} | {b.best_baseline} | "
+                     f"{r.loc[b.best_baseline].mean_latency_s:.3f} | {r.loc[t].mean_latency_s:.3f} | "
+                     f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | {same} |")
+    lines += ["", "| app | rate (req/s) | scheme | mean (s) | [range over repeats] | p99 (s) | Teola's speedup over it |",
+              "|---|---|---|---|---|---|---|"]
+    for r in summary.itertuples():
+        lines.append(f"| {r.app} | {r.rate_rps:g} | {r.scheme} | {r.mean_latency_s:.3f} | [{r.min_repeat_s:.3f}-"
+                     f"{r.max_repeat_s:.3f}] | {r.p99_latency_s:.3f} | {r.speedup_mean_latency:.2f}x "
+                     f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] |")
+    lines += ["", "Blocks (load average of the shared 2-core machine before and after each block):", "",
+              "| repeat | rate | app | scheme order | wall (s) | load before (1/5/15 min) | load after |",
+              "|---|---|---|---|---|---|---|"]
+    for r in blocks.itertuples():
+        lines.append(f"| {r.repeat} | {r.rate_rps:g} | {r.app} | {r.order} | {r.wall_s:.1f} | {r.load_before} | "
+                     f"{r.load_after} |")
+    return "\n".join(lines) + "\n"
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def run(params: Params, ctx: RunContext) -> None:
+    import time
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from orchestrator.engines.real.embedding import build_minilm_cross_encoder
     from orchestrator.engines.real.pgvector import embedded_server
     from orchestrator.engines.real.tinyllm import build_tiny_llama
-    from orchestrator.schemes import SCHEMES
+    from orchestrator.schemes import get_scheme
     for s in params.schemes:
-        if s not in SCHEMES:
-            raise UserError(f"field 'params.schemes': unknown scheme {s!r}; known: {', '.join(SCHEMES)}")
+        try:
+            get_scheme(s)
+        except KeyError as e:
+            raise UserError(f"field 'params.schemes': {e.args[0]}") from None
+    t0 = time.perf_counter()
     llm_dir = str(build_tiny_llama(Path(tempfile.gettempdir()) / "flowmaker_tiny_llama"))
+    ce = (str(build_minilm_cross_encoder(Path(tempfile.gettempdir()) / "flowmaker_minilm_cross_encoder"))
+          if params.reranker == "cross-encoder" else None)
     pg_url = params.pg_url or embedded_server(ctx.run_dir / "pgdata")
-    # warm-up (not measured): model loads, first-call overheads, table creation
-    for a in params.apps:
-        run_cell(a, params.schemes[0], params.model_copy(update={"n_queries": 1, "runtime": "inprocess"}),
-                 llm_dir, pg_url, ctx.seed)
-    cells = [(a, s) for a in params.apps for s in params.schemes]
+    one = params.model_copy(update={"n_queries": 1, "runtime": "inprocess"})
+    for a in params.apps:   # warm-up (not measured): model loads, first-call overheads, table creation
+        run_cell(a, params.schemes[0], one, llm_dir, pg_url, ctx.seed, ce_dir=ce)
+    iso = pd.DataFrame([r for a in params.apps for s in params.schemes
+                        for r in run_cell(a, s, one, llm_dir, pg_url, ctx.seed, ce_dir=ce)])
+    rows, blocks = [], []
     if params.runtime == "ray":
         from orchestrator.runtime.ray_runtime import map_cells
-        results = map_cells(run_cell, [(a, s, params, llm_dir, pg_url, ctx.seed) for a, s in cells],
-                            address=params.ray_address)
+        cells = [(rep, rate, a, s) for rep, rate, a, order in _blocks(params) for s in order]
+        res = map_cells(run_cell, [(a, s, params, llm_dir, pg_url, ctx.seed + rep, rate, ce)
+                                   for rep, rate, a, s in cells], address=params.ray_address)
+        rows = [dict(r, repeat=rep) for (rep, *_), rr in zip(cells, res) for r in rr]
     else:
-        results = [run_cell(a, s, params, llm_dir, pg_url, ctx.seed) for a, s in cells]
-    df = pd.DataFrame([r for rows in results for r in rows])
-    atomic_write_parquet(ctx.run_dir / "queries.parquet", df)
-    summary = summarise(df, params.schemes)
-    atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        print(summary.to_string(index=False))
-    print("speedup = scheme / " + params.schemes[0] + " (above 1: Teola faster); measured wall clock, real engines on CPU")
+        for rep, rate, a, order in _blocks(params):
+            before, tb = _load(), time.perf_counter()
+            for s in order:
+                rows += [dict(r, repeat=rep) for r in run_cell(a, s, params, llm_dir, pg_url, ctx.seed + rep, rate, ce)]
+            blocks.append({"repeat": rep, "rate_rps": rate, "app": a, "order": " ".join(order),
+                           "wall_s": time.perf_counter() - tb, "load_before": before, "load_after": _load()})
+            print(f"block {rep} {rate:g} {a}: {blocks[-1]['wall_s']:.1f} s, load {blocks[-1]['load_after']}", flush=True)
+    df = pd.DataFrame(rows)
+    bl = pd.DataFrame(blocks, columns=["repeat", "rate_rps", "app", "order", "wall_s", "load_before", "load_after"])
+    summary = summarise(df, params.schemes, iso, params.saturation)
+    for name, d in [("queries", df), ("isolated", iso), ("blocks", bl), ("summary", summary)]:
+        atomic_write_parquet(ctx.run_dir / f"{name}.parquet", d)
+    md = markdown(summary, bl, params, time.perf_counter() - t0)
+    atomic_write_text(ctx.run_dir / "summary.md", md)
+    print(md)

@@ -285,7 +285,7 @@ class Controller:
     def startup_s(self, spec: InstanceSpec) -> float:
         """Modelled start-up: fixed part plus the weights read at ``load_gb_per_s``."""
         from profiler.steps import step_model
-        return self.cfg.startup_fixed_s + step_model(spec.model, self.gpu, spec.tp, spec.pp).weights_gb / \
+        return self.cfg.startup_fixed_s + step_model(spec.model, spec.gpu_name(self.gpu), spec.tp, spec.pp).weights_gb / \
             self.cfg.load_gb_per_s
 
     def problem(self, k: int, name: str, rate_rps: float, cluster: Cluster, *, variant: Version | None = None) -> Problem:

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any, Coroutine
 
 from orchestrator.engines.base import EngineError
@@ -136,3 +137,66 @@ def retry_after_s(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+#: the longest stream line (one server-sent event) read: a token chunk is ~200 bytes, so 1 MiB
+#: bounds a broken or hostile server's line without refusing any real one
+MAX_EVENT_BYTES = 2**20
+
+
+async def bounded_lines(chunks: AsyncIterator[bytes], limit: int = MAX_EVENT_BYTES) -> AsyncIterator[str]:
+    """The text lines of a byte stream (``\n`` or ``\r\n`` ends a line), each at most ``limit``
+    bytes: a longer line is a ``malformed`` ServerError as soon as the buffer passes the limit,
+    so memory stays bounded whatever the server sends."""
+    buf = bytearray()
+    async for piece in chunks:
+        buf += piece
+        while (i := buf.find(b"\n")) >= 0:
+            if i > limit:
+                break
+            line = bytes(buf[:i]).rstrip(b"\r")
+            del buf[:i + 1]
+            yield line.decode("utf-8", "replace")
+        if len(buf) > limit:
+            raise ServerError(f"a stream line longer than {limit:,} bytes", "malformed")
+    if buf:
+        yield bytes(buf).rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _tokens(usage: Any) -> dict:
+    if usage is None:
+        return {}
+    if not isinstance(usage, dict):
+        raise ValueError("'usage' is not an object")
+    for k in ("prompt_tokens", "completion_tokens"):
+        v = usage.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(f"'usage.{k}' is not a count")
+    return usage
+
+
+def event_parts(ev: dict, chat: bool) -> tuple[str | None, str | None, dict, bool]:
+    """``(text, finish_reason, usage, has_choice)`` of one completion (or stream event) object,
+    ``text`` from ``choices[0].text`` (``.message.content`` / ``.delta.content`` for chat); a
+    ValueError naming the field when the object has the wrong shape (``choices: "x"``,
+    ``text: 123``, ``usage: "lots"``, ``delta: "hi"``)."""
+    usage = _tokens(ev.get("usage"))
+    choices = ev.get("choices")
+    if choices is None or choices == []:
+        return None, None, usage, False
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise ValueError("'choices' is not a list of objects")
+    ch = choices[0]
+    if chat:
+        inner = ch.get("delta", ch.get("message")) or {}
+        if not isinstance(inner, dict):
+            raise ValueError("'delta' / 'message' is not an object")
+        text = inner.get("content")
+    else:
+        text = ch.get("text")
+    if text is not None and not isinstance(text, str):
+        raise ValueError("the text is not a string")
+    finish = ch.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise ValueError("'finish_reason' is not a string")
+    return text, finish, usage, True

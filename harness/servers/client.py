@@ -26,7 +26,8 @@ Every call either returns a complete :class:`Generation` or raises a :class:`Ser
 - ``stream_error``: an ``{"error": ...}`` event in the stream; ``truncated``: a stream that ends
   cleanly without ``[DONE]`` (servers that never send it, ``transformers serve``, must end with
   a ``finish_reason`` instead: ``done_marker=False``); ``malformed``: a 200 whose body (or an
-  event) is not JSON or has no ``choices``; ``diverged``: a retried stream that does not repeat
+  event) is not JSON, has no ``choices`` or has the wrong shape (``calls.event_parts``), or a
+  stream line over ``calls.MAX_EVENT_BYTES``; ``diverged``: a retried stream that does not repeat
   what the first attempt already delivered;
 - ``dead`` (:class:`EngineDeadError`): the server could not be reached after the retries
   (connection refused or reset before a response); later calls fail at once.
@@ -47,8 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.servers.calls import (FAULT_KINDS, Completion, EngineDeadError, Generation,  # noqa: F401 - re-exported
-                                   ServerError, client_loop, exact_output_body, is_client_loop, run_sync,
-                                   served_model)
+                                   ServerError, bounded_lines, client_loop, event_parts, exact_output_body,
+                                   is_client_loop, run_sync, served_model)
 from harness.servers.calls import retry_after_s as _retry_after_s
 from harness.servers.engine import OpenAIEngine  # noqa: F401 - re-exported
 
@@ -213,13 +214,16 @@ class OpenAIClient:
     def _parse_plain(self, st: _Attempt, r: Any) -> Generation:
         try:
             js = r.json()
-            choice, usage = js["choices"][0], js.get("usage") or {}
-            text = (choice.get("message") or {}).get("content") if self.chat else choice.get("text")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ServerError(f"server {self.name}: malformed answer ({type(exc).__name__}): {r.text[:200]!r}",
+            if not isinstance(js, dict):
+                raise ValueError("not an object")
+            text, finish, usage, has_choice = event_parts(js, self.chat)
+            if not has_choice:
+                raise ValueError("no 'choices'")
+        except ValueError as exc:
+            raise ServerError(f"server {self.name}: malformed answer ({exc}): {r.text[:200]!r}",
                               "malformed") from None
         return Generation(text or "", usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                          choice.get("finish_reason"), None, time.perf_counter() - st.t0, (), st.attempts, bool(usage))
+                          finish, None, time.perf_counter() - st.t0, (), st.attempts, bool(usage))
 
     async def _stream(self, st: _Attempt, path: str, body: dict, on_text: Callable[[str], None] | None) -> Generation:
         acc, usage, finish, done, token_chunks = "", {}, None, False, 0
@@ -231,7 +235,7 @@ class OpenAIClient:
                 await r.aread()          # the server answered in one piece: read it as such
                 return self._parse_plain(st, r)
             try:
-                async for line in r.aiter_lines():
+                async for line in bounded_lines(r.aiter_bytes()):
                     if not line.startswith("data:"):
                         continue              # blank separators, ": keep-alive" comments, event: lines
                     data = line[5:].strip()
@@ -239,15 +243,17 @@ class OpenAIClient:
                         done = True
                         break
                     ev = self._event(data)
-                    if ev.get("usage"):
-                        usage = ev["usage"]
-                    choices = ev.get("choices") or []
-                    if not choices:
+                    try:
+                        text, ch_finish, ev_usage, has_choice = event_parts(ev, self.chat)
+                    except ValueError as exc:
+                        raise ServerError(f"server {self.name}: malformed stream event ({exc}): {data[:120]!r}",
+                                          "malformed") from None
+                    usage = ev_usage or usage
+                    if not has_choice:
                         continue
-                    ch = choices[0]
-                    delta = ((ch.get("delta") or {}).get("content") if self.chat else ch.get("text")) or ""
-                    finish = ch.get("finish_reason") or finish
-                    if delta or not ch.get("finish_reason"):
+                    delta = text or ""
+                    finish = ch_finish or finish
+                    if delta or not ch_finish:
                         token_chunks += 1
                         now = time.perf_counter() - st.t0
                         if st.ttft_s is None:
@@ -260,6 +266,10 @@ class OpenAIClient:
                         self._deliver(st, acc, on_text)
             except (self._httpx.RemoteProtocolError, self._httpx.ReadError) as exc:
                 raise _Cut(str(exc)) from None
+            except ServerError as exc:
+                if exc.kind == "malformed" and not str(exc).startswith("server "):
+                    raise ServerError(f"server {self.name}: {exc}", "malformed") from None
+                raise
         if not (done or (not self.done_marker and finish is not None)):
             raise ServerError(f"server {self.name}: stream ended without "
                               f"{'[DONE]' if self.done_marker else 'a finish_reason'} after {len(acc)} characters",

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from flowmaker.inputs import InputError, load_mapping
+from flowmaker.names import name_problem
 
 from orchestrator.engines.base import Engine
 from orchestrator.engines.llm_timing import StepTime
@@ -84,21 +86,45 @@ class LLMSpec(_Frozen):
         return self
 
 
+class SpecError(InputError, KeyError):
+    """An app or engine spec that is unknown, unreadable or invalid: one line (``str(exc)``);
+    a KeyError too, for callers that catch unknown names."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def named_yaml(name_or_path: str | Path, directory: Path, what: str) -> Path:
-    """``name_or_path`` itself when it ends in ``.yaml``, else ``directory/<name>.yaml``; a
-    KeyError naming the known ones when it does not exist."""
+    """``name_or_path`` itself when it ends in ``.yaml``, else ``directory/<name>.yaml`` (a name
+    must be one safe file name, ``flowmaker.names``); a SpecError naming the known ones when it
+    does not exist."""
     p = Path(name_or_path)
     if p.suffix != ".yaml":
-        p = directory / f"{name_or_path}.yaml"
-    if not p.exists():
+        p = directory / f"{name_or_path}.yaml" if name_problem(str(name_or_path)) is None else None
+    if p is None or not p.exists():
         known = ", ".join(sorted(q.stem for q in directory.glob("*.yaml")))
-        raise KeyError(f"unknown {what} {str(name_or_path)!r}; known: {known}")
+        raise SpecError(what, f"unknown {what} {str(name_or_path)[:200]!r}; known: {known}")
     return p
 
 
+def load_spec(path: Path, model: type[BaseModel] | None, what: str):
+    """Read ``path`` with the bounded reader (``flowmaker.inputs``) and validate it as ``model``
+    (or return the mapping when ``model`` is None); every failure a one-line SpecError."""
+    try:
+        raw = load_mapping(path)
+        return raw if model is None else model.model_validate(raw)
+    except InputError as exc:
+        raise SpecError(exc.path, f"{what}: {exc.message}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "<root>"
+        raise SpecError(str(path), f"{what} field '{field}': {err['msg']}") from None
+
+
 def load_engine_spec(name_or_path: str | Path) -> EngineSpec | LLMSpec:
-    raw = yaml.safe_load(named_yaml(name_or_path, ENGINE_DIR, "engine spec").read_text())
-    return LLMSpec.model_validate(raw) if raw.get("kind") == "llm" else EngineSpec.model_validate(raw)
+    path = named_yaml(name_or_path, ENGINE_DIR, "engine spec")
+    raw = load_spec(path, None, "engine spec")
+    return load_spec(path, LLMSpec if raw.get("kind") == "llm" else EngineSpec, "engine spec")
 
 
 def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,

@@ -38,7 +38,11 @@ class FlowMakerNoReuseSelector(Selector):
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
         from solvers.registry import get_solver
         t0 = time.perf_counter()
-        plan = get_solver("flowmaker").select(without_reuse(problem), time_limit_s=time_limit_s)
+        space = compile_problem(problem).variant_space   # first: its time comes out of the limit (issue 28)
+        left = max(1e-3, time_limit_s - (time.perf_counter() - t0))
+        plan = get_solver("flowmaker").select(without_reuse(problem), time_limit_s=left)
         dep = None if plan.deployment is None else replace(plan.deployment, rule=self.name)
-        return replace(plan, solver=self.name, variant_space=compile_problem(problem).variant_space,
-                       elapsed_s=time.perf_counter() - t0, deployment=dep)
+        if plan.status == "unknown":
+            plan = replace(plan, reason=f"time limit {time_limit_s:g} s reached before a feasible variant was found "
+                                        f"(search incomplete)")
+        return replace(plan, solver=self.name, variant_space=space, elapsed_s=time.perf_counter() - t0, deployment=dep)

@@ -99,3 +99,39 @@ def test_sequential_leaves_make_the_chain_slower_on_one_query():
     lat = {s: simulate(app.template(), [app.query], [0.0], app.build_engines(prefix_caching=get_scheme(s).prefix_caching),
                        scheme=s)[0].latency_s for s in ["llamadistpc-to", "teola-no-par-pipe", "teola"]}
     assert lat["teola"] < lat["teola-no-par-pipe"] < lat["llamadistpc-to"]
+
+
+@pytest.mark.parametrize("scheme", ["llamadist-open-to", "llamadistpc-open-po"])
+def test_opened_baselines_run_leaves_and_contexts_at_once_and_embed_in_one_call(scheme):
+    g = _graph("naive_rag", scheme, doc_tokens=6000)                   # 27 chunks
+    leaves = [n for n in g.nodes if n.startswith("synthesis/leaf1_")]
+    assert not any(_reaches(g, "synthesis/leaf0_decode", n) for n in leaves)   # TreeSummarize(use_async=True)
+    emb = [n for n in g.nodes.values() if n.kind == Kind.EMBEDDING and n.component == "indexing"]
+    assert [n.n_items for n in emb] == [27]                                    # embed_batch_size >= chunks
+    c = _graph("contextual_rag", scheme)
+    assert not any(_reaches(c, "contextualize/c0_decode", n) for n in c.nodes if n.startswith("contextualize/c4_"))
+    d = _graph("contextual_rag", scheme.replace("-open", ""))               # the default: 4 in flight
+    assert _reaches(d, "contextualize/c0_decode", "contextualize/c4_prefill")
+    a = _graph("advanced_rag", scheme)                                          # still no decode pipelining
+    assert a.count(Kind.PARTIAL_DECODING) == 0
+
+
+def test_only_schemes_name_any_pass_subset():
+    from orchestrator.schemes import ALL, only_scheme
+    assert only_scheme(()) == "teola-no-par-pipe" and get_scheme(only_scheme(("prune",))).passes == ("prune",)
+    name = only_scheme(("rerank_pipeline", "prune"))                          # written in ALL's order
+    assert name == "teola-only-prune+rerank_pipeline" and get_scheme(name).passes == ("prune", "rerank_pipeline")
+    with pytest.raises(KeyError):
+        get_scheme("teola-only-rerank_pipeline+prune")
+    with pytest.raises(KeyError):
+        only_scheme(("nope",))
+    assert set(get_scheme(only_scheme(ALL)).passes) == set(get_scheme("teola").passes)
+
+
+def test_expansion_decode_stops_where_its_list_closes():
+    g = _graph("advanced_rag", "llamadist-to")
+    d = g.nodes["expansion/decode"]
+    assert d.params["output_tokens"] == d.params["close_tokens"] == 76        # not max_tokens = 200
+    ayo = load_app("advanced_rag_ayo")                                          # Ayo's logged run: decode_stop max_tokens
+    ga = optimize(build_pgraph(ayo.template(), ayo.query), (), pass_context(ayo.build_engines())).graph
+    assert ga.nodes["expansion/decode"].params["output_tokens"] == 200

@@ -25,6 +25,14 @@ def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
                                                  "teola-no-prefill_split-blind"} <= set(cap.scheme)
     assert cap.lower_vs_blind.notna().all()                     # each scheme is set against its own blind twin
     assert "| app |" in capsys.readouterr().out
+    assert set(sp.best_default) <= {"llamadist-to", "llamadistpc-to"} and (sp.speedup_vs_default > 0).all()
+    assert (sp.speedup_vs_default >= sp.speedup_mean - 1e-12).all()     # the best of all is at least as fast
+    dec = pd.read_parquet(run / "decomposition.parquet")
+    assert set(dec.setting) == {"one_query", "load"} and set(dec.app) == {"naive_rag"}
+    for _, g in dec.groupby("setting"):                  # the factors multiply to the total (Shapley: exact)
+        parts, total = g[~g.part.str.startswith("total")], g[g.part.str.startswith("total")].iloc[0]
+        assert abs(parts.factor.prod() / total.factor - 1) < 1e-9
+        assert abs(total.factor - total.baseline_s / total.teola_s) < 1e-9
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "t", "--no-progress"]) == 0

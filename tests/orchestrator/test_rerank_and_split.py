@@ -102,11 +102,16 @@ def test_json_list_closes_early_and_the_rest_is_ignored():
     assert stream_pieces(whole, 72)[-1][0] == 72
 
 
-def test_expansion_decode_streams_its_last_item_at_the_closing_point():
+def test_expansion_decode_stops_at_the_closing_point_unless_told_to_run_on():
     app = load_app("advanced_rag")
     g = build_pgraph(app.template(), app.query)
     d = g.nodes["expansion/decode"]
-    assert (d.params["output_tokens"], d.params["close_tokens"]) == (200, 76)
+    assert (d.params["output_tokens"], d.params["close_tokens"]) == (76, 76)        # decode_stop: structure
+    comps = tuple(c.model_copy(update={"params": {**c.params, "decode_stop": "max_tokens"}})
+                  if c.name == "expansion" else c for c in app.components)
+    g2 = build_pgraph(app.model_copy(update={"components": comps}).template(), app.query)
+    d2 = g2.nodes["expansion/decode"]
+    assert (d2.params["output_tokens"], d2.params["close_tokens"]) == (200, 76)
 
 
 def test_contextual_baseline_keeps_llamaindex_workers_in_flight():

