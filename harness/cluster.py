@@ -208,10 +208,14 @@ class ClusterSim:
         self.failed = np.zeros(n, dtype=bool)
         self.acc_ok = np.ones(n, dtype=bool)
         if n:
-            self.sim.push(Arrivals(float(workload.arrival_s[0]), 0, self))
+            self._start()
         self.sim.run()
         self.wall_s = time.perf_counter() - t0
         return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
+
+    def _start(self) -> None:
+        """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
+        self.sim.push(Arrivals(float(self.w.arrival_s[0]), 0, self))
 
     @property
     def arrival_s(self):

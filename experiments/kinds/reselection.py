@@ -64,7 +64,7 @@ class Params(BaseModel):
     seeds: list[int] | None = Field(None, min_length=1, description="workload seeds (default: the run's seed)")
     price_per_gb_s: float = Field(1e-6, ge=0, description="USD per GB-second of reserved memory")
     data_dir: str | None = Field(None, description="shared data folder (Azure traces)")
-    scheduler: Literal["vllm", "padded", "sarathi"] = "vllm"
+    scheduler: Literal["vllm-v1", "vllm", "padded", "sarathi"] = "vllm"
     publish: bool = Field(False, description="copy the summary, figures and small tables to results/<experiment>/")
 
 

@@ -1,5 +1,8 @@
 """Admission policies of the engine core: which sequences run in an instance's next iteration.
 
+``vllm-v1`` (:class:`~orchestrator.engines.vllm_v1.VllmV1`, the default): vLLM's V1 scheduler
+(its own module). The three below are the older ones, selectable by name.
+
 ``vllm`` (:class:`VllmV0`): vLLM (v0) default scheduling. Prefill-prioritised: while sequences
 wait, the next iteration is a prefill-only pass over waiting sequences taken in order while the
 pass stays within ``max_num_batched_tokens`` prompt tokens, ``max_num_seqs`` sequences (running
@@ -47,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 
 from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.vllm_v1 import VllmV1, preempt_newest
 from profiler.engine import SCHEDULERS, EngineConfig
 
 Chunk = tuple[Seq, int]
@@ -160,17 +164,9 @@ class Sarathi:
         if n:
             need = v.need_blocks()
             if free < need:     # the newest partial prefill goes first, then the newest decode
-                prefilling, decodes = list(prefilling), list(v.running.values())
-                while free < need and (prefilling or decodes):
-                    if prefilling:
-                        s = prefilling.pop()
-                    else:
-                        s = decodes.pop()
-                        need -= v.needs_block(s)
-                    victims.append(s)
-                    free += v.held_blocks(s)
-                n = len(decodes)
-            free -= need
+                prefilling, n, free = preempt_newest(v, need, victims)
+            else:
+                free -= need
         chunks: list[Chunk] = []
         tokens = n
         for c in prefilling:
@@ -213,6 +209,8 @@ class Sarathi:
 def make_admission(config: EngineConfig) -> Policy:
     """The policy ``config.scheduler`` names (one object per core)."""
     name = config.scheduler
+    if name == "vllm-v1":
+        return VllmV1()
     if name == "vllm":
         return VllmV0()
     if name == "padded":
