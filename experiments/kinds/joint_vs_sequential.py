@@ -27,7 +27,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 
 Objective = Literal["gb_s", "usd_per_hour"]
 

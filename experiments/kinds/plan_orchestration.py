@@ -4,8 +4,8 @@ experiment does), then run every request of the orchestrated tasks through the o
 from the task's trace replay (``harness.workload.cell_workload``, same cells as the paper
 experiment).
 
-Each cell (selector, trace, load, task, orchestration) is written atomically to ``cells/``
-(resumable with ``--run-id``). Outputs: ``results.parquet`` (one row per cell),
+Each cell (selector, trace, load, task, orchestration) is run by ``experiments.executor`` (local
+processes or Ray) and written atomically to ``cells/`` (resumable with ``--run-id``). Outputs: ``results.parquet`` (one row per cell),
 ``requests.parquet`` (per request), ``deployments.parquet``, ``summary.md`` (chain vs teola).
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from selector.problem import TOL
 from selector.taskspec import TaskList
 
@@ -56,34 +56,34 @@ def _check(params: Params) -> None:
             raise UserError(f"field 'params.requests': no request count for trace '{k}'")
 
 
-def _cell(ctx, params, bound, k, wl, gpu, slo, acc_ok, key, orch) -> pd.DataFrame:
+def cell_frame(params, bound, k, trace, rates, gpu, slo, acc_ok, key, orch, load_pct: float,
+               seed: int) -> pd.DataFrame:
+    """One (selector, trace, load, task, orchestration) cell: the task's requests of the cell's
+    workload run on its plan's instances."""
     from harness.orchestration import run_requests
-    path = ctx.cell_path("__".join(str(x) for x in key + (orch,)))
-    if path.exists():
-        return pd.read_parquet(path)
+    from harness.workload import cell_workload
+    sel, tr, load, task = key
+    wl = cell_workload(trace, rates, load=load_pct / 100.0, n_requests=params.requests[tr], seed=seed)
     mask = wl.task == k
     arrivals = wl.arrival_s[mask]
     if bound is None:   # the task was not placed: every request fails
         res, lat = [], np.full(len(arrivals), np.nan)
     else:
         res = run_requests(bound, arrivals, gpu=gpu, orchestration=orch, chain_scheme=params.chain_scheme,
-                           seed=ctx.seed, dispatch_overhead_s=params.dispatch_overhead_s)
+                           seed=seed, dispatch_overhead_s=params.dispatch_overhead_s)
         lat = np.array([r.latency_s for r in res])
-    sel, trace, load, task = key
-    df = pd.DataFrame({"selector": sel, "trace": trace, "load_pct": load, "task": task,
+    return pd.DataFrame({"selector": sel, "trace": tr, "load_pct": load, "task": task,
                        "workflow": bound.workflow if bound else "-", "app": bound.app.name if bound else "-",
                        "orchestration": orch, "request": np.flatnonzero(mask), "arrival_s": arrivals,
                        "latency_s": lat, "latency_slo_s": slo, "good": acc_ok & (lat <= slo + TOL),
                        "n_primitives": [r.n_primitives for r in res] if res else 0,
                        "output": [repr(sorted(r.outputs.items())) for r in res] if res else ""})
-    atomic_write_parquet(path, df)
-    return df
 
 
 def run(params: Params, ctx: RunContext) -> None:
     from experiments.kinds.paper_goodput_cost import deploy_all
     from harness.orchestration import OrchestrationError, bind
-    from harness.workload import azure_or_synthetic, cell_workload
+    from harness.workload import azure_or_synthetic
     from selector.errors import ProblemError
     from selector.clusterfile import load_cluster_file
     from selector.resolve import load_catalog, resolve_task
@@ -119,34 +119,50 @@ def run(params: Params, ctx: RunContext) -> None:
         except KeyError as exc:
             raise UserError(f"field 'params.traces': {exc.args[0]}") from None
     rates = [p.task.arrival_rate_rps for p in problems]
-    cells = [(s, tr, ld, t, o) for s in deps for tr in params.traces for ld in params.loads_pct
-             for t in params.orchestrated for o in params.orchestrations]
-    frames = []
-    for s, tr, ld, t, o in tqdm(cells, disable=not ctx.progress, desc="cells", unit="cell"):
-        wl = cell_workload(traces[tr][0], rates, load=ld / 100.0, n_requests=params.requests[tr], seed=ctx.seed)
-        k, b, slo, ok = bound[(s, t)]
-        frames.append(_cell(ctx, params, b, k, wl, gpu, slo, ok, (s, tr, f"{ld:g}", t), o))
-    req = pd.concat(frames, ignore_index=True)
+    cells = []
+    for s in deps:
+        for tr in params.traces:
+            for ld in params.loads_pct:
+                for t in params.orchestrated:
+                    k, b, slo, ok = bound[(s, t)]
+                    key = (s, tr, f"{ld:g}", t)
+                    cells += [Cell("__".join(key + (o,)), cell_frame,
+                                   (params, b, k, traces[tr][0], rates, gpu, slo, ok, key, o, ld, ctx.seed))
+                              for o in params.orchestrations]
+    req = pd.concat(run_cells(ctx, cells), ignore_index=True)
     req["load_pct"] = req.load_pct.astype(float)
     atomic_write_parquet(ctx.run_dir / "requests.parquet", req.drop(columns="output"))
-    res = summarise(req)
+    res = summarise(req, bound, problems[0].cluster.prices)
     atomic_write_parquet(ctx.run_dir / "results.parquet", res)
     md = summary_md(res, bound, params, {k: v[1] for k, v in traces.items()})
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 
 
-def summarise(req: pd.DataFrame) -> pd.DataFrame:
+def summarise(req: pd.DataFrame, bound: dict, prices: dict[str, float] | None) -> pd.DataFrame:
+    """Per (selector, trace, load, task, orchestration): latency, goodput and the dollars of the
+    GPUs the task's plan instances hold over the cell (``harness.billing.gpu_bill``; residency =
+    last completion or arrival, the cell's first arrival at 0)."""
+    from harness.billing import gpu_bill
     keys = ["selector", "trace", "load_pct", "task", "workflow", "app", "orchestration"]
     g = req.groupby(keys, sort=False)
     out = g.latency_s.agg(requests="count", latency_mean_s="mean", latency_p50_s="median",
                           latency_p99_s=lambda x: float(np.percentile(x, 99))).reset_index()
     out["goodput"] = g.good.mean().to_numpy()
     out["latency_slo_s"] = g.latency_slo_s.first().to_numpy()
+    bills = []
+    for key, cell in g:
+        b = bound[(key[0], key[3])][1]
+        insts = {i.id: i for ins in b.stage_instances.values() for i in ins}.values() if b is not None else ()
+        end = float(np.nanmax(np.append((cell.arrival_s + cell.latency_s).to_numpy(), cell.arrival_s.max())))
+        bills.append(gpu_bill(((i, 0.0, end) for i in insts), prices))
+    out["gpu_s_held"] = [x for x, _ in bills]
+    out["usd"] = [y for _, y in bills]
     return out
 
 
 def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) -> str:
+    from harness.billing import usd_cell
     lines = ["# Plan orchestration: chain vs teola on deployed plans", "",
              f"Selectors {', '.join(params.selectors)}; `chain` = `{params.chain_scheme}`, `teola` = `teola`; "
              f"trace source: {', '.join(f'{k}: {v}' for k, v in sources.items())}.", "", "## Plans", "",
@@ -161,11 +177,11 @@ def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) ->
         lines.append(f"| {sel} | {task} | {b.workflow} | {b.app.name} | {st} | {', '.join(b.reused) or '-'} |")
     lines += ["", "## Latency and goodput", "",
               "| selector | task | trace | load | requests | orchestration | mean (s) | p50 (s) | p99 (s) | "
-              "goodput | SLO (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "goodput | SLO (s) | GPU-s held | USD |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res.itertuples():
         lines.append(f"| {r.selector} | {r.task} | {r.trace} | {r.load_pct:g}% | {r.requests} | {r.orchestration} | "
                      f"{r.latency_mean_s:.3f} | {r.latency_p50_s:.3f} | {r.latency_p99_s:.3f} | {r.goodput:.3f} | "
-                     f"{r.latency_slo_s:.2f} |")
+                     f"{r.latency_slo_s:.2f} | {r.gpu_s_held:.4g} | {usd_cell(r.usd)} |")
     if {"chain", "teola"} <= set(res.orchestration):
         lines += ["", "## Teola speedup over chain (same requests, same instances)", "",
                   "| selector | task | trace | load | mean | p99 |", "|---|---|---|---|---|---|"]
@@ -176,6 +192,9 @@ def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) ->
             lines.append(f"| {' | '.join(str(x) for x in key[:3])} | {key[3]:g}% | "
                          f"{c.loc[key, 'latency_mean_s'] / t.loc[key, 'latency_mean_s']:.2f}x | "
                          f"{c.loc[key, 'latency_p99_s'] / t.loc[key, 'latency_p99_s']:.2f}x |")
+    lines += ["", "GPU-s held = whole GPUs the task's plan instances occupy (a shared GPU once) x the cell's "
+              "residency (first arrival to last completion or arrival); USD = those GPU-hours x the cluster's "
+              "price per GPU-hour (configs/prices.yaml; `-` without one; docs/metrics.md)."]
     lines += ["", "Only the orchestrated tasks' requests run (on their plan's instances); see docs/harness.md, "
               "\"Orchestrated requests\", for what this leaves out."]
     return "\n".join(lines) + "\n"

@@ -13,8 +13,9 @@ arrays, so the controller sees only what has happened by ``now``.
 (loaded before the first request), a control tick every ``interval_s`` until the workload's
 ``end_s`` and polls at modelled ready times and every ``drain_poll_s`` while something drains.
 Cost is the GB x seconds every instance held, from its start to its release (or the end of the
-run: ``max(last completion or failure, last arrival, end_s)``); the other cell metrics are
-``harness.replay.cell_metrics``'s (docs/metrics.md).
+run: ``max(last completion or failure, last arrival, end_s)``), and in dollars the whole GPUs
+they held over the same spans (``gpu_s_held``, ``usd``: ``harness.billing.gpu_bill``); the other
+cell metrics are ``harness.replay.cell_metrics``'s (docs/metrics.md).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.billing import gpu_bill
 from harness.cluster import ClusterSim, SimTask, Workload
 from harness.replay import cell_metrics
 from orchestrator.runtime.events import P_FREE, Event, Simulator
@@ -185,12 +187,13 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
     led = ctl.ledger
     steps = led.gb_steps(residency)
     gb_s = led.gb_s(residency)
+    gpu_s, usd = gpu_bill(led.spans(residency), ctl.tasks[0].problem.cluster.prices if ctl.tasks else None)
     moves = [d for d in ctl.decisions if d["outcome"] == "migrate"]
     summary.update({
         "instances": len(led.held), "gb_reserved": None,
         "gb_mean": gb_s / residency if residency > 0 else 0.0, "gb_peak": max(g for _, g in steps),
         "gb_min": min(g for t, g in steps if t < residency) if steps else 0.0,
-        "reserved_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s,
+        "reserved_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s, "gpu_s_held": gpu_s, "usd": usd,
         "migrations": len(moves), "instances_started": sum(len(d["started"].split(",")) for d in moves if d["started"]),
         "reselections": sum(d["reason"] not in ("initial",) for d in ctl.decisions),
         "updates": sum(d["outcome"] == "update" for d in ctl.decisions),
