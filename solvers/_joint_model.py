@@ -14,6 +14,7 @@ from selector.joint_eval import JointRun, TaskChoice, ident
 from selector.placement import free_memory
 from selector.problem import TOL
 from solvers._joint_data import JointData
+from solvers._cpsat import cp_solver
 
 SCALE = 100_000
 USD_EXACT = 10_000       # units per $/h when every price is a whole number of 0.0001 $/h
@@ -283,15 +284,8 @@ class JointModel:
 
     # -- solving ----------------------------------------------------------------------------
     def _solver(self, deadline: float, workers: int):
-        from ortools.sat.python import cp_model
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(1e-3, deadline - time.perf_counter())
-        solver.parameters.catch_sigint_signal = False
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = self.seed
         # probing the thousands of reuse literals costs seconds and gains little here
-        solver.parameters.cp_model_probing_level = 0
-        return solver
+        return cp_solver(deadline, workers, self.seed, probing_level=0)
 
     def _read(self, value) -> tuple[tuple, list[list[tuple]]]:
         choice, literals = [], []

@@ -58,6 +58,7 @@ import time
 from selector.index import NEW, REUSE
 from selector.plan import Plan
 from selector.problem import Problem
+from solvers._cpsat import cp_solver
 from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, solve_exact
 from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
@@ -239,16 +240,7 @@ class CpSatBackend:
         return target
 
     def _solver(self, deadline: float, workers: int):
-        from ortools.sat.python import cp_model
-
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(1e-3, deadline - time.perf_counter())
-        # CP-SAT's own SIGINT handler resets SIGINT to the default action when the solver is
-        # destroyed, after which Ctrl-C kills the process without running `finally` blocks
-        solver.parameters.catch_sigint_signal = False
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = self.seed
-        return solver
+        return cp_solver(deadline, workers, self.seed)
 
     @staticmethod
     def _variant(value, x, y) -> Variant:

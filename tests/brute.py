@@ -13,8 +13,14 @@ TOL = 1e-9
 
 def _place(problem: Problem, demands, busy=None):
     """LeastLoaded; ``busy`` (GPU -> utilisation after reuse) switches on section 9."""
-    free = {g.id: g.mem_gb - g.used_gb for g in problem.cluster.gpus}
-    kind = {g.id: g.type for g in problem.cluster.gpus}
+    return least_loaded({g.id: g.mem_gb - g.used_gb for g in problem.cluster.gpus},
+                        {g.id: g.type for g in problem.cluster.gpus}, demands, busy)
+
+
+def least_loaded(free: dict, kind: dict, demands, busy=None):
+    """LeastLoaded on plain maps (GPU -> free GB, GPU -> type); ``demands``: per stage
+    (replicas, shards, GB per shard, utilisation, GPU type). Also the joint brute force's."""
+    free = dict(free)
     busy = None if busy is None else dict(busy)
     out = []
     for reps, shards, shard, u, gtype in demands:

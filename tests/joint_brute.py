@@ -1,5 +1,5 @@
 """A plain brute force of spec section 11, written independently of selector/ (no compiled
-options, no numpy, its own LeastLoaded, sections 8-10 on plain dicts): every product of the
+options, no numpy, the single-task brute force's LeastLoaded, sections 8-10 on plain dicts): every product of the
 tasks' variants and ``skip``, each task checked on the cluster the earlier ones left. The
 reference the joint solvers are checked against, in both sharing modes and objectives."""
 from __future__ import annotations
@@ -8,6 +8,7 @@ import copy
 import math
 
 from selector.joint import TaskSet
+from tests.brute import least_loaded
 
 TOL = 1e-9
 SKIP = (math.inf,)
@@ -22,31 +23,8 @@ def _state(ts: TaskSet) -> dict:
 
 
 def _place(st: dict, demands: list, busy: dict | None):
-    free = {g: v["mem"] - v["used"] for g, v in st["gpus"].items()}
-    busy = None if busy is None else dict(busy)
-    out = []
-    for reps, shards, shard, u, gtype in demands:
-        mine: set[int] = set()
-        stage = []
-        for _ in range(reps):
-            chosen = []
-            for _ in range(shards):
-                cands = sorted(g for g in free if g not in mine and st["gpus"][g]["type"] == gtype
-                               and (busy is None or busy[g] + u <= 1 + TOL))
-                if not cands:
-                    return None
-                top = max(free[g] for g in cands)
-                g = min(g for g in cands if free[g] >= top - TOL)
-                if free[g] < shard - TOL:
-                    return None
-                free[g] -= shard
-                if busy is not None:
-                    busy[g] += u
-                mine.add(g)
-                chosen.append(g)
-            stage.append(sorted(chosen))
-        out.append(stage)
-    return out
+    return least_loaded({g: v["mem"] - v["used"] for g, v in st["gpus"].items()},
+                        {g: v["type"] for g, v in st["gpus"].items()}, demands, busy)
 
 
 def _options(p, st: dict, w, s):
