@@ -42,7 +42,7 @@ def test_export_sh_is_a_valid_script_with_each_instances_flags(tmp_path, capsys)
     # C shares GPU 0 with A: it starts once A is healthy
     assert out.index("wait_healthy http://127.0.0.1:8100") < out.index("# chat/polish/1")
     rc, out, _ = _export(capsys, _plan(tmp_path), "--format", "sh", "--gpu", "a6000", "--backend", "trtllm")
-    assert rc == 0 and "<<'EOF'" in out and "enable_block_reuse: false" in out and '"$LOG_DIR"' in out
+    assert rc == 0 and "<<'FLOWMAKER_EOF_" in out and "enable_block_reuse: false" in out and '"$LOG_DIR"' in out
     script.write_text(out)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
