@@ -87,6 +87,21 @@ def test_launch_dry_run_and_user_errors(tmp_path, capsys):
     assert "max_num_seqs" in capsys.readouterr().err
 
 
+def test_launch_refuses_a_remote_host_without_a_key(tmp_path, capsys):
+    from harness.cli import main
+    plan = _plan(tmp_path)
+    for host in ("0.0.0.0", "10.0.0.5", "::", "gpu-box.example"):
+        for mode in ("--dry-run", "--check"):      # refused before anything starts
+            assert main(["launch", plan, "--gpu", "a6000", "--host", host, mode]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"--host {host}" in err and "--api-key-env" in err
+    for ok in (["--host", "localhost"], ["--host", "127.0.0.2"], ["--host", "::1"],
+               ["--host", "0.0.0.0", "--api-key-env", "FM_KEY"],
+               ["--host", "0.0.0.0", "--allow-unauthenticated-remote"]):
+        assert main(["launch", plan, "--gpu", "a6000", "--dry-run", *ok]) == 0, ok
+        assert "--host" in capsys.readouterr().out
+
+
 def test_launch_then_replay_on_a_stand_in(tiny_llama_dir, tmp_path, capsys):
     from harness.cli import main
     from tests.real.test_servers import free_port
