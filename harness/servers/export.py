@@ -132,19 +132,38 @@ def deployments_from_json(obj: Any) -> list[Deployment]:
         elif "status" in it or "deployment" in it:
             if it.get("deployment") is not None:
                 out.append(Deployment.from_dict(it["deployment"]))
+        elif _is_problem(it):
+            raise ValueError(RESOLVED_NOT_PLAN)
         else:
             raise ValueError("expected a plan (python -m selector solve --json) or a deployment; "
                              f"got keys {', '.join(sorted(it)) or 'none'}")
     return out
 
 
+RESOLVED_NOT_PLAN = ("a resolved problem, not a plan: run `python -m selector solve FILE --json > plan.json` "
+                     "first and export plan.json")
+
+
+def _is_problem(obj: Any) -> bool:
+    """Whether ``obj`` looks like what ``python -m selector resolve`` writes (a task and its workflows)."""
+    return isinstance(obj, Mapping) and "task" in obj and "workflows" in obj
+
+
 def load_deployments(path: str | Path) -> list[Deployment]:
+    """The deployments in the plan file ``path``; ValueError with a message that does not repeat
+    the path (the callers name it), e.g. :data:`RESOLVED_NOT_PLAN` for a resolved problem (YAML or JSON)."""
     from flowmaker.inputs import InputError, parse_text, read_text
     p = Path(path)
     try:         # bounded: size, nesting (flowmaker.inputs)
-        obj = parse_text(read_text(p), json_syntax=True, where=str(p))
+        text = read_text(p)
+        obj = parse_text(text, json_syntax=True, where=str(p))
     except InputError as exc:
-        raise ValueError(str(exc)) from None
+        try:     # resolve writes YAML: say what the file is instead of where its JSON breaks
+            problem = exc.message.startswith("malformed JSON") and _is_problem(parse_text(text, json_syntax=False,
+                                                                                          where=str(p)))
+        except InputError:
+            problem = False
+        raise ValueError(RESOLVED_NOT_PLAN if problem else exc.message) from None
     return deployments_from_json(obj)
 
 

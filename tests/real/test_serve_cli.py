@@ -75,6 +75,17 @@ def test_export_errors_are_one_line(tmp_path, capsys):
     assert rc == 2 and "unknown GPU 'b9000'" in err
 
 
+def test_exporting_a_resolved_problem_says_solve_first(tmp_path, capsys):
+    from selector.cli import main
+    for name, flags in (("problem.yaml", []), ("problem.json", ["--json"])):
+        path = tmp_path / name
+        assert main(["resolve", "chat", "--out", str(path), *flags]) == 0
+        capsys.readouterr()
+        rc, _, err = _export(capsys, str(path), "--format", "sh", "--gpu", "a6000")
+        assert rc == 2 and err.count("\n") == 1 and err.count(str(path)) == 1, err
+        assert "a resolved problem, not a plan" in err and "selector solve" in err and "malformed" not in err
+
+
 def test_launch_dry_run_and_user_errors(tmp_path, capsys):
     from harness.cli import main
     assert main(["launch", _plan(tmp_path), "--gpu", "a6000", "--dry-run", "--args", f"{A}=--seed 1",
