@@ -32,7 +32,7 @@ test: $(TESTS)
 	$(BIN)/python -m pytest -q -m "not slow and not gpu"
 
 bench: $(CORE)
-	$(BIN)/python -m experiments.bench_selectors
+	$(BIN)/python -m experiments.run bench_selectors
 
 # Tests the light `test` extra cannot run (they need torch, transformers, ray or PostgreSQL)
 LIGHT_SKIP := --ignore=tests/real --ignore=tests/profiler/test_device_ops.py \

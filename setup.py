@@ -9,8 +9,8 @@ DATA = ["*.yaml", "*.json", "*.md"]
 config_dirs = [f"flowmaker_configs.{p}" for p in find_namespace_packages(where="configs", exclude=["*__pycache__*"])]
 
 setup(
-    packages=find_packages(include=CODE) + ["profiler.scripts", "flowmaker_configs", *config_dirs],
+    packages=find_packages(include=CODE) + ["experiments.scripts", "flowmaker_configs", *config_dirs],
     package_dir={"flowmaker_configs": "configs"},
     package_data={"flowmaker_configs": DATA, **{p: DATA for p in config_dirs},
-                  "profiler.scripts": ["*.json", "*.sh"]},
+                  "experiments.scripts": ["*.json", "*.sh"]},
 )

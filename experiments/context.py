@@ -28,9 +28,8 @@ from flowmaker.names import NAME_RE, distinct, file_name, name_problem, path_ins
 #: a config's list of registry names (selectors, solvers, apps): at least one, none twice
 NameList = Annotated[list[str], Field(min_length=1), AfterValidator(distinct)]
 
-
-class UserError(Exception):
-    """A mistake in the user's input: printed as one line, exit status 2."""
+from flowmaker.entry import UserError
+from profiler.catalog import repo_root
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ def check_finite(value: object, field: str) -> None:
 def git_sha() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent.parent, timeout=5)
+                             cwd=repo_root(), timeout=5)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

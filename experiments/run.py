@@ -25,9 +25,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
+from flowmaker.entry import UserError
 from flowmaker.inputs import validate_strict
 from flowmaker.names import name_problem
-from experiments.context import RunContext, UserError, check_finite, config_hash, open_run_dir, write_meta
 
 
 class ExperimentConfig(BaseModel):

@@ -23,7 +23,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141            # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 #: the longest error line printed; longer messages keep their head and tail
-MAX_LINE = 560             # an unknown name's error lists every known one (19 experiment configs)
+MAX_LINE = 1000            # an unknown name's error lists every known one (30-odd experiment configs)
 DEBUG_ENV = "FLOWMAKER_DEBUG"
 
 
@@ -38,6 +38,12 @@ def one_line(text: object, limit: int = MAX_LINE) -> str:
         return flat
     keep = max(8, (limit - 30) // 2)
     return f"{flat[:keep]} ...[{len(str(text)) - 2 * keep} characters cut]... {flat[-keep:]}"
+
+
+class UserError(Exception):
+    """A mistake in the user's input (an option, a file, a name), raised by a command-line face:
+    :func:`run`'s callers print it as one line (``error: ...``) and exit with status 2. The one
+    such type of every command (``python -m selector | harness | profiler``, experiments)."""
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -2,6 +2,7 @@
 servers, from the shell.
 
     python -m harness simulate ...        what-if: one deployment on one trace, simulated
+    python -m harness export PLAN.json    a plan's servers as a launch script, compose file or manifests
     python -m harness launch PLAN.json    one server per planned instance; prints the endpoints
     python -m harness replay ...          the what-if's trace replayed on live endpoints (same JSON)
 
@@ -17,15 +18,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowmaker.entry import UserError
+
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
                 "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
 OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
-
-
-class UserError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,7 +106,8 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``servers`` off: ``simulate`` only (it then imports nothing of the servers)."""
     from profiler.engine import SCHEDULERS, EngineConfig
     from flowmaker.entry import add_version
     ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces "
@@ -144,9 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"share of KV blocks kept free at admission (default {d.watermark})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=_simulate)
-    from harness.servecli import add_launch, add_replay
-    add_launch(sub)
-    add_replay(sub)
+    if servers:
+        from harness.servecli import add_export, add_launch, add_replay
+        add_export(sub)
+        add_launch(sub)
+        add_replay(sub)
     return ap
 
 
@@ -156,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     from flowmaker.inputs import InputError
     from profiler.catalog import CatalogError
     setup_logging()
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(servers=argv[:1] != ["simulate"]).parse_args(argv)
         return args.func(args)
     except (UserError, InputError, CatalogError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)

@@ -26,8 +26,8 @@ is deployed on two real servers of a random-weight Llama built here (nothing dow
 at each load (the busier stage's utilisation under the calibrated model), and reports
 simulated vs measured TTFT and TPOT (per call), E2E (per request) and goodput (share of
 requests within ``slo_factor`` x the predicted unloaded E2E), with the profiler-only
-prediction (no serving overhead) beside them. The configuration and steps 1-3 are
-``harness.closedloop_model`` (importable from here too).
+prediction (no serving overhead) beside them. The configuration (:class:`LoopConfig`, its
+shapes and sizes) and steps 1-3 live in ``harness.closedloop_model``; import them from there.
 """
 from __future__ import annotations
 
@@ -41,9 +41,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.closedloop_model import (FIT_PARAMS, LoopConfig, Overheads, ServedStep, Shape,  # noqa: F401 - re-exported
-                                      StageSize, TableStep, _clean_head, _Frozen, _fit, build_model, busy_share,
-                                      calibrate, call_service_s, probe_overheads, profile)
+from harness.closedloop_model import (LoopConfig, Overheads, build_model, busy_share, calibrate, call_service_s,
+                                      probe_overheads, profile)
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
 from profiler.engine import EngineConfig
 from selector.deployment import InstanceSpec, Route
@@ -123,7 +122,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
     """The whole loop; writes ``closed_loop.json`` to ``out`` and returns it. ``log`` gets one line
     per stage (default: this module's logger at INFO)."""
     log = log or logging.getLogger(__name__).info
-    from harness.servers import Fleet, ServerSpec
+    from harness.servers.launcher import Fleet, ServerSpec
     from harness.servers.deploy import endpoints_from_fleet
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -244,8 +244,7 @@ def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig) -> tuple[Overhe
     """Probe the servers (sizes ``cfg.probes``, off the clock): once untimed (warm-up), then each
     server alone, then all servers at once; fit the overheads of both situations."""
     from harness.live import prompt_source
-    from harness.servers import exact_output_body
-    from harness.servers.client import run_sync
+    from harness.servers.calls import exact_output_body, run_sync
     srcs = {iid: prompt_source(ep, cfg.seed + 7) for iid, ep in endpoints.items()}
 
     async def one(iid: str, k: int, tag: int, mode: str) -> dict:

@@ -1,27 +1,96 @@
-"""The ``sim`` backend for several tasks: instances on shared GPUs, requests flowing through
-their workflow's stages, a router per stage.
+"""The ``sim`` backend: instances on shared GPUs, requests flowing through their workflow's
+stages, a router per stage. The what-if tool (``harness.simulate``) is one task of one stage here.
 
 A workflow request visits its stages in order; a stage with ``calls = k`` makes k calls one
-after another; each call goes to one instance of the stage, picked by least outstanding
-calls (a stage with routes for RouteLLM's weak and strong models first picks one by the request's
-difficulty). A request fails when its task was not placed or one of its calls can never fit
-its instance's KV cache. Instances with shards on the same GPU slow each other down while
-busy at the same time (``orchestrator.engines.llm_core.Colocation``).
+after another; each call goes to one instance of the stage, picked by the router (least
+outstanding calls unless told otherwise; a stage with routes for RouteLLM's weak and strong
+models first picks one by the request's difficulty). A request fails when its task was not
+placed or one of its calls can never fit its instance's KV cache. Instances with shards on the
+same GPU slow each other down while busy at the same time (``orchestrator.engines.llm_timing.Colocation``).
+
+:func:`build_core` is the one way an instance spec (model, TP x PP, GPUs, memory) on a GPU type
+with an engine configuration becomes an engine core; :func:`instance_timing` is its step time
+and KV capacity, which the orchestrated runs (``harness.orchestration``) use too.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from harness.routers import LeastOutstanding
-from orchestrator.engines.llm_core import Colocation, GpuSlot, LLMCore, Seq
+from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_seq import Seq, Sink
+from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import Arrivals, Event, Simulator
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
-from profiler.steps import step_model
-from selector.deployment import Route, route_index
+from selector.deployment import InstanceSpec, Route, route_index
+
+ROUTERS = ("round-robin", "least-outstanding")
+
+
+class RoundRobin:
+    """Instances in turn, in the order given."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def pick(self, instances: Sequence[LLMCore], call: Seq) -> LLMCore:
+        inst = instances[self._next % len(instances)]
+        self._next += 1
+        return inst
+
+
+class LeastOutstanding:
+    """The instance with the fewest queued plus running calls; ties: the first listed."""
+
+    name = "least-outstanding"
+
+    def pick(self, instances: Sequence[LLMCore], call: Seq) -> LLMCore:
+        if len(instances) == 1:
+            return instances[0]
+        return min(instances, key=_outstanding)
+
+
+def _outstanding(inst: LLMCore) -> int:
+    return inst.outstanding
+
+
+Router = RoundRobin | LeastOutstanding
+
+
+def make_router(name: str) -> Router:
+    if name == "round-robin":
+        return RoundRobin()
+    if name == "least-outstanding":
+        return LeastOutstanding()
+    raise KeyError(f"unknown router '{name}'; known: {', '.join(ROUTERS)}")
+
+
+def instance_timing(spec: InstanceSpec, *, gpu: str, engine: EngineConfig,
+                    step: StepTime | None = None) -> tuple[StepTime, int]:
+    """``spec``'s step time model (the profiler's for its model on ``tp x pp`` GPUs of its own type
+    (``spec.gpu_type``, spec section 10), or of ``gpu`` when the plan names none, unless ``step``
+    is given) and its KV capacity in tokens from the memory it was given (``mem_gb``;
+    ``engine.kv_capacity_tokens`` overrides); 0 tokens when nothing is left for the cache."""
+    if step is None:
+        from profiler.steps import step_model
+        sm = step_model(spec.model, spec.gpu_name(gpu), spec.tp, spec.pp)
+        return sm, kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)
+    return step, kv_capacity_tokens(step, engine, mem_gb=spec.mem_gb)
+
+
+def build_core(spec: InstanceSpec, *, gpu: str, engine: EngineConfig, sink: Sink, loop: Simulator,
+               step: StepTime | None = None, gpus: Sequence[GpuSlot] = (),
+               colocation: Colocation | None = None) -> LLMCore:
+    """The engine core of instance ``spec`` on GPU type ``gpu`` (:func:`instance_timing`),
+    running on ``loop``; ``gpus``: its slots when instances share GPUs (with ``colocation``)."""
+    sm, kv = instance_timing(spec, gpu=gpu, engine=engine, step=step)
+    return LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=sink, config=engine, gpus=gpus,
+                   colocation=colocation, loop=loop)
 
 
 @dataclass(frozen=True)
@@ -40,7 +109,7 @@ class SimStage:
     def route(self, difficulty: float) -> tuple[tuple[str, ...], bool]:
         """The instances a request's calls go to and whether their model meets the accuracy SLO
         (``selector.deployment.route_index``: RouteLLM's easy requests take the weak route)."""
-        k = route_index([r.share for r in self.routes], difficulty)
+        k = 0 if len(self.routes) == 1 else route_index([r.share for r in self.routes], difficulty)
         return self.routes[k].instances, (self.accuracy_ok[k] if self.accuracy_ok else True)
 
     @property
@@ -79,7 +148,7 @@ class Workload:
 class _NoSlowdown(Colocation):
     """Colocation off: instances sharing a GPU do not slow each other (GPU busy time is still kept)."""
 
-    def factor(self, gpus) -> float:
+    def factor(self, gpus: Sequence[GpuSlot]) -> float:
         return 1.0
 
 
@@ -120,37 +189,40 @@ class _Req:
 class ClusterSim:
     """Build once per (deployments, workload); ``run()`` returns per-request results."""
 
-    def __init__(self, *, gpu: str, instances: list[Any], tasks: list[SimTask],
-                 engine: EngineConfig = DEFAULT, step_override: Any = None, colocation: bool = True,
-                 busy_until_s: float = float("inf"), track_busy: bool = True) -> None:
-        """``colocation``: charge the slowdown of instances sharing a GPU (off: every instance runs
-        as if alone, the sensitivity row of the paper experiment); ``busy_until_s``: GPU busy time
-        (``gpu_busy_s``) is counted up to this time; ``track_busy`` off: plain GPU slots, no busy
-        time (``gpu_busy_s`` is empty) and a ~1.7x faster run where instances share GPUs."""
+    def __init__(self, *, gpu: str, instances: Sequence[InstanceSpec], tasks: list[SimTask],
+                 engine: EngineConfig = DEFAULT, step_override: StepTime | None = None, colocation: bool = True,
+                 busy_until_s: float = float("inf"), track_busy: bool = True, router: Router | None = None,
+                 share_gpus: bool = True, keep_calls: bool = False) -> None:
+        """``gpu``: the GPU type of every instance; ``colocation``: charge the slowdown of
+        instances sharing a GPU (off: every instance runs as if alone, the sensitivity row of
+        the paper experiment); ``busy_until_s``: GPU busy time (``gpu_busy_s``) is counted up to
+        this time; ``track_busy`` off: plain GPU slots, no busy time (``gpu_busy_s`` is empty)
+        and a ~1.7x faster run where instances share GPUs; ``share_gpus`` off: no GPU is shared
+        (each instance owns its GPUs, as the what-if tool's replicas): no slots at all, nothing
+        tracked; ``router``: default least outstanding; ``keep_calls``: keep every call
+        (``calls``, in issue order)."""
         self.tasks = tasks
         self.engine = engine
         self.sim = Simulator()
-        slots: dict[int, GpuSlot] = {}
-        slot = (lambda g: _TrackedGpu(g, self.sim, busy_until_s)) if track_busy else GpuSlot
-        self._track_busy = track_busy
-        colo = Colocation() if colocation else _NoSlowdown()
+        self.gpus: dict[int, GpuSlot] = {}
+        self._slot: Callable[[int], GpuSlot] = (lambda g: _TrackedGpu(g, self.sim, busy_until_s)) if track_busy \
+            else GpuSlot
+        self._track_busy = track_busy and share_gpus
+        self._share = share_gpus
+        self._colo = Colocation() if colocation else _NoSlowdown()
+        self._gpu, self._step = gpu, step_override
         self.instances: dict[str, LLMCore] = {}
         for spec in instances:
-            sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
-            kv = kv_capacity_tokens(sm, engine, mem_gb=spec.mem_gb)   # the plan's allocation
-            gs = [slots.setdefault(g, slot(g)) for g in spec.gpus]
-            self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done, config=engine,
-                                              gpus=gs, colocation=colo, meta=spec)
+            self.add_instance(spec)
         self._groups: dict[tuple[str, ...], list[LLMCore]] = {}
         for t in tasks:
             for s in t.stages:
                 for ids in s.groups:
                     if t.placed:
                         self._groups[ids] = [self.instances[i] for i in ids]
-        self.router = LeastOutstanding()
-        self.gpus = slots
+        self.router: Router = router or LeastOutstanding()
+        self.calls: list[Seq] | None = [] if keep_calls else None
         self._next_call = 0
-        self._spawn = (gpu, step_override, colo, slot)     # how add_instance builds a core
 
     # ---- request flow -----------------------------------------------------------------
     def run(self, workload: Workload) -> dict[str, np.ndarray]:
@@ -190,10 +262,13 @@ class ClusterSim:
             req.acc_ok = False
         self._next_call += 1
         call = Seq(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
+        if self.calls is not None:
+            self.calls.append(call)
         return self.router.pick(self._groups[ids], call).submit(call, now)
 
-    def _done(self, call: Seq, now: float):
-        req: _Req = call.owner
+    def _done(self, call: Seq, now: float) -> list[Event] | None:
+        req = call.owner
+        assert isinstance(req, _Req)
         if call.failed:
             self.failed[req.i] = True
             return None
@@ -217,18 +292,14 @@ class ClusterSim:
         return self.sim.now
 
     # ---- a deployment that changes while it runs (harness.adaptive) ----------------------
-    def add_instance(self, spec: Any) -> LLMCore:
-        """A new, empty instance of ``spec`` (an ``InstanceSpec``) from now on, built and colocated
-        like those given at construction; no call reaches it until a task's route lists it
-        (:meth:`set_task`)."""
+    def add_instance(self, spec: InstanceSpec) -> LLMCore:
+        """A new, empty instance of ``spec`` from now on (:func:`build_core`, colocated with the
+        instances on its GPUs); no call reaches it until a task's route lists it (:meth:`set_task`)."""
         if spec.id in self.instances:
             raise ValueError(f"instance {spec.id!r} already exists")
-        gpu, step_override, colo, slot = self._spawn
-        sm = step_override or step_model(spec.model, gpu, spec.tp, spec.pp)
-        kv = kv_capacity_tokens(sm, self.engine, mem_gb=spec.mem_gb)
-        gs = [self.gpus.setdefault(g, slot(g)) for g in spec.gpus]
-        inst = self.instances[spec.id] = LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=self._done,
-                                                 config=self.engine, gpus=gs, colocation=colo, meta=spec)
+        gs = [self.gpus.setdefault(g, self._slot(g)) for g in spec.gpus] if self._share else []
+        inst = self.instances[spec.id] = build_core(spec, gpu=self._gpu, engine=self.engine, sink=self._done,
+                                                    loop=self.sim, step=self._step, gpus=gs, colocation=self._colo)
         return inst
 
     def set_task(self, k: int, task: SimTask) -> None:

@@ -24,7 +24,7 @@ each call row has its TTFT (send to first token) and TPOT ((last token - first t
 (tokens - 1)), as vLLM's benchmark measures them.
 
 Failures: every call either completes or is recorded with its error and ``error_kind``
-(``harness.servers.client.FAULT_KINDS``: deadline, timeout, overloaded, stream_error,
+(``harness.servers.calls.FAULT_KINDS``: deadline, timeout, overloaded, stream_error,
 truncated, malformed, ...); a failed call fails its request, which stops there. A server that
 died (its process exited, or its client declared it dead after the retries) gets no more calls;
 a stage whose instances are all dead fails the requests reaching it. Every finished request is
@@ -44,7 +44,7 @@ import numpy as np
 from harness.cluster import SimTask, Workload
 from harness.metrics import stats
 from harness.replay import ReplayResult, cell_metrics, sim_tasks
-from harness.servers.client import ServerError, exact_output_body, run_sync
+from harness.servers.calls import ServerError, exact_output_body, run_sync
 from harness.servers.deploy import Endpoint
 from harness.servers.prompts import CorpusPrompts, PromptSource, TokenPrompts, load_tokenizer
 from selector.deployment import Deployment
@@ -110,15 +110,18 @@ def replay_live(problems: Sequence[Problem], deps: Sequence[Deployment | None],
     wall seconds, plus TTFT/TPOT per call. ``on_request`` sees each request's row when it ends."""
     instances, tasks = sim_tasks(problems, deps, tokens)
     return replay_tasks(tasks, instances, workload, endpoints=endpoints, price_per_gb_s=price_per_gb_s,
-                        settings=settings, on_request=on_request)
+                        settings=settings, on_request=on_request,
+                        prices=problems[0].cluster.prices if problems else None)
 
 
 def replay_tasks(tasks: Sequence[SimTask], instances: Sequence, workload: Workload, *,
                  endpoints: Mapping[str, Endpoint], price_per_gb_s: float = 0.0,
                  settings: LiveSettings = LiveSettings(),
-                 on_request: Callable[[dict], None] | None = None) -> LiveReplayResult:
+                 on_request: Callable[[dict], None] | None = None,
+                 prices: Mapping[str, float] | None = None) -> LiveReplayResult:
     """:func:`replay_live` on routed tasks as ``harness.replay.sim_tasks`` builds them (or by
-    hand: a trace replay, the closed loop); ``instances``: the ``InstanceSpec`` s (memory, cost)."""
+    hand: a trace replay, the closed loop); ``instances``: the ``InstanceSpec`` s (memory, cost);
+    ``prices``: US dollars per GPU-hour by GPU type, for ``usd`` (docs/metrics.md)."""
     routed = {i for t in tasks for s in t.stages for ids in s.groups for i in ids}
     missing = sorted(routed - set(endpoints))
     if missing:
@@ -131,7 +134,7 @@ def replay_tasks(tasks: Sequence[SimTask], instances: Sequence, workload: Worklo
     residency = float(np.nanmax(np.concatenate([ended, due[-1:]]))) if len(workload) else 0.0
     summary, per_task = cell_metrics(tasks, instances, replace(workload, arrival_s=due), done_s=run.done_s,
                                      failed=run.failed, acc_ok=run.acc_ok, residency_s=residency,
-                                     price_per_gb_s=price_per_gb_s)
+                                     price_per_gb_s=price_per_gb_s, prices=prices)
     calls = sorted(run.calls, key=lambda c: (c["request"], c["stage_index"], c["call"]))
     summary.update({
         "calls": len(calls), "calls_failed": sum(c["error"] is not None for c in calls),

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from orchestrator.engines.llm_core import Seq as Call
+from orchestrator.engines.llm_seq import Seq as Call
 
 QUANTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
 

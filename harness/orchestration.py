@@ -7,10 +7,10 @@ placed task this module
 1. binds the app's LLM components to the plan: component ``c`` mapped to stage ``s`` runs on an
    engine named ``stage:<s>`` whose instances are the plan's instances for ``s`` (its new
    replicas, or the reused instance), each timed by ``profiler.analytic`` for the instance's
-   model, TP and PP on the cluster's GPU (``orchestrator.engines.profiler_llm_instances``), on the
-   same engine core and ``EngineConfig`` as the cluster simulator (so a plan's instance behaves
-   alike with and without orchestration), with the KV capacity the plan's memory allocation
-   leaves (``profiler.engine.kv_capacity_tokens``);
+   model, TP and PP on the cluster's GPU, on the same engine core and ``EngineConfig`` as the
+   cluster simulator (so a plan's instance behaves alike with and without orchestration), with
+   the KV capacity the plan's memory allocation leaves: ``harness.cluster.instance_timing``, the
+   rule ``build_core`` uses;
 2. builds the app's other engines (embedding, vector search, reranking, web search) from its
    ``configs/engines`` bindings;
 3. runs the requests' arrivals through ``orchestrator.simulate`` with the scheme that
@@ -25,14 +25,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from orchestrator import get_scheme, load_app, simulate
-from orchestrator.apps import AppSpec
-from orchestrator.engines import build_instances, load_engine_spec, profiler_llm_instances
+from harness.cluster import instance_timing
+from orchestrator.apps import AppSpec, load_app
 from orchestrator.engines.base import Engine
+from orchestrator.engines.factory import build_instances, llm_instances, load_engine_spec
+from orchestrator.runtime.api import simulate
 from orchestrator.runtime.sim import RequestResult
+from orchestrator.schemes import get_scheme
 from orchestrator.template import Template
-from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
-from profiler.steps import step_model
+from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import Deployment, InstanceSpec
 from selector.taskspec import TaskSpec
 
@@ -125,11 +126,11 @@ def build_engines(b: BoundApp, *, gpu: str, prefix_caching: bool = False,
             out[name] = []
             cfg = engine.model_copy(update={"prefix_caching": prefix_caching})
             for inst in b.stage_instances[name.removeprefix("stage:")]:
-                kv = kv_capacity_tokens(step_model(inst.model, gpu, inst.tp, inst.pp), cfg, mem_gb=inst.mem_gb)
+                step, kv = instance_timing(inst, gpu=gpu, engine=cfg)
                 if kv < cfg.block_size:
                     raise OrchestrationError(f"task {b.task}: instance {inst.id} has no KV-cache memory left")
-                out[name] += profiler_llm_instances(inst.model, gpu, tp=inst.tp, pp=inst.pp, n_instances=1,
-                                                    kv_capacity_tokens=kv, config=cfg)
+                out[name] += llm_instances(name=f"{inst.model}@{inst.gpu_name(gpu)}x{inst.tp * inst.pp}", step=step,
+                                           kv_capacity_tokens=kv, config=cfg)
         elif name in b.app.engines:
             bind_ = b.app.engines[name]
             out[name] = build_instances(load_engine_spec(bind_.spec), n_instances=bind_.instances,

@@ -1,12 +1,15 @@
 """Deploy several tasks' deployments on the simulated cluster and replay one workload;
-the cell metrics of docs/metrics.md (goodput, cost, latency, footprint)."""
+the cell metrics of docs/metrics.md (goodput, cost, latency, footprint). :func:`deployment_task`
+is the one way a task's ``Deployment`` becomes the simulator's ``SimTask`` (the re-selection
+controller uses it too)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from harness.billing import gpu_bill
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
 from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import Deployment, InstanceSpec
@@ -17,6 +20,19 @@ from selector.problem import TOL, Problem
 class ReplayResult:
     summary: dict
     per_task: list[dict]
+
+
+def deployment_task(p: Problem, dep: Deployment, stage_tokens: Sequence[tuple[int, int]],
+                    model_of: Mapping[str, str]) -> SimTask:
+    """The routed task that serves ``p``'s requests as ``dep`` deploys it: per stage its routes,
+    ``stage_tokens`` = (prompt, output) of one call, and per route whether its models (``model_of``
+    instance id) meet the task's accuracy SLO (an unknown model does not)."""
+    ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
+    stages = []
+    for route, (prompt, output) in zip(dep.stages, stage_tokens, strict=True):
+        accuracy_ok = tuple(all(ok.get(model_of[i], False) for i in r.instances) for r in route.routes)
+        stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, accuracy_ok))
+    return SimTask(p.task.name, p.task.latency_slo_s, tuple(stages))
 
 
 def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
@@ -33,12 +49,7 @@ def sim_tasks(problems: Sequence[Problem], deps: Sequence[Deployment | None],
         instances.extend(dep.instances)
         models.update({i.id: i.model for i in dep.instances})
         models.update({i.id: i.model for i in p.cluster.instances})
-        ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
-        stages = []
-        for route, (prompt, output) in zip(dep.stages, tokens[k][dep.workflow], strict=True):
-            accuracy_ok = tuple(all(ok[models[i]] for i in r.instances) for r in route.routes)
-            stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, accuracy_ok))
-        tasks.append(SimTask(p.task.name, p.task.latency_slo_s, tuple(stages)))
+        tasks.append(deployment_task(p, dep, tokens[k][dep.workflow], models))
     return instances, tasks
 
 
@@ -58,7 +69,8 @@ def replay(problems: Sequence[Problem], deps: Sequence[Deployment | None],
     residency = max(sim.makespan_s, float(workload.arrival_s[-1]) if len(workload) else 0.0)
     summary, per_task = cell_metrics(tasks, instances, workload, done_s=res["done_s"], failed=res["failed"],
                                      acc_ok=res["acc_ok"], residency_s=residency, price_per_gb_s=price_per_gb_s,
-                                     window_s=window_s, drain_cap_s=drain_cap_s)
+                                     window_s=window_s, drain_cap_s=drain_cap_s,
+                                     prices=problems[0].cluster.prices if problems else None)
     summary.update({"preemptions": sum(i.preemptions for i in sim.instances.values()),
                     "events": sim.events, "sim_wall_s": sim.wall_s})
     if window_s is not None:
@@ -69,7 +81,8 @@ def replay(problems: Sequence[Problem], deps: Sequence[Deployment | None],
 def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], workload: Workload, *,
                  done_s: np.ndarray, failed: np.ndarray, acc_ok: np.ndarray, residency_s: float,
                  price_per_gb_s: float, window_s: float | None = None,
-                 drain_cap_s: float | None = None) -> tuple[dict, list[dict]]:
+                 drain_cap_s: float | None = None,
+                 prices: Mapping[str, float] | None = None) -> tuple[dict, list[dict]]:
     """The cell metrics of docs/metrics.md, shared by every backend (``sim``: simulated seconds;
     ``servers``: wall seconds since the first arrival). Per request: ``done_s`` (completion, NaN
     if none), ``failed``, ``acc_ok``; ``residency_s``: how long every instance was resident.
@@ -77,7 +90,10 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
     ``window_s + min(drain, drain_cap_s)`` (drain = ``residency_s - window_s``, at least 0;
     no cap when ``drain_cap_s`` is None), its cost and both costs per served request.
     ``reserved_gb_s`` is reserved GB x residency (what a cluster bills), not the selection
-    objective ``cost_gb_s`` (new GB x end-to-end latency of one request)."""
+    objective ``cost_gb_s`` (new GB x end-to-end latency of one request). ``gpu_s_held`` and
+    ``usd`` (``usd_window`` over the fixed window): the whole GPUs the instances hold, in dollars at
+    ``prices`` (the cluster's US dollars per GPU-hour by GPU type; NaN without), see
+    :func:`harness.billing.gpu_bill`."""
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
     lat = done_s - workload.arrival_s
     served = ~failed & ~np.isnan(lat)
@@ -95,6 +111,7 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
         "tasks_unplaced": sum(not t.placed for t in tasks),
         "residency_s": residency_s, "reserved_gb_s": gb * residency_s, "cost_usd": gb * residency_s * price_per_gb_s,
     }
+    summary["gpu_s_held"], summary["usd"] = gpu_bill(((i, 0.0, residency_s) for i in instances), prices)
     if window_s is not None:
         drain = max(0.0, residency_s - window_s)
         win = window_s + (drain if drain_cap_s is None else min(drain, drain_cap_s))
@@ -102,6 +119,7 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
         summary.update({
             "window_s": window_s, "drain_s": drain, "residency_window_s": win, "reserved_window_gb_s": gb * win,
             "cost_window_usd": gb * win * price_per_gb_s,
+            "usd_window": gpu_bill(((i, 0.0, win) for i in instances), prices)[1],
             "cost_per_served_usd": gb * residency_s * price_per_gb_s / n if n else None,
             "cost_window_per_served_usd": gb * win * price_per_gb_s / n if n else None,
         })

@@ -1,5 +1,8 @@
-"""``python -m harness launch`` and ``python -m harness replay``: a plan's servers, and the what-if
-replay on live endpoints (the subcommands of ``harness.cli``).
+"""``python -m harness export``, ``launch`` and ``replay``: a plan's servers as files or processes,
+and the what-if replay on live endpoints (the subcommands of ``harness.cli``).
+
+    python -m harness export PLAN.json --format sh|compose|k8s --gpu a6000 [--backend B]
+        [--model-path MODEL=DIR ...] [--base-port 8100] [--dtype auto] [--image I] [--namespace N] [--out F]
 
     python -m harness launch PLAN.json --backend vllm --gpu a6000 [--model-path MODEL=DIR ...]
         [--stand-in DIR] [--base-port 8100] [--args 'ID=--flag value' ...] [engine flags]
@@ -28,12 +31,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowmaker.entry import UserError
+
 ENGINE_DESTS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "chunk_size", "gpu_memory_utilization",
                 "kv_capacity_tokens", "block_size", "prefix_caching")
 
 
-def _user_error(msg: str):
-    from harness.cli import UserError
+def _user_error(msg: str) -> UserError:
     return UserError(msg)
 
 
@@ -89,6 +93,29 @@ def _specs(args: argparse.Namespace):
         raise _user_error(str(exc.args[0]) if exc.args else str(exc)) from None
 
 
+def _export(args: argparse.Namespace) -> int:
+    """The plan's servers as a launch script, a docker-compose file or Kubernetes manifests
+    (``harness.servers.export``)."""
+    from harness.servers.export import export_plan
+    from profiler.steps import UnknownName
+    if args.out is not None and not args.out.parent.is_dir():
+        raise _user_error(f"--out: folder {args.out.parent} does not exist")
+    try:
+        text = export_plan(args.plan, args.format, backend=args.backend, gpu=args.gpu,
+                           model_paths=_pairs(args.model_path, "--model-path"), base_port=args.base_port,
+                           image=args.image, namespace=args.namespace, dtype=args.dtype)
+    except UnknownName as exc:
+        raise _user_error(f"--gpu: {exc}") from None
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        msg = str(exc.args[0] if exc.args else exc)
+        raise _user_error(msg if msg.startswith(str(args.plan)) else f"{args.plan}: {msg}") from None
+    if args.out is None:
+        print(text, end="")
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
     import ipaddress
@@ -109,14 +136,14 @@ def _check_exposure(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from harness.servers import Fleet
-    from harness.servers.launcher import ServerStartError, build_command
+    from harness.servers.export import comment_line
+    from harness.servers.launcher import Fleet, ServerStartError, build_command
     _check_exposure(args)
     specs = _specs(args)
     if args.dry_run:
         for iid, s in specs.items():
             env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, s.gpus))}"
-            print(f"# {iid}\n{env} {shlex.join(build_command(s, config_dir=args.log_dir))}")
+            print(f"{comment_line(iid)}\n{env} {shlex.join(build_command(s, config_dir=args.log_dir))}")
         return 0
     endpoints = {iid: s.base_url for iid, s in specs.items()}
     fleet = Fleet(list(specs.values()), log_dir=args.log_dir)
@@ -229,6 +256,25 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="KV-cache capacity per instance in tokens (default: derived from memory)")
     g.add_argument("--block-size", type=int, default=None, help="KV block size in tokens")
     g.add_argument("--prefix-caching", action="store_true", default=None, help="on (default off: load runs)")
+
+
+def add_export(sub) -> None:
+    ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
+    ep.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
+    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
+                    help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
+    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
+                    help="serving engine whose command lines are rendered (default vllm)")
+    ep.add_argument("--gpu", default=None, help="catalog GPU of the instances whose plan names no gpu_type "
+                    "(memory shares, node selector), e.g. a6000; a typed plan's instances keep their own")
+    ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
+                    help="checkpoint of a catalog model (default: its hf_id); repeatable")
+    ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")
+    ep.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
+    ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
+    ep.add_argument("--namespace", default="default", help="Kubernetes namespace (default default)")
+    ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
+    ep.set_defaults(func=_export)
 
 
 def add_launch(sub) -> None:

@@ -1,27 +1,27 @@
 """What-if simulation of one deployment (R replicas of one model/GPU/tp/pp) on one trace.
 
-Uses the same event loop (``orchestrator.runtime.events``), engine core
-(``orchestrator.engines.llm_core``), admission policies and routers as the cluster simulation
-and the orchestrator; only the wiring is specific: trace arrivals go straight to a router.
-Engine settings are one ``profiler.engine.EngineConfig``; each replica owns its GPUs, so its KV
-capacity is ``gpu_memory_utilization`` of their memory minus weights and peak activation.
+The cluster simulator (``harness.cluster.ClusterSim``) with one task of one stage: each trace
+request is one call of the trace's own token counts, routed to a replica. Engine settings are
+one ``profiler.engine.EngineConfig``; each replica owns its GPUs (none shared), so its KV capacity
+is ``gpu_memory_utilization`` of their memory minus weights and peak activation.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.cluster import ClusterSim, SimStage, SimTask, Workload, instance_timing, make_router
 from harness.metrics import call_table, latency_summary
-from harness.routers import make_router
 from harness.trace import Trace
-from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
-from orchestrator.runtime.events import Arrivals, Event, Simulator
+from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_timing import StepTime
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens, memory_budget_gb
 from profiler.steps import gpu_spec, step_model
+from selector.deployment import InstanceSpec, Route
 
 
 class SimulateConfig(BaseModel):
@@ -48,24 +48,6 @@ class OptionError(ValueError):
         self.option = option
 
 
-@dataclass
-class _Feed:
-    trace: Trace
-    instances: list[LLMCore]
-    router: Any
-    calls: list[Seq] = field(default_factory=list)
-
-    @property
-    def arrival_s(self):
-        return self.trace.arrived_at_s
-
-    def arrive_one(self, i: int, now: float) -> list[Event] | None:
-        """Call ``i`` of the trace arrives (``Arrivals`` calls this per call of an instant)."""
-        c = Seq(i, int(self.trace.prompt_tokens[i]), int(self.trace.output_tokens[i]), now)
-        self.calls.append(c)
-        return self.router.pick(self.instances, c).submit(c, now)
-
-
 @dataclass(frozen=True)
 class SimResult:
     summary: dict[str, Any]
@@ -73,12 +55,9 @@ class SimResult:
     instances: list[LLMCore]
 
 
-def _no_op_sink(call: Seq, now: float) -> None:
-    return None
-
-
-def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[list[LLMCore], int]:
-    """The replicas and their KV capacity in tokens (OptionError when nothing fits)."""
+def replicas(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[list[InstanceSpec], StepTime]:
+    """The replicas as instance specs (each on its own ``tp x pp`` GPUs, with the memory
+    ``memory_budget_gb`` gives them) and their step time model (OptionError when nothing fits)."""
     eng = cfg.engine
     if step is None:
         try:
@@ -89,20 +68,20 @@ def build_instances(cfg: SimulateConfig, step: StepTime | None = None) -> tuple[
     if kv is not None and kv < eng.block_size:
         raise OptionError("kv_capacity_tokens", f"a KV cache of {kv} tokens holds less than one block of "
                           f"{eng.block_size} tokens")
-    if kv is None:
-        mem = memory_budget_gb(eng, gpu_capacity_gb=gpu_spec(cfg.gpu).capacity_gb, n_gpus=cfg.tp * cfg.pp)
-        kv = kv_capacity_tokens(step, eng, mem_gb=mem)
-        if kv < eng.block_size:
-            whole = gpu_spec(cfg.gpu).capacity_gb * cfg.tp * cfg.pp       # every byte of the GPUs
-            more = (" or raise --gpu-mem-util" if eng.gpu_memory_utilization < 1
-                    and kv_capacity_tokens(step, eng, mem_gb=whole) >= eng.block_size else "")
-            raise OptionError("tp", f"{cfg.model} does not fit {cfg.tp * cfg.pp}x {cfg.gpu} at tp={cfg.tp} "
-                              f"pp={cfg.pp}: weights ({step.weights_gb:.1f} GB) and activations leave no room "
-                              f"for the KV cache in {mem:.1f} GB (gpu_memory_utilization "
-                              f"{eng.gpu_memory_utilization}); use more GPUs (--tp/--pp){more}")
-    insts = [LLMCore(name=f"replica{r}", step=step, kv_tokens=kv, sink=_no_op_sink, config=eng)
+    n = cfg.tp * cfg.pp
+    # the memory matters only when the KV capacity is not given
+    mem = memory_budget_gb(eng, gpu_capacity_gb=gpu_spec(cfg.gpu).capacity_gb, n_gpus=n) if kv is None else 0.0
+    specs = [InstanceSpec(f"replica{r}", cfg.model, cfg.tp, cfg.pp, tuple(range(r * n, (r + 1) * n)), mem)
              for r in range(cfg.replicas)]
-    return insts, insts[0].kv_tokens
+    if kv is None and instance_timing(specs[0], gpu=cfg.gpu, engine=eng, step=step)[1] < eng.block_size:
+        whole = gpu_spec(cfg.gpu).capacity_gb * n       # every byte of the GPUs
+        more = (" or raise --gpu-mem-util" if eng.gpu_memory_utilization < 1
+                and kv_capacity_tokens(step, eng, mem_gb=whole) >= eng.block_size else "")
+        raise OptionError("tp", f"{cfg.model} does not fit {n}x {cfg.gpu} at tp={cfg.tp} "
+                          f"pp={cfg.pp}: weights ({step.weights_gb:.1f} GB) and activations leave no room "
+                          f"for the KV cache in {mem:.1f} GB (gpu_memory_utilization "
+                          f"{eng.gpu_memory_utilization}); use more GPUs (--tp/--pp){more}")
+    return specs, step
 
 
 def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None) -> SimResult:
@@ -112,25 +91,31 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
         trace = trace.head(cfg.max_requests)
     if cfg.time_scale != 1.0:
         trace = trace.scaled(cfg.time_scale)
-    instances, kv = build_instances(cfg, step)
-    feed = _Feed(trace, instances, make_router(cfg.router))
-    sim = Simulator()
-    if len(trace):
-        sim.push(Arrivals(float(trace.arrived_at_s[0]), 0, feed))
-    sim.run()
-    table = call_table(feed.calls)
+    specs, step = replicas(cfg, step)
+    # one call per request with the trace's own token counts (>= 1): sizes 1 x the counts
+    stage = SimStage("call", 1, 1, 1, (Route(tuple(s.id for s in specs)),))
+    n = len(trace)
+    work = Workload(trace.arrived_at_s, np.zeros(n, dtype=np.int64), trace.prompt_tokens.astype(float),
+                    trace.output_tokens.astype(float), np.zeros(n))
+    sim = ClusterSim(gpu=cfg.gpu, instances=specs, tasks=[SimTask(trace.name, float("inf"), (stage,))],
+                     engine=cfg.engine, step_override=step, router=make_router(cfg.router), share_gpus=False,
+                     keep_calls=True)
+    sim.run(work)
+    calls = sim.calls or []
+    instances = list(sim.instances.values())
+    table = call_table(calls)
     wall = time.perf_counter() - t0
     failed = int(table["failed"].sum())
     summary: dict[str, Any] = {
         "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "pp": cfg.pp, "replicas": cfg.replicas,
         "scheduler": cfg.engine.scheduler, "trace": trace.name,
-        "requests": len(feed.calls), "completed": len(feed.calls) - failed, "failed": failed,
-        "simulated_s": sim.now, "wall_s": wall,
-        "requests_per_wall_s": len(feed.calls) / wall if wall > 0 else None,
-        "kv_capacity_tokens": kv,
+        "requests": len(calls), "completed": len(calls) - failed, "failed": failed,
+        "simulated_s": sim.makespan_s, "wall_s": wall,
+        "requests_per_wall_s": len(calls) / wall if wall > 0 else None,
+        "kv_capacity_tokens": instances[0].kv_tokens,
         "preemptions": sum(i.preemptions for i in instances),
         "iterations": sum(i.iterations for i in instances),
-        "events": sim.events_handled,
+        "events": sim.events,
         **latency_summary(table),
     }
     return SimResult(summary, table, instances)

@@ -180,14 +180,6 @@ def _lines(path: Path):
                 raise TraceError(f"{path}: line {lineno}: not a UTF-8 text file") from None
 
 
-def write_trace(trace: Trace, path: str | Path) -> None:
-    """Write ``trace`` in the native layout."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("arrived_at_s,prompt_tokens,output_tokens\n")
-        for a, p, o in zip(trace.arrived_at_s, trace.prompt_tokens, trace.output_tokens):
-            fh.write(f"{a!r},{p},{o}\n")
-
-
 def azure_trace_path(kind: str, data_dir: str | Path | None = None) -> Path:
     """Where the Azure 2023 ``code`` or ``conv`` trace is expected (it may be absent)."""
     if kind not in AZURE_FILES:

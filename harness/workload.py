@@ -27,8 +27,10 @@ import yaml
 
 from harness.cluster import Workload
 from harness.trace import Trace, azure_trace_path, load_trace
+from profiler.catalog import configs_dir
+from selector.problem import TOL
 
-STATS_PATH = Path(__file__).resolve().parent.parent / "configs" / "traces" / "azure2023.yaml"
+STATS_PATH = configs_dir() / "traces" / "azure2023.yaml"
 PERCENTILES = np.round(np.concatenate([np.arange(0, 99), np.arange(99, 100.05, 0.1)]), 1)  # fine tail
 
 
@@ -103,7 +105,7 @@ def peak_to_mean(arrival_s: np.ndarray, window_s: float, *, bin_s: float = 10.0)
     a = a[(a >= 0) & (a < window_s)]
     if not len(a):
         return 0.0
-    bins = max(1, int(np.ceil(window_s / bin_s - 1e-9)))
+    bins = max(1, int(np.ceil(window_s / bin_s - TOL)))
     counts = np.bincount(np.minimum((a // bin_s).astype(int), bins - 1), minlength=bins)
     return float(counts.max() / (len(a) * bin_s / window_s))
 

@@ -1,17 +1,21 @@
 """Teola-style orchestrator: primitive dataflow graphs, rule-based passes, two-tier scheduling.
 
-Never imports harness/, solvers/ or experiments/; engines are objects handed in.
+Never imports harness/, solvers/ or experiments/; engines are objects handed in. Names below are
+resolved lazily (PEP 562), so importing one submodule (the engine core, say) loads nothing else.
 """
-from orchestrator.apps import AppSpec, known_apps, load_app
-from orchestrator.construct import build_pgraph
-from orchestrator.graph import Graph
-from orchestrator.passes import (ALL_PASSES, GraphCache, PassContext, optimize, passes_named)
-from orchestrator.primitives import Kind, Lit, Node, Ref
-from orchestrator.runtime import RequestResult, make_payload, simulate
-from orchestrator.schemes import BASELINES, SCHEMES, Scheme, get_scheme
-from orchestrator.template import Component, QueryConfig, Template
+from __future__ import annotations
 
-__all__ = ["AppSpec", "known_apps", "load_app", "build_pgraph", "Graph", "ALL_PASSES", "GraphCache",
-           "PassContext", "optimize", "passes_named", "Kind", "Lit", "Node", "Ref", "RequestResult",
-           "make_payload", "simulate", "BASELINES", "SCHEMES", "Scheme", "get_scheme", "Component",
-           "QueryConfig", "Template"]
+from flowmaker.lazy import lazy_exports
+
+_EXPORTS = {
+    "AppSpec": "apps", "known_apps": "apps", "load_app": "apps", "build_pgraph": "construct", "Graph": "graph",
+    "ALL_PASSES": "passes", "GraphCache": "passes", "PassContext": "passes", "optimize": "passes",
+    "passes_named": "passes", "Kind": "primitives", "Lit": "primitives", "Node": "primitives", "Ref": "primitives",
+    "RequestResult": "runtime.sim", "make_payload": "runtime.api", "simulate": "runtime.api",
+    "BASELINES": "schemes", "SCHEMES": "schemes", "Scheme": "schemes", "get_scheme": "schemes",
+    "Component": "template", "QueryConfig": "template", "Template": "template",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

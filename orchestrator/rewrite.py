@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from orchestrator.graph import Graph, GraphEditor
 from orchestrator.primitives import Kind, Node, Ref
+from profiler.engine import DEFAULT
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class PassContext:
 
 
 def worthwhile_prefix_tokens(step: Any, *, limit: int = 1 << 16, background: bool = False,
-                             block_tokens: int = 16) -> int:
+                             block_tokens: int = DEFAULT.block_size) -> int:
     """The shortest ready prefix whose partial prefill pays for itself on ``step``, an LLM
     engine's iteration cost model (``StepTime``).
 

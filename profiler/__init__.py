@@ -10,8 +10,7 @@ and the standard library (the GPU check runs where pydantic, yaml and pandas are
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from flowmaker.lazy import lazy_exports
 
 _EXPORTS = {
     "AnalyticModel": "analytic", "Prediction": "analytic", "StepModel": "analytic",
@@ -19,21 +18,10 @@ _EXPORTS = {
     "Calibration": "calibration", "GpuCalibration": "calibration", "load_calibration": "calibration",
     "CatalogError": "catalog", "ClusterSpec": "catalog", "GpuSpec": "catalog", "ModelSpec": "catalog",
     "load_accuracy": "catalog", "load_cluster": "catalog", "load_deploy_configs": "catalog",
-    "load_gpus": "catalog", "load_models": "catalog", "repo_root": "catalog",
+    "load_gpus": "catalog", "load_models": "catalog", "load_prices": "catalog", "repo_root": "catalog",
     "shared_data_dir": "catalog",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'profiler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"profiler.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

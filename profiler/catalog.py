@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -79,6 +79,7 @@ class GpuSpec(_Frozen):
     """One GPU type: capacity, peak dense BF16 compute, DRAM and intra-node link bandwidth."""
 
     name: str
+    product: str = Field("", description="the name nvidia-smi reports, e.g. 'NVIDIA H100 80GB HBM3'")
     description: str = ""
     mem_gb: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
@@ -89,6 +90,12 @@ class GpuSpec(_Frozen):
     cache_mb: float | None = Field(default=None, gt=0, description="CPU devices: per-core cache "
                                    "(MB, 1e6 bytes); a multi-row GEMM whose weights exceed it pays "
                                    "the calibration's spill_factor. None: not modelled (GPUs)")
+
+    @property
+    def product_label(self) -> str:
+        """The ``nvidia.com/gpu.product`` node label NVIDIA GPU Feature Discovery gives a node with
+        this GPU (the product name, spaces as dashes); empty when the product is not known."""
+        return self.product.replace(" ", "-")
 
     @property
     def capacity_gb(self) -> float:
@@ -110,12 +117,20 @@ class ClusterNode(_Frozen):
     gpus: list[ClusterGpu]
 
 
+#: the price columns of configs/prices.yaml
+PRICE_KINDS = ("on_demand", "spot")
+
+
 class ClusterSpec(_Frozen):
-    """A set of GPUs grouped in nodes; `instances` lists pre-deployed instances (opaque here)."""
+    """A set of GPUs grouped in nodes; `instances` lists pre-deployed instances (opaque here).
+    `pricing` picks the column of configs/prices.yaml, `prices` overrides single GPU types
+    (US dollars per GPU-hour)."""
 
     name: str
     nodes: list[ClusterNode]
     instances: list[dict[str, Any]] = Field(default_factory=list)
+    pricing: Literal["on_demand", "spot"] = "on_demand"
+    prices: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
 
     @property
     def gpus(self) -> list[ClusterGpu]:
@@ -134,6 +149,38 @@ class ClusterSpec(_Frozen):
         if len(ids) != len(set(ids)):
             raise ValueError("duplicate gpu id")
         return self
+
+
+class Price(_Frozen):
+    """One published (or, marked, estimated) price of one GPU type, US dollars per GPU-hour."""
+
+    usd_per_hour: float = Field(gt=0, allow_inf_nan=False)
+    kind: Literal["spot", "community"] | None = None
+    provider: str = ""
+    product: str = ""
+    source: str = Field("", description="the public page the price was read from")
+    read: str = Field("", description="the date the page was read, YYYY-MM-DD")
+    via: str = ""
+    estimate: bool = False
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _sourced(self) -> "Price":
+        if self.estimate and not self.note:
+            raise ValueError("an estimate needs a note saying how it was derived")
+        if not self.estimate and not (self.source and self.read):
+            raise ValueError("a published price needs its source and the date it was read")
+        return self
+
+
+class GpuPrices(_Frozen):
+    on_demand: Price
+    spot: Price | None = None
+
+    def usd_per_hour(self, kind: str) -> float | None:
+        """The price of column ``kind`` (``on_demand`` or ``spot``); None when not listed."""
+        price = getattr(self, kind)
+        return None if price is None else price.usd_per_hour
 
 
 class DeployConfig(_Frozen):
@@ -267,13 +314,15 @@ def _read_yaml(path: Path, key: str) -> Any:
     return doc[key]
 
 
-def _parse(cls: type[BaseModel], raw: Any, path: Path, where: str) -> Any:
+def parse_model(cls: type[BaseModel], raw: Any, path: Path, where: str = "", *, whole: str = "(entry)") -> Any:
+    """``cls`` validated from ``raw`` (read from ``path``); a CatalogError names the file, ``where``
+    in it and the first offending field (``whole`` when the error is the entry's itself)."""
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(entry)"
-        raise CatalogError(f"{path}: {where}: field '{field}': {err['msg']}") from None
+        field = ".".join(str(p) for p in err["loc"]) or whole
+        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {err['msg']}") from None
 
 
 def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, Any]:
@@ -281,7 +330,7 @@ def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, An
         raise CatalogError(f"{path}: field '{key}' must be a list")
     out: dict[str, Any] = {}
     for i, item in enumerate(raw):
-        spec = _parse(cls, item, path, f"{key}[{i}]")
+        spec = parse_model(cls, item, path, f"{key}[{i}]")
         if spec.name in out:
             raise CatalogError(f"{path}: {key}[{i}]: field 'name': duplicate '{spec.name}'")
         out[spec.name] = spec
@@ -298,6 +347,15 @@ def load_gpus(path: Path | None = None) -> dict[str, GpuSpec]:
     """GPU types by name from `path` (default configs/gpus.yaml)."""
     path = Path(path) if path else configs_dir() / "gpus.yaml"
     return _named(GpuSpec, _read_yaml(path, "gpus"), path, "gpus")
+
+
+def load_prices(path: Path | None = None) -> dict[str, GpuPrices]:
+    """GPU type -> its prices (default configs/prices.yaml; docs/fleet.md)."""
+    path = Path(path) if path else configs_dir() / "prices.yaml"
+    raw = _read_yaml(path, "prices")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: field 'prices' must be a mapping GPU type -> prices")
+    return {str(name): parse_model(GpuPrices, entry, path, f"prices.{name}") for name, entry in raw.items()}
 
 
 def load_accuracy(path: Path | None = None) -> dict[str, float]:
@@ -320,7 +378,7 @@ def load_deploy_configs(path: Path | None = None) -> list[tuple[int, int]]:
     raw = _read_yaml(path, "deploy_configs")
     if not isinstance(raw, list):
         raise CatalogError(f"{path}: field 'deploy_configs' must be a list")
-    pairs = [_parse(DeployConfig, item, path, f"deploy_configs[{i}]") for i, item in enumerate(raw)]
+    pairs = [parse_model(DeployConfig, item, path, f"deploy_configs[{i}]") for i, item in enumerate(raw)]
     out = [(c.tp, c.pp) for c in pairs]
     if len(out) != len(set(out)):
         raise CatalogError(f"{path}: field 'deploy_configs': duplicate (tp, pp)")
@@ -331,4 +389,4 @@ def load_cluster(path: Path | str) -> ClusterSpec:
     """A cluster file (e.g. configs/clusters/a6000x8.yaml)."""
     path = Path(path)
     _read_yaml(path, "nodes")
-    return _parse(ClusterSpec, read_yaml_file(path), path, "cluster")
+    return parse_model(ClusterSpec, read_yaml_file(path), path, "cluster")

@@ -16,18 +16,17 @@ import sys
 from pathlib import Path
 
 from flowmaker.entry import OneLineParser as _Parser  # one-line usage errors, exit 2
+from flowmaker.entry import UserError
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import (CatalogError, load_deploy_configs, load_gpus, load_models, recorded_table_path,
                               shared_data_dir)
+from profiler.engine import DEFAULT
+from profiler.memory import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
 DEFAULT_BATCHES = [1, 2, 4, 8, 16, 32, 64]
 DEFAULT_PROMPTS = [128, 512, 1024, 2048, 4096]
 DEFAULT_OUTPUTS = [32, 128, 512]
-
-
-class UsageError(Exception):
-    pass
 
 
 try:  # the trtllm backend's "not installed" error, without importing the backend's library
@@ -121,22 +120,24 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("--tp", "--pp"):
         me.add_argument(name, type=_positive, default=1, help=_DEPLOY_HELP[name])
     me.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm", help="whose memory rules (default vllm)")
-    me.add_argument("--max-num-batched-tokens", type=_positive, default=8192,
-                    help="vLLM max_num_batched_tokens / TensorRT-LLM max_num_tokens")
-    me.add_argument("--max-num-seqs", type=_seqs, default=256,
-                    help="vLLM max_num_seqs / TensorRT-LLM max_batch_size")
-    me.add_argument("--fraction", type=float, default=0.9, help="vLLM gpu_memory_utilization / "
-                    "TensorRT-LLM kv_cache free_gpu_memory_fraction")
+    me.add_argument("--max-num-batched-tokens", type=_positive, default=DEFAULT.max_num_batched_tokens,
+                    help="vLLM max_num_batched_tokens / TensorRT-LLM max_num_tokens "
+                         f"(default {DEFAULT.max_num_batched_tokens}, profiler.engine.EngineConfig)")
+    me.add_argument("--max-num-seqs", type=_seqs, default=DEFAULT.max_num_seqs,
+                    help=f"vLLM max_num_seqs / TensorRT-LLM max_batch_size (default {DEFAULT.max_num_seqs})")
+    me.add_argument("--fraction", type=float, default=None, help="vLLM gpu_memory_utilization (default "
+                    f"{DEFAULT.gpu_memory_utilization}) / TensorRT-LLM kv_cache free_gpu_memory_fraction "
+                    f"(default {TRTLLM_FREE_GPU_MEMORY_FRACTION})")
     me.add_argument("--json", action="store_true", help="print the split as JSON (GB)")
     dp = sub.add_parser("device-plan", help="write the GPU check's plan (archs, grid, predictions)")
-    dp.add_argument("--out", type=Path, help="default profiler/scripts/device_check_plan.json")
+    dp.add_argument("--out", type=Path, help="default experiments/scripts/device_check_plan.json")
     return p
 
 
 def _pick(kind: str, names: list[str] | None, known: dict) -> list:
     for n in names or []:
         if n not in known:
-            raise UsageError(f"--{kind}: unknown {kind.rstrip('s')} '{n}'; known: {', '.join(sorted(known))}")
+            raise UserError(f"--{kind}: unknown {kind.rstrip('s')} '{n}'; known: {', '.join(sorted(known))}")
     return [known[n] for n in (names or known)]
 
 
@@ -156,7 +157,7 @@ def _predict(a: argparse.Namespace) -> None:
         p = am.predict(model, gpu, tp=a.tp, pp=a.pp, batch=a.batch, prompt_tokens=a.prompt_tokens,
                        output_tokens=a.output_tokens)
     except ValueError as exc:
-        raise UsageError(f"--tp/--pp: {exc}") from None
+        raise UserError(f"--tp/--pp: {exc}") from None
     out = {k: round(v, 6) for k, v in vars(p).items()}
     if a.json:
         print(json.dumps(out))
@@ -172,7 +173,7 @@ def _predict(a: argparse.Namespace) -> None:
 
 def _check_out(path: Path) -> None:
     if not path.parent.is_dir():
-        raise UsageError(f"--out: folder {path.parent} does not exist")
+        raise UserError(f"--out: folder {path.parent} does not exist")
 
 
 def _table(a: argparse.Namespace) -> None:
@@ -180,7 +181,7 @@ def _table(a: argparse.Namespace) -> None:
     models = _pick("models", a.models, load_models())
     gpus = _pick("gpus", a.gpus, load_gpus())
     if not a.out.parent.is_dir():
-        raise UsageError(f"--out: folder {a.out.parent} does not exist")
+        raise UserError(f"--out: folder {a.out.parent} does not exist")
     df = build_analytic_table(models, gpus, load_deploy_configs(), a.batches, a.prompt_tokens,
                               a.output_tokens)
     write_table(df, a.out)
@@ -195,10 +196,10 @@ def _calibrate(a: argparse.Namespace) -> None:
     if data is None:
         shared = shared_data_dir()
         if shared is None or not (shared / "vidur").is_dir():
-            raise UsageError("--data: vidur data not found (set --data or FLOWMAKER_SHARED_DATA)")
+            raise UserError("--data: vidur data not found (set --data or FLOWMAKER_SHARED_DATA)")
         data = shared / "vidur"
     if not (data / "data" / "profiling").is_dir():
-        raise UsageError(f"--data: {data} has no data/profiling folder")
+        raise UserError(f"--data: {data} has no data/profiling folder")
     cal = fit_vidur(data)
     cal = _with_a6000(cal, a.maveriq)
     for gpu, path in ops:
@@ -219,9 +220,9 @@ def _gpu_csv(spec: str):
     name, sep, path = spec.partition("=")
     gpus = all_gpus()
     if not sep or name not in gpus:
-        raise UsageError(f"--ops: expected GPU=CSV with GPU one of {', '.join(sorted(gpus))}, got {spec!r}")
+        raise UserError(f"--ops: expected GPU=CSV with GPU one of {', '.join(sorted(gpus))}, got {spec!r}")
     if not Path(path).is_file():
-        raise UsageError(f"--ops: {path}: no such file")
+        raise UserError(f"--ops: {path}: no such file")
     return gpus[name], Path(path)
 
 
@@ -236,7 +237,7 @@ def _with_a6000(cal, maveriq: Path | None):
                              "FLOWMAKER_SHARED_DATA)\n")
             return cal
     elif not has_data(maveriq):
-        raise UsageError(f"--maveriq: {maveriq} holds no MaverIQ A6000 mlp.csv / all_reduce.csv")
+        raise UserError(f"--maveriq: {maveriq} holds no MaverIQ A6000 mlp.csv / all_reduce.csv")
     return fit_a6000(maveriq, cal)
 
 
@@ -257,13 +258,13 @@ def _read(name_or_path: str | Path):
     from profiler.table import TableError, read_table
     path = profile_table_path(name_or_path)
     if not path.is_file():
-        raise UsageError(f"{path}: no such table")
+        raise UserError(f"{path}: no such table")
     try:
         df = read_table(path)
     except TableError as exc:
-        raise UsageError(f"{path}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
     if df.empty:
-        raise UsageError(f"{path}: the table has no rows")
+        raise UserError(f"{path}: the table has no rows")
     return df
 
 
@@ -276,7 +277,7 @@ def _validate(a: argparse.Namespace) -> None:
         from profiler.table import KEY
         ref = _read(a.reference).merge(measured[KEY], on=KEY)  # the keys both tables hold
         if ref.empty:
-            raise UsageError(f"--reference: {a.reference} shares no key with {a.measured}")
+            raise UserError(f"--reference: {a.reference} shares no key with {a.measured}")
         measured = measured.merge(ref[KEY], on=KEY)
         print(format_mape(mape(errors(ref, measured)), f"{a.measured} vs reference {a.reference} (MAPE %)"))
         return
@@ -345,23 +346,23 @@ def _convert(a: argparse.Namespace) -> None:
     from profiler.table import TableError, write_table
     from flowmaker.inputs import read_text
     if not a.rows.is_file():
-        raise UsageError(f"{a.rows}: no such file")
+        raise UserError(f"{a.rows}: no such file")
     if not a.out.parent.is_dir():
-        raise UsageError(f"--out: folder {a.out.parent} does not exist")
+        raise UserError(f"--out: folder {a.out.parent} does not exist")
     rows = []
     for i, line in enumerate(read_text(a.rows).splitlines(), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except (ValueError, RecursionError) as exc:
-                raise UsageError(f"{a.rows}: line {i}: not JSON ({type(exc).__name__}: {exc})") from None
+                raise UserError(f"{a.rows}: line {i}: not JSON ({type(exc).__name__}: {exc})") from None
     if not rows:
-        raise UsageError(f"{a.rows}: no rows")
+        raise UserError(f"{a.rows}: no rows")
     try:
         df = rows_to_table(rows)
         write_table(df, a.out)
     except (TableError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(f"{a.rows}: not table rows ({type(exc).__name__}: {exc})") from None
+        raise UserError(f"{a.rows}: not table rows ({type(exc).__name__}: {exc})") from None
     print(f"wrote {len(df)} rows to {a.out}")
 
 
@@ -369,15 +370,16 @@ def _memory(a: argparse.Namespace) -> None:
     from profiler.memory import plan_memory
     model = _pick("model", [a.model], load_models())[0]
     gpu = _pick("gpu", [a.gpu], load_gpus())[0]
-    if not 0 < a.fraction <= 1:
-        raise UsageError(f"--fraction: must be in (0, 1], got {a.fraction}")
+    if a.fraction is not None and not 0 < a.fraction <= 1:
+        raise UserError(f"--fraction: must be in (0, 1], got {a.fraction}")
     try:
         sm = AnalyticModel().step_model(model, gpu, a.tp, a.pp)
     except ValueError as exc:
-        raise UsageError(f"--tp/--pp: {exc}") from None
+        raise UserError(f"--tp/--pp: {exc}") from None
     plan = plan_memory(sm, a.engine, gpu_capacity_gb=gpu.capacity_gb,
                        max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
-                       gpu_memory_utilization=a.fraction, free_gpu_memory_fraction=a.fraction)
+                       **({} if a.fraction is None else
+                          {"gpu_memory_utilization": a.fraction, "free_gpu_memory_fraction": a.fraction}))
     out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(plan).items()}
     if a.json:
         print(json.dumps(out))
@@ -412,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendMissing as exc:
         sys.stderr.write(f"python -m profiler {args.cmd}: {one_line(exc)}\n")
         return 2
-    except (UsageError, CatalogError, InputError, TableError) as exc:
+    except (UserError, CatalogError, InputError, TableError) as exc:
         sys.stderr.write(f"python -m profiler {args.cmd}: error: {one_line(exc)}\n")
         return 2
     return 0

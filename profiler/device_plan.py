@@ -1,8 +1,8 @@
 """The GPU check's plan: architectures, grids and analytic predictions, precomputed as JSON.
 
-The check (profiler/scripts/device_check.py) runs where only PyTorch is installed, so it
+The check (experiments/scripts/device_check.py) runs where only PyTorch is installed, so it
 cannot load the YAML catalog or the pydantic analytic model. `python -m profiler
-device-plan` writes everything it needs to profiler/scripts/device_check_plan.json, and
+device-plan` writes everything it needs to experiments/scripts/device_check_plan.json, and
 tests/profiler fail when the stored plan differs from a fresh one (regenerate after changing
 the catalog or the calibration). Mode "gpu": two real architectures in bf16 on an H200;
 mode "tiny": two tiny ones in fp32 on the CPU (the check's own test).
@@ -16,7 +16,7 @@ from pathlib import Path
 from profiler.analytic import AnalyticModel
 from profiler.catalog import repo_root
 
-PLAN_PATH = repo_root() / "profiler" / "scripts" / "device_check_plan.json"
+PLAN_PATH = repo_root() / "experiments" / "scripts" / "device_check_plan.json"
 MODES = {
     "gpu": {"gpu": "h200", "dtype": "bf16", "device": "cuda",
             "models": ["llama-3.2-1b", "qwen2.5-7b"],

@@ -15,12 +15,13 @@ allocated to it (a planned instance: ``mem_gb`` of its deployment) or
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: admission policies of the engine core (``orchestrator.engines.admission``)
-SCHEDULERS = ("vllm", "sarathi", "padded")
+Scheduler = Literal["vllm", "sarathi", "padded"]
+SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 
 
 class EngineConfig(BaseModel):
@@ -28,7 +29,7 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scheduler: Literal["vllm", "sarathi", "padded"] = Field(
+    scheduler: Scheduler = Field(
         "vllm", description="admission policy: 'vllm' = vLLM v0 default (prefill-prioritised, a token budget "
         "per prefill pass, recompute preemption of the newest sequence); 'sarathi' = Sarathi-Serve chunked "
         "prefill (decodes and prefill chunks share a per-iteration budget); 'padded' = the vLLM v0 fork "

@@ -129,19 +129,6 @@ def evaluate_a6000(data_dir: Path, cal: Calibration, gpus: dict[str, GpuSpec] | 
     return evaluate(data_dir, gpu, GpuCalibration(), cal.for_gpu(GPU))
 
 
-def per_collective_mape(data_dir: Path, cal: GpuCalibration, gpu: GpuSpec) -> dict[str, float]:
-    """MAPE (%) of the all-reduce per GPU count and of send/recv, under `cal`."""
-    out = {}
-    for coll in ("all_reduce", "send_recv"):
-        df = collective(data_dir, coll)
-        if df is None:
-            continue
-        for n, g in df.groupby("n"):
-            pred = _net_time(gpu, cal, g, coll, gpu.link_bw_gbps)
-            out[f"{coll}_{int(n)}"] = round(mape_pct(pred, g.time_s.to_numpy()), 2)
-    return out
-
-
 MODEL_FILES = {"llama-2-7b": "Llama-2-7b-hf", "llama-2-70b": "Llama-2-70b-hf"}
 
 

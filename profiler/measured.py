@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from profiler.catalog import CatalogError, GpuSpec, ModelSpec, configs_dir, load_gpus, load_models, repo_root
 
@@ -62,15 +62,9 @@ class RunSummary:
 
 def load_profile_config(path: Path | str) -> ProfileConfig:
     """Read and validate a profile config; CatalogError names the file and the field."""
-    from profiler.catalog import config_path, read_yaml_file
+    from profiler.catalog import config_path, parse_model, read_yaml_file
     path = config_path(path, "profile", "profile config", exclude=("devices", "models"))  # their shared data
-    raw = read_yaml_file(path)
-    try:
-        return ProfileConfig.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(file)"
-        raise CatalogError(f"{path}: field '{field}': {err['msg']}") from None
+    return parse_model(ProfileConfig, read_yaml_file(path), path, whole="(file)")
 
 
 def all_models() -> dict[str, ModelSpec]:

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from profiler.engine import DEFAULT
+
 #: vLLM's sampler warm-up peak per (row x vocabulary entry): bf16 logits, their fp32 copy,
 #: softmax/log-softmax and the top-k/top-p sort (fp32 values + int64 indices) coexist. Derived
 #: from Qwen3-0.6B's logged peak activation (5.56 GiB at max_num_seqs 1024, vocab 151,936;
@@ -31,6 +33,8 @@ from typing import Any, Literal
 VLLM_SAMPLER_BYTES_PER_LOGIT = 38.0
 TRTLLM_LOGIT_BYTES = 4.0  # fp32 logits buffer of the runtime (logits_dtype float32)
 ENGINES = ("vllm", "trtllm")
+#: TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction default
+TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,8 @@ class MemoryPlan:
 
 
 def plan_memory(step: Any, engine: Literal["vllm", "trtllm"], *, gpu_capacity_gb: float,
-                max_num_batched_tokens: int, max_num_seqs: int, gpu_memory_utilization: float = 0.9,
-                free_gpu_memory_fraction: float = 0.9, parallel_embedding: bool = False) -> MemoryPlan:
+                max_num_batched_tokens: int, max_num_seqs: int, gpu_memory_utilization: float = DEFAULT.gpu_memory_utilization,
+                free_gpu_memory_fraction: float = TRTLLM_FREE_GPU_MEMORY_FRACTION, parallel_embedding: bool = False) -> MemoryPlan:
     """The KV cache (GB and tokens) `engine` reserves for `step` (a profiler StepModel) on GPUs of
     `gpu_capacity_gb` each. vLLM: `max_num_batched_tokens`/`max_num_seqs`, `gpu_memory_utilization`;
     TensorRT-LLM: the same two as `max_num_tokens`/`max_batch_size`, `free_gpu_memory_fraction`,

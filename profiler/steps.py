@@ -30,10 +30,6 @@ def analytic_model() -> Any:
     return _catalog()[2]
 
 
-def model_names() -> list[str]:
-    return sorted(_catalog()[0])
-
-
 def model_spec(name: str) -> Any:
     models = _catalog()[0]
     if name not in models:

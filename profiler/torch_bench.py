@@ -19,7 +19,6 @@ profiler.table column names plus raw extras (spread, repeats); torch + stdlib on
 from __future__ import annotations
 
 import datetime as dt
-import os
 import platform
 import statistics
 import sys
@@ -29,6 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from flowmaker.procmem import reset_peak_rss, status_bytes
 from profiler.torch_model import DTYPES, Arch, Decoder, KVCache
 
 GB = 1e9
@@ -83,17 +83,6 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def _rss_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def _mmap_threshold(nbytes: int) -> bool:
     """glibc M_MMAP_THRESHOLD: with a low threshold every large allocation is an mmap that a
     free returns to the OS, so peak RSS tracks live tensor memory (the malloc arena would
@@ -105,15 +94,6 @@ def _mmap_threshold(nbytes: int) -> bool:
         libc.malloc_trim(0)
         return ok
     except (OSError, AttributeError):
-        return False
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="utf-8") as fh:
-            fh.write("5")
-        return True
-    except OSError:
         return False
 
 
@@ -151,8 +131,8 @@ class Device:
             torch.set_flush_denormal(True)
             self.device_name = f"{_cpu_name()} ({torch.get_num_threads()} threads)"
             self.driver = f"{platform.system()} {platform.release()}"
-            self.rss_peak_ok = (_mmap_threshold(MMAP_HIGH) and _reset_peak_rss()
-                                and _rss_bytes("VmHWM") is not None)
+            self.rss_peak_ok = (_mmap_threshold(MMAP_HIGH) and reset_peak_rss()
+                                and status_bytes("VmHWM") is not None)
             if not self.rss_peak_ok:
                 _say("peak RSS cannot be tracked here (needs Linux + glibc); CPU mem_gb counts "
                      "weights + KV only")
@@ -188,10 +168,10 @@ class Device:
         if not self.rss_peak_ok:
             return None
         _mmap_threshold(MMAP_LOW)
-        _reset_peak_rss()
-        baseline = _rss_bytes("VmRSS") or 0
+        reset_peak_rss()
+        baseline = status_bytes("VmRSS") or 0
         run()
-        peak = (_rss_bytes("VmHWM") or 0) - baseline
+        peak = (status_bytes("VmHWM") or 0) - baseline
         _mmap_threshold(MMAP_HIGH)
         return model_bytes + max(0, peak)
 
@@ -283,8 +263,3 @@ def measure_grid(arch: Arch, *, model_name: str, gpu_name: str, device: Device, 
         del model
         if device.is_cuda:
             torch.cuda.empty_cache()
-
-
-def env_threads() -> int | None:
-    v = os.environ.get("FLOWMAKER_TORCH_THREADS")
-    return int(v) if v else None

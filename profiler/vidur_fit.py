@@ -28,7 +28,7 @@ NETWORK_SKUS = {"a40": "a40_pairwise_nvlink", "a100-80gb": "a100_dgx", "h100-sxm
 # nominal per-direction link bandwidth of the measured systems (GB/s). vidur's A40 pair peaks
 # at ~4 GB/s send/recv, below even PCIe 4.0, so NVLink was evidently not used: PCIe is nominal.
 NETWORK_LINK_GBPS = {"a40_pairwise_nvlink": 31.5, "a100_dgx": 300.0, "h100_dgx": 450.0}
-TRANSFER = {"a6000": "a40", "l40s": "a40", "h200": "h100-sxm"}
+TRANSFER = {"a6000": "a40", "l40s": "a40", "h200": "h100-sxm", "a100-40gb": "a100-80gb"}
 CLASSES = ("linear", "elementwise", "attn_prefill", "attn_decode", "all_reduce", "send_recv")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEM_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")

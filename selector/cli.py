@@ -1,11 +1,12 @@
-"""``python -m selector`` (console script ``flowmaker-select``): resolve, solve, deploy, bundle and
-export from the shell.
+"""``python -m selector`` (console script ``flowmaker-select``): resolve, solve, deploy and bundle
+from the shell (a plan's servers are exported by ``python -m harness export``).
 
     resolve TASK [--cluster C]         catalog + task + cluster + profile -> a resolved problem
     solve PROBLEM                       the variant of one resolved problem (spec section 6)
-    deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle
-    bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (resolved problems)
-    export PLAN --format sh|compose|k8s the plan's servers as a script, compose file or manifests
+    deploy TASK... [--cluster C]        several tasks one after another (spec section 8); or a bundle;
+                                        ``--joint``: all at once (spec section 11)
+    bundle TASK... [--cluster C]        write the bundle file ``deploy`` reads (``--joint``: a task set)
+    joint TASKSET --solver NAME         the joint answer of a task set (spec section 11)
 
 Tasks, clusters and profile tables are given by name (``configs/tasks``, ``configs/clusters``,
 ``results/profiles``) or by path. User errors print one line on standard error and exit with
@@ -92,9 +93,10 @@ def _solve(args: argparse.Namespace) -> int:
 
 # -- resolve, bundle, deploy ------------------------------------------------------------------
 def _env(args: argparse.Namespace):
-    """(catalog, cluster, gpu, perf) from the options shared by resolve, bundle and deploy."""
+    """(catalog, cluster, gpu, perf, objective) from the options shared by resolve, bundle and deploy."""
     from profiler.catalog import CatalogError
-    from selector.resolve import AnalyticPerf, TablePerf, load_catalog, load_cluster_file
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import AnalyticPerf, TablePerf, load_catalog
     try:
         catalog = load_catalog(models=getattr(args, "models", None), accuracy=getattr(args, "accuracy", None))
         cluster, gpu = load_cluster_file(args.cluster, sharing=args.sharing)
@@ -105,13 +107,13 @@ def _env(args: argparse.Namespace):
             raise
         raise ProblemError("--cluster", str(exc).split(": ", 1)[1]) from None
     perf = TablePerf(args.profile) if args.profile else AnalyticPerf()
-    return catalog, cluster, gpu, perf
+    return catalog, cluster, gpu, perf, args.objective or "gb_s"
 
 
 def _resolve_one(spec: str, env) -> Any:
     from selector.resolve import resolve_task
-    catalog, cluster, gpu, perf = env
-    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf)
+    catalog, cluster, gpu, perf, objective = env
+    return resolve_task(spec, catalog=catalog, cluster=cluster, gpu=gpu, perf=perf, objective=objective)
 
 
 def _resolve(args: argparse.Namespace) -> int:
@@ -155,10 +157,9 @@ def _bundle(args: argparse.Namespace) -> int:
     _check_out(args.out)
     env = _env(args)
     problems = _tasks_and_problems(args.tasks, env)
+    from selector.cli_joint import bundle_data
     check_distinct_names([p.task.name for p in problems])
-    data = {"cluster": env[1].model_dump(mode="json"),
-            "tasks": [{k: v for k, v in p.to_dict().items() if k != "cluster"} for p in problems]}
-    _write(_dump(data, args.json), args.out)
+    _write(_dump(bundle_data(env[1], problems, args.objective, args.joint), args.json), args.out)
     return 0
 
 
@@ -171,9 +172,11 @@ def _is_bundle(spec: str) -> bool:
 def _deploy(args: argparse.Namespace) -> int:
     from selector.deploy import deploy_bundle, load_bundle
     from selector.sanity import warn_problem
-    solver = _solver(args.solver)
+    if args.joint:
+        return _deploy_joint(args)
+    solver = _solver(args.solver or "flowmaker")
     if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
-        for opt in ("cluster", "sharing", "profile"):
+        for opt in ("cluster", "sharing", "profile", "objective"):
             if getattr(args, opt) is not None:
                 raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
                                                "drop the option or deploy task names instead")
@@ -193,38 +196,34 @@ def _deploy(args: argparse.Namespace) -> int:
         print()
     inst = result["cluster"]["instances"]
     solved = sum(p["status"] in ("optimal", "feasible") for p in result["plans"])
+    usd = [p["usd_per_hour"] for p in result["plans"] if p.get("usd_per_hour") is not None]
     print(f"final cluster: {len(inst)} instances, {sum(g['used_gb'] for g in result['cluster']['gpus']):.4g} GB "
           f"used of {sum(g['mem_gb'] for g in result['cluster']['gpus']):.4g} GB; "
-          f"{solved} of {len(result['plans'])} tasks placed")
+          f"{solved} of {len(result['plans'])} tasks placed" + (f"; ${sum(usd):.4g}/h of new GPUs" if usd else ""))
     return 0
 
 
-def _export(args: argparse.Namespace) -> int:
-    """The plan's servers as a launch script, a docker-compose file or Kubernetes manifests. The
-    rendering lives with the launchers (``harness.servers.export``): this command-line face
-    reaches it as it reaches the solver registry; selector's core never imports it."""
-    from harness.servers.export import export_plan
-    from profiler.steps import UnknownName
-    _check_out(args.out)
-    paths = {}
-    for v in args.model_path or ():
-        name, sep, path = v.partition("=")
-        if not sep:
-            raise ProblemError("--model-path", f"expected MODEL=DIR, got {v!r}")
-        paths[name] = path
-    try:
-        text = export_plan(args.plan, args.format, backend=args.backend, gpu=args.gpu, model_paths=paths,
-                           base_port=args.base_port, image=args.image, namespace=args.namespace,
-                           dtype=args.dtype)
-    except UnknownName as exc:
-        raise ProblemError("--gpu", str(exc)) from None
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise ProblemError(str(args.plan), str(exc.args[0]) if exc.args else str(exc)) from None
-    if args.out is None:
-        print(text, end="")
+def _deploy_joint(args: argparse.Namespace) -> int:
+    """``deploy --joint``: the same task list (names, problem files, a bundle or a task set file)
+    solved jointly (spec section 11) by a joint selector."""
+    from selector.cli_joint import solve_joint, task_set_of
+    from selector.deploy import load_bundle
+    from selector.joint import load_task_set
+    from selector.yamlio import load_mapping
+    if len(args.inputs) == 1 and _is_bundle(args.inputs[0]):
+        for opt in ("cluster", "sharing", "profile", "objective"):
+            if getattr(args, opt) is not None:
+                raise ProblemError(f"--{opt}", "a bundle carries its own cluster and resolved tasks; "
+                                               "drop the option or deploy task names instead")
+        if "objective" in load_mapping(args.inputs[0]):
+            task_set = load_task_set(args.inputs[0])
+        else:
+            task_set = task_set_of(load_bundle(args.inputs[0]))
     else:
-        args.out.write_text(text, encoding="utf-8")
-    return 0
+        args.cluster = args.cluster or DEFAULT_CLUSTER
+        env = _env(args)
+        task_set = task_set_of({"cluster": env[1], "tasks": _tasks_and_problems(args.inputs, env)}, args.objective)
+    return solve_joint(task_set, args.solver, args.time_limit, args.json)
 
 
 def format_plan(d: dict) -> str:
@@ -247,10 +246,10 @@ def format_plan(d: dict) -> str:
 
 
 # -- the parser ---------------------------------------------------------------------------------
-def _time_limit(p: argparse.ArgumentParser) -> None:
+def _time_limit(p: argparse.ArgumentParser, *, what: str = "per task") -> None:
     from solvers.base import time_limit_arg
     p.add_argument("--time-limit", type=time_limit_arg, default=60.0, metavar="S",
-                   help="wall seconds per task, a finite number > 0 (default 60)")
+                   help=f"wall seconds {what}, a finite number > 0 (default 60)")
 
 
 def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
@@ -260,9 +259,15 @@ def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
                    help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
     p.add_argument("--profile", default=None, metavar="NAME|FILE",
                    help="profile table (parquet; a name in results/profiles); default: the analytic model")
+    p.add_argument("--objective", default=None, choices=("gb_s", "usd_per_hour"),
+                   help="what the plan minimises (spec section 10): gb_s = new GB x latency (default), "
+                        "usd_per_hour = dollars per hour of the GPUs it newly reserves (prices from "
+                        "configs/prices.yaml or the cluster file's `prices`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from selector.cli_joint import add_joint_parser
+    from solvers.joint_registry import names as joint_names
     from solvers.registry import names
 
     ap = OneLineParser(prog="python -m selector", description="FlowMaker workflow-variant selection "
@@ -293,9 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="task names or files (resolved on --cluster), resolved problem files, or one bundle "
                          "file (`cluster:` and `tasks:`, as `bundle` writes)")
     _cluster_opts(dp, default=None)
-    dp.add_argument("--solver", default="flowmaker", help=f"one of: {solvers} (default flowmaker)")
-    _time_limit(dp)
+    dp.add_argument("--solver", default=None, help=f"one of: {solvers} (default flowmaker); with --joint one of: "
+                                                   f"{', '.join(joint_names())} (default milp)")
+    _time_limit(dp, what="per task (with --joint: the whole set)")
     dp.add_argument("--json", action="store_true", help="print the plans and the final cluster as JSON")
+    dp.add_argument("--joint", action="store_true",
+                    help="solve the task list jointly (spec section 11): the best choice for all tasks at once")
     dp.set_defaults(func=_deploy)
 
     bp = sub.add_parser("bundle", help="resolve tasks on a cluster and write the bundle `deploy` reads")
@@ -303,23 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_opts(bp, default=DEFAULT_CLUSTER)
     bp.add_argument("--out", type=Path, default=None, help="write the bundle here instead of standard output")
     bp.add_argument("--json", action="store_true", help="JSON instead of YAML")
+    bp.add_argument("--joint", action="store_true",
+                    help="check the tasks as a task set (spec section 11) and write one, as `joint` reads")
     bp.set_defaults(func=_bundle)
 
-    ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
-    ep.add_argument("plan", type=Path, help="plan JSON (solve --json / deploy --json)")
-    ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
-                    help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
-    ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
-                    help="serving engine whose command lines are rendered (default vllm)")
-    ep.add_argument("--gpu", required=True, help="catalog GPU the plan is for (memory shares), e.g. a6000")
-    ep.add_argument("--model-path", action="append", metavar="MODEL=DIR",
-                    help="checkpoint of a catalog model (default: its hf_id); repeatable")
-    ep.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next ones count up")
-    ep.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
-    ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
-    ep.add_argument("--namespace", default="default", help="Kubernetes namespace (default default)")
-    ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
-    ep.set_defaults(func=_export)
+    add_joint_parser(sub, _time_limit)
     return ap
 
 

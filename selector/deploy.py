@@ -107,11 +107,11 @@ def bundle_cluster(raw: Any) -> tuple[Cluster, str | None]:
     """A bundle's ``cluster``: a name or file, a cluster-file mapping (``nodes:``), or a problem
     cluster (``gpus:``); with the GPU type when it is known (not for a problem cluster)."""
     if isinstance(raw, str):
-        from selector.resolve import load_cluster_file
+        from selector.clusterfile import load_cluster_file
         return load_cluster_file(raw)
     if isinstance(raw, dict) and "nodes" in raw:
         from profiler.catalog import CatalogError
-        from selector.resolve import cluster_from_spec
+        from selector.clusterfile import cluster_from_spec
         try:
             return cluster_from_spec(raw, where="bundle")
         except CatalogError as exc:

@@ -49,6 +49,11 @@ class InstanceSpec:
     def shard_gb(self) -> float:
         return self.mem_gb / (self.tp * self.pp)
 
+    def gpu_name(self, default: str | None) -> str | None:
+        """The catalog GPU it runs on: its own ``gpu_type`` (spec section 10), or ``default`` for
+        an instance of an untyped plan."""
+        return default if self.gpu_type == DEFAULT_GPU_TYPE else self.gpu_type
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpu_type": self.gpu_type,
                 "gpus": list(self.gpus), "mem_gb": self.mem_gb, "utilization": self.utilization}

@@ -167,8 +167,3 @@ def _task(rng, name, models, workflows, perf) -> dict:
     factor = 0.9 if rng.random() < 0.06 else float(rng.uniform(1.2, 6.0))   # some too tight
     return {"name": name, "accuracy_slo": round(acc_slo, 2), "latency_slo_s": round(best * factor, 4),
             "arrival_rate_rps": round(float(np.exp(rng.uniform(math.log(0.1), math.log(3.0)))), 3)}
-
-
-def random_suite(seeds: range | list[int], *, shape: Shape = Shape()) -> list[Problem]:
-    """``random_problem`` for each seed, in order."""
-    return [random_problem(s, shape=shape) for s in seeds]

@@ -324,18 +324,24 @@ def _check_cluster(p: Problem, models: set[str]) -> None:
         f = f"cluster.instances[{i}]"
         if inst.model not in models:
             raise ProblemError(f"{f}.model", f"unknown model {inst.model!r}")
-        if len(inst.gpus) != inst.tp * inst.pp:
-            raise ProblemError(f"{f}.gpus", f"lists {len(inst.gpus)} GPUs but tp*pp = {inst.tp * inst.pp}")
-        if len(set(inst.gpus)) != len(inst.gpus):
-            raise ProblemError(f"{f}.gpus", "lists a GPU twice")
-        for g in inst.gpus:
-            if g not in gpus:
-                raise ProblemError(f"{f}.gpus", f"GPU {g} is not in cluster.gpus")
-        types = sorted({gpus[g].type for g in inst.gpus})
-        if len(types) > 1:
-            raise ProblemError(f"{f}.gpus", f"GPUs of different types {types} (an instance's GPUs must "
-                               "share one type)")
+        check_instance_gpus(inst, gpus, f)
     _check_prices(p)
+
+
+def check_instance_gpus(inst: Instance, gpus: dict[int, Gpu], field: str) -> None:
+    """Sections 1 and 10: an instance lists tp*pp distinct GPUs of the cluster, all of one type;
+    a ProblemError naming ``<field>.gpus`` otherwise."""
+    if len(inst.gpus) != inst.tp * inst.pp:
+        raise ProblemError(f"{field}.gpus", f"lists {len(inst.gpus)} GPUs but tp*pp = {inst.tp * inst.pp}")
+    if len(set(inst.gpus)) != len(inst.gpus):
+        raise ProblemError(f"{field}.gpus", "lists a GPU twice")
+    for g in inst.gpus:
+        if g not in gpus:
+            raise ProblemError(f"{field}.gpus", f"GPU {g} is not in cluster.gpus")
+    types = sorted({gpus[g].type for g in inst.gpus})
+    if len(types) > 1:
+        raise ProblemError(f"{field}.gpus", f"GPUs of different types {types} (an instance's GPUs must "
+                           "share one type)")
 
 
 def _check_prices(p: Problem) -> None:

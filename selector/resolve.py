@@ -24,7 +24,7 @@ from typing import Protocol
 
 from profiler.engine import DEFAULT, EngineConfig
 from selector.errors import ProblemError
-from selector.problem import SHARING_MODES, Cluster, Gpu, Instance, Problem, parse_problem
+from selector.problem import DEFAULT_GPU_TYPE, OBJECTIVES, Cluster, Problem, parse_problem
 from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
 
 
@@ -34,6 +34,9 @@ class ResolveSettings:
     kv_reserve_tokens: int = 16384
     engine: EngineConfig = DEFAULT
     reference_model: str = "llama-3.1-8b"
+    #: the GPU type of the standalone latency behind ``latency_slo_factor`` (None: the type of
+    #: the cluster's first GPU), so clusters of different types can share one SLO
+    reference_gpu: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,71 +110,6 @@ def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gp
     return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
 
 
-def load_cluster_file(path: Path | str = "a6000x8", *,
-                      sharing: str | None = None) -> tuple[Cluster, str]:
-    """A cluster file, by name (``configs/clusters/<name>.yaml``) or path, as the problem's
-    ``Cluster`` plus its (single) GPU type.
-
-    The file may carry ``sharing: memory | compute`` (spec section 9; default ``memory``); a
-    ``sharing`` argument overrides it. A bad value is a ProblemError naming ``cluster.sharing``
-    (or ``--sharing``)."""
-    from selector.yamlio import load_mapping
-    path = cluster_path(path)
-    return cluster_from_spec(load_mapping(path), where=str(path), sharing=sharing)
-
-
-def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None = None) -> tuple[Cluster, str]:
-    """A cluster in the cluster-file layout (``nodes: [{gpus: [{id, gpu, mem_gb}]}]``, optional
-    ``instances`` and ``sharing``) as the problem's ``Cluster`` plus its GPU type. Errors name
-    ``where`` and the field: a CatalogError for the layout, a ProblemError for sharing, mixed GPU
-    types, or a GPU memory larger than the catalog's GPU of that type holds (a unit mistake)."""
-    from pydantic import ValidationError
-
-    from profiler.catalog import CatalogError, ClusterSpec, load_gpus
-    raw = dict(raw)
-    if "gpus" in raw and "nodes" not in raw:
-        raise ProblemError(where, "this is a resolved problem's cluster (`gpus:`); a cluster file lists "
-                                  "`nodes: [{name, gpus: [{id, gpu, mem_gb}]}]` (docs/your-own-task.md)")
-    mode = raw.pop("sharing", "memory")
-    _check_sharing(mode, "cluster.sharing")
-    if sharing is not None:
-        _check_sharing(sharing, "--sharing")
-        mode = sharing
-    try:
-        spec = ClusterSpec.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise CatalogError(f"{where}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
-                           f"{err['msg']}") from None
-    gpus = [g for node in spec.nodes for g in node.gpus]
-    types = {g.gpu for g in gpus}
-    if len(types) != 1:
-        raise ProblemError("cluster.gpus", f"resolve needs one GPU type per cluster, got {sorted(types)}")
-    catalog = load_gpus()
-    for ni, node in enumerate(spec.nodes):
-        for gi, g in enumerate(node.gpus):
-            known = catalog.get(g.gpu)
-            if known is not None and g.mem_gb > known.capacity_gb * 1.05:
-                raise ProblemError(f"{where}: nodes[{ni}].gpus[{gi}].mem_gb",
-                                   f"{g.mem_gb:g} GB is more than the catalog's {g.gpu} holds ({known.mem_gb:g} GB, "
-                                   "configs/gpus.yaml); memory is in GB (1e9 bytes), not MB or MiB")
-    from selector.problem import first_error
-    try:
-        cluster = Cluster(gpus=tuple(Gpu(id=g.id, mem_gb=g.mem_gb, used_gb=0.0) for g in gpus),
-                          instances=tuple(Instance.model_validate(i if isinstance(i, dict) else i.model_dump())
-                                          for i in getattr(spec, "instances", ()) or ()),
-                          sharing=mode)
-    except ValidationError as exc:
-        err = first_error(exc)
-        raise ProblemError(f"{where}: instances.{err.field}", str(err).split(": ", 1)[-1]) from None
-    return cluster, types.pop()
-
-
-def _check_sharing(mode, field: str) -> None:
-    if not isinstance(mode, str) or mode not in SHARING_MODES:
-        raise ProblemError(field, f"must be one of {', '.join(SHARING_MODES)} (got {mode!r})")
-
-
 def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
     best, b = 1.0 / lat1, 2
     while b <= s.engine.max_num_seqs and b * (prompt + output) <= s.kv_reserve_tokens:
@@ -185,45 +123,104 @@ def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSe
 
 def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluster: Cluster | None = None,
                  gpu: str | None = None, perf: PerfSource | None = None,
-                 settings: ResolveSettings = ResolveSettings()) -> Problem:
-    """The resolved problem of ``task`` on ``cluster`` (default: configs/clusters/a6000x8.yaml)."""
+                 settings: ResolveSettings = ResolveSettings(), objective: str = "gb_s") -> Problem:
+    """The resolved problem of ``task`` on ``cluster`` (default: configs/clusters/a6000x8.yaml).
+
+    A cluster whose GPUs carry types (a cluster file) gets configs, deployments and perf rows per
+    GPU type it has (spec section 10), in the order the types first appear; an untyped cluster
+    (a resolved problem's) is resolved on ``gpu`` and stays untyped. ``objective``: ``gb_s`` or
+    ``usd_per_hour`` (needs ``cluster.prices``)."""
     from selector.sanity import check_task_accuracy
     task = load_task(task) if isinstance(task, (str, Path)) else task
     catalog = catalog or load_catalog()
     check_task_accuracy(task.name, task.accuracy_slo, catalog.accuracy)
     if cluster is None:
-        cluster, gpu = load_cluster_file()
-    if gpu not in catalog.gpus:
-        raise ProblemError("gpu", f"unknown GPU type '{gpu}'; known: {', '.join(catalog.gpus)}")
-    g = catalog.gpus[gpu]
+        from selector.clusterfile import load_cluster_file
+        cluster, gpu = load_cluster_file(settings=settings)
+    types, typed = _gpu_types(cluster, gpu, catalog)
+    _check_objective(objective, cluster, types if typed else [])
     perf = perf or AnalyticPerf()
-    deployments, fits = [], set()
-    for name, m in catalog.models.items():
-        for tp, pp in catalog.configs:
-            mem = perf.mem_gb(m, g, tp, pp, settings)
-            if mem is not None and mem / (tp * pp) <= g.mem_gb:
-                deployments.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem})
-                fits.add((name, tp, pp))
-    extra = {(i.model, i.tp, i.pp) for i in cluster.instances}
-    rows = []
-    for wf in task.workflows:
-        for st, (prompt, output) in zip(wf.stages, stage_tokens(task, wf)):
-            for name, tp, pp in sorted(fits | extra, key=lambda k: (list(catalog.models).index(k[0]), k[1:])):
-                m = catalog.models[name]
-                lat1 = perf.latency_s(m, g, tp, pp, 1, prompt, output)
-                cap = _capacity(perf, m, g, tp, pp, prompt, output, lat1, settings)
-                rows.append({"workflow": wf.name, "stage": st.name, "model": name, "tp": tp, "pp": pp,
-                             "latency_s": lat1, "capacity_rps": cap})
-    slo = task.latency_slo_s or task.latency_slo_factor * _standalone(task, catalog, g, perf, settings)
+    _check_instance_models(cluster, catalog)
+    configs, deployments, rows = [], [], []
+    for t in types:
+        g, tag = catalog.gpus[t], ({"gpu_type": t} if typed else {})
+        configs += [{"tp": tp, "pp": pp, **tag} for tp, pp in catalog.configs]
+        fits = _deployments(catalog, perf, g, settings, tag, deployments)
+        extra = {(i.model, i.tp, i.pp) for i in cluster.instances if not typed or cluster.instance_type(i) == t}
+        rows += _perf_rows(task, catalog, perf, g, fits | extra, settings, tag)
+    ref = settings.reference_gpu or types[0]
+    if ref not in catalog.gpus:
+        raise ProblemError("reference_gpu", f"unknown GPU type '{ref}'; known: {', '.join(catalog.gpus)}")
+    slo = task.latency_slo_s or task.latency_slo_factor * _standalone(task, catalog, catalog.gpus[ref], perf, settings)
     return parse_problem({
         "task": {"name": task.name, "accuracy_slo": task.accuracy_slo, "latency_slo_s": slo,
                  "arrival_rate_rps": task.arrival_rate_rps},
         "models": [{"name": n, "accuracy": catalog.accuracy[n], "active_params_b": m.active_params_b}
                    for n, m in catalog.models.items()],
-        "configs": [{"tp": tp, "pp": pp} for tp, pp in catalog.configs],
+        "configs": configs,
         "workflows": [{"name": w.name, "stages": [{"name": s.name, "calls": s.calls} for s in w.stages]}
                       for w in task.workflows],
-        "deployments": deployments, "perf": rows, "cluster": cluster.model_dump(mode="json")})
+        "deployments": deployments, "perf": rows, "cluster": cluster.model_dump(mode="json"),
+        "objective": objective})
+
+
+def _gpu_types(cluster: Cluster, gpu: str | None, catalog: Catalog) -> tuple[list[str], bool]:
+    """The catalog GPU types to resolve on, and whether the cluster's GPUs carry them."""
+    typed = any(g.type != DEFAULT_GPU_TYPE for g in cluster.gpus)
+    if not typed:
+        if gpu not in catalog.gpus:
+            raise ProblemError("gpu", f"unknown GPU type '{gpu}'; known: {', '.join(catalog.gpus)}")
+        return [gpu], False
+    for i, g in enumerate(cluster.gpus):
+        if g.type not in catalog.gpus:
+            raise ProblemError(f"cluster.gpus[{i}].type", f"unknown GPU type '{g.type}'; known: "
+                                                         f"{', '.join(catalog.gpus)}")
+    return list(dict.fromkeys(g.type for g in cluster.gpus)), True
+
+
+def _check_objective(objective: str, cluster: Cluster, types: list[str]) -> None:
+    if objective not in OBJECTIVES:
+        raise ProblemError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
+    if objective == "usd_per_hour" and cluster.prices is None:
+        raise ProblemError("cluster.prices", f"objective usd_per_hour needs a price for every GPU type "
+                           f"({', '.join(types) or 'an untyped cluster has none'}): configs/prices.yaml "
+                           "or the cluster file's `prices`")
+
+
+def _check_instance_models(cluster: Cluster, catalog: Catalog) -> None:
+    for i, inst in enumerate(cluster.instances):
+        if inst.model not in catalog.models:
+            raise ProblemError(f"cluster.instances[{i}].model",
+                               f"{inst.model!r} is not a catalog model with an accuracy score; known: "
+                               f"{', '.join(catalog.models)}")
+
+
+def _deployments(catalog: Catalog, perf: PerfSource, g, settings: ResolveSettings, tag: dict,
+                 out: list[dict]) -> set[tuple[str, int, int]]:
+    """Append the deployment rows of GPU type ``g`` to ``out``; the (model, tp, pp) that fit."""
+    fits = set()
+    for name, m in catalog.models.items():
+        for tp, pp in catalog.configs:
+            mem = perf.mem_gb(m, g, tp, pp, settings)
+            if mem is not None and mem / (tp * pp) <= g.mem_gb:
+                out.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem, **tag})
+                fits.add((name, tp, pp))
+    return fits
+
+
+def _perf_rows(task: TaskSpec, catalog: Catalog, perf: PerfSource, g, keys: set, settings: ResolveSettings,
+               tag: dict) -> list[dict]:
+    rows = []
+    order = list(catalog.models)
+    for wf in task.workflows:
+        for st, (prompt, output) in zip(wf.stages, stage_tokens(task, wf)):
+            for name, tp, pp in sorted(keys, key=lambda k: (order.index(k[0]), k[1:])):
+                m = catalog.models[name]
+                lat1 = perf.latency_s(m, g, tp, pp, 1, prompt, output)
+                cap = _capacity(perf, m, g, tp, pp, prompt, output, lat1, settings)
+                rows.append({"workflow": wf.name, "stage": st.name, "model": name, "tp": tp, "pp": pp,
+                             "latency_s": lat1, "capacity_rps": cap, **tag})
+    return rows
 
 
 def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: ResolveSettings) -> float:

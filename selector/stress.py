@@ -64,7 +64,7 @@ def long_workflow_problem(*, n_stages: int = 200, utilization: float = 0.1) -> P
                                    "utilization": utilization}]}})
 
 
-#: the benchmark's problems by name (experiments/bench_time_limits.py --problems)
+#: the benchmark's problems by name (python -m experiments.run bench_time_limits, params.problems)
 STRESS_PROBLEMS = {
     "instances-12": lambda: many_instances_problem(n_instances=12),
     "instances-24": lambda: many_instances_problem(n_instances=24),

@@ -25,10 +25,6 @@ FACES = {
     "harness": "harness.cli:main",
     "profiler": "profiler.cli:main",
     "experiments": "experiments.run:main",
-    "bench_selectors": "experiments.bench_selectors:main",
-    "bench_time_limits": "experiments.bench_time_limits:main",
-    "bench_sim": "experiments.bench_sim:main",
-    "bench_vidur": "experiments.bench_vidur:main",
 }
 
 PROBLEM = SMALL_PROBLEM
@@ -230,10 +226,10 @@ def selector_cases(c: Corpus) -> None:
     c.add("deploy/cluster-file-as-task", "selector", ["deploy", str(ROOT / "configs" / "clusters" / "a6000x8.yaml")])
     # export
     for label, path in file_syntax_cases(c, "plan")[:8]:
-        c.add(f"export/file/{label}", "selector", ["export", path, "--format", "sh", "--gpu", "a6000"])
-    c.add("export/not-a-plan", "selector", ["export", c.file("plan/problem.json", PROBLEM), "--format", "sh", "--gpu", "a6000"])
-    c.add("export/bad-model-path", "selector", ["export", good, "--format", "sh", "--gpu", "a6000", "--model-path", "x"])
-    c.add("export/bad-format", "selector", ["export", good, "--format", "zip", "--gpu", "a6000"])
+        c.add(f"export/file/{label}", "harness", ["export", path, "--format", "sh", "--gpu", "a6000"])
+    c.add("export/not-a-plan", "harness", ["export", c.file("plan/problem.json", PROBLEM), "--format", "sh", "--gpu", "a6000"])
+    c.add("export/bad-model-path", "harness", ["export", good, "--format", "sh", "--gpu", "a6000", "--model-path", "x"])
+    c.add("export/bad-format", "harness", ["export", good, "--format", "zip", "--gpu", "a6000"])
 
 
 # -- profile tables ---------------------------------------------------------------------------
@@ -435,17 +431,23 @@ def experiment_cases(c: Corpus) -> None:
 
 
 def bench_cases(c: Corpus) -> None:
-    c.add("bench_selectors/time-limit-nan", "bench_selectors", ["--time-limit", "nan"])
-    c.add("bench_selectors/unknown-solver", "bench_selectors", ["--solvers", "nope"])
-    c.add("bench_selectors/space-bad", "bench_selectors", ["--spaces", "galaxy"])
-    c.add("bench_selectors/repeats-text", "bench_selectors", ["--repeats", "many"])
-    c.add("bench_time_limits/limits-nan", "bench_time_limits", ["--limits", "nan"])
-    c.add("bench_time_limits/unknown-solver", "bench_time_limits", ["--solvers", "nope"])
-    c.add("bench_sim/only-bad", "bench_sim", ["--only", "everything"])
-    c.add("bench_vidur/metrics-binary", "bench_vidur", ["--vidur-metrics", c.file("vidur/bin.csv", BINARY)])
-    c.add("bench_vidur/metrics-missing", "bench_vidur", ["--vidur-metrics", str(c.root / "none.csv")])
-    c.add("bench_vidur/metrics-columns", "bench_vidur", ["--vidur-metrics", c.file("vidur/cols.csv", "a,b\n1,2\n")])
-    c.add("bench_vidur/write-missing-folder", "bench_vidur", ["--write-requests", str(c.root / "no" / "r.csv")])
+    """The benchmark kinds (``python -m experiments.run bench_*``) given bad parameters."""
+    res = ["--results", c.out, "--no-progress"]
+    for label, kind, params in [
+        ("bench_selectors/time-limit-nan", "bench_selectors", {"time_limit_s": float("nan")}),
+        ("bench_selectors/unknown-solver", "bench_selectors", {"solvers": ["nope"]}),
+        ("bench_selectors/space-bad", "bench_selectors", {"spaces": ["galaxy"]}),
+        ("bench_selectors/repeats-text", "bench_selectors", {"repeats": "many"}),
+        ("bench_time_limits/limits-nan", "bench_time_limits", {"limits_s": [float("nan")]}),
+        ("bench_time_limits/unknown-solver", "bench_time_limits", {"solvers": ["nope"]}),
+        ("bench_sim/only-bad", "bench_sim", {"only": "everything"}),
+        ("bench_vidur/metrics-binary", "bench_vidur", {"vidur_metrics": c.file("vidur/bin.csv", BINARY)}),
+        ("bench_vidur/metrics-missing", "bench_vidur", {"vidur_metrics": str(c.root / "none.csv")}),
+        ("bench_vidur/metrics-columns", "bench_vidur", {"vidur_metrics": c.file("vidur/cols.csv", "a,b\n1,2\n")}),
+        ("bench_prefill_split/split-zero", "bench_prefill_split", {"splits": [[0, 8]]}),
+    ]:
+        cfg = {"experiment": "fuzz", "kind": kind, "seed": 0, "params": params}
+        c.add(label, "experiments", [c.file(f"experiments/{label.replace('/', '-')}.yaml", cfg)] + res)
 
 
 def build(root: Path) -> list[tuple[str, str, list[str]]]:

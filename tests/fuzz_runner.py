@@ -25,6 +25,13 @@ from pathlib import Path
 # shadow the experiments package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from flowmaker.procmem import reset_peak_rss, status_bytes  # noqa: E402 - after the path is set
+
+
+def _hwm_mb() -> float | None:
+    peak = status_bytes("VmHWM")
+    return None if peak is None else peak / 2**20
+
 
 class Hang(BaseException):
     """The case ran past its bound (a BaseException, so no ``except Exception`` swallows it)."""
@@ -34,31 +41,11 @@ def _alarm(signum, frame):  # noqa: ANN001
     raise Hang
 
 
-def _hwm_mb() -> float | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def run_case(face: str, argv: list[str], limit_s: float) -> dict:
     mod, fn = face.split(":")
     main = getattr(importlib.import_module(mod), fn)
     out, err = io.StringIO(), io.StringIO()
-    reset = _reset_hwm()
+    reset = reset_peak_rss()
     base = _hwm_mb()
     t0 = time.perf_counter()
     outcome, code, tb = "returned", None, ""

@@ -12,9 +12,7 @@ import pytest
 
 ENTRY_POINTS = [
     "selector.cli", "selector.tokens", "harness.cli", "profiler.cli", "experiments.run",
-    "experiments.bench_selectors", "experiments.bench_sim", "experiments.bench_time_limits",
-    "experiments.bench_measured", "experiments.bench_prefill_split", "experiments.bench_nonllm",
-    "experiments.bench_pgvector", "experiments.bench_vidur", "profiler.scripts.device_check",
+    "experiments.scripts.device_check",
     "harness.servers.torchserve", "experiments.kinds.selector_gap",
 ]
 

@@ -41,5 +41,5 @@ def test_summary_columns_are_defined_in_the_readme() -> None:
     assert "## Output columns" in README
     for text in (GLOSSARY, GAP, SCALING):
         assert _flat(text) in _flat(README)
-    for name in ("cost_gb_s", "select_s", "reserved_gb_s", "docs/metrics.md"):
+    for name in ("cost_gb_s", "select_s", "reserved_gb_s", "gpu_s_held", "usd", "docs/metrics.md"):
         assert f"`{name}`" in README or name in README

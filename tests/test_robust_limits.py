@@ -1,5 +1,5 @@
 """Issue 28 item 3: every limit kept. The timing itself is a benchmark
-(``python -m experiments.bench_time_limits --problems long-200 instances-24 ...``); these tests pin
+(``python -m experiments.run bench_time_limits`` with ``params.problems: [long-200, instances-24, ...]``); these tests pin
 the mechanisms: a block's work no longer grows with stages squared, blocks of a deep workflow are
 small, the backend's import happens before the clock starts, and an infeasible answer's reason
 never says ``unknown``."""

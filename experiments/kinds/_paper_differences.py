@@ -10,6 +10,9 @@ import json
 import pandas as pd
 
 from experiments.kinds._paper_report import BANDS, COST, band, ci95, fmt, not_below, paired
+from experiments.kinds._reference import reference
+
+F = reference("flowmaker")["figures"]     # the paper's figures quoted below (configs/reference/flowmaker.yaml)
 
 REF = "flowmaker"
 
@@ -109,13 +112,14 @@ def _langchain(df, deps, sc, acc) -> str | None:
     full = d[d.plan_load_pct <= 100].groupby("plan_load_pct")
     inst = full.instances_new.sum()
     gb = full.gb_new.sum()
-    text = (f"**LangChain: goodput ratio {_bands(sub, 'langchain')}, not 5.2x on average (paper 1.13-12.84x).** "
+    text = (f"**LangChain: goodput ratio {_bands(sub, 'langchain')}, not {F['langchain_goodput_mean']} on average "
+            f"(paper {F['langchain_goodput_range']}).** "
             f"Our LangChain deploys `{model}` ({acc.get(model, float('nan')):.2f}) at the spec's sizes and places "
             f"tasks {_placed(deps, main, 'langchain')}, with {inst.min()}-{inst.max()} instances / {gb.min():.0f}-"
             f"{gb.max():.0f} GB at 25-100%: its {_per_instance_gb(deps, main, 'langchain'):.1f} GB instances "
             f"pack several to a GPU and its model meets {ok} of the {n} current accuracy SLOs. The paper's "
-            "LangChain could not place its seventh task and colocated four instances on one GPU (mean latency "
-            "426 s at 50% code load), which produced its 12.84x.")
+            f"LangChain could not place its seventh task and colocated four instances on one GPU (mean latency "
+            f"{F['langchain_colocated_latency']}), which produced its {F['langchain_goodput_max']}.")
     paper = _sub(df, sc["paper"], "langchain")
     if paper is not None:
         ok_p, n_p = _slos_met(deps, sc["paper"], acc.get(model, float("nan")))
@@ -126,7 +130,7 @@ def _langchain(df, deps, sc, acc) -> str | None:
         text += (f" Deployed as the paper had it (`langchain-paper`: one replica per stage, "
                  f"{', '.join(sc['lcp'].unplaced['langchain-paper'])} unplaced): {_bands(lcp, 'langchain-paper')}.")
     return text + (f" Window cost LangChain / FlowMaker: {_bands(sub, 'langchain', COST, cost=True)} "
-                   "(paper 2.2-4x, mean 2.93x).")
+                   f"(paper {F['langchain_cost']}).")
 
 
 def _max_quality(df, deps, sc, acc) -> str | None:
@@ -135,11 +139,12 @@ def _max_quality(df, deps, sc, acc) -> str | None:
     if sub is None:
         return None
     main, full = sc["main"], _full_loads(deps, sc["main"], sel)
-    text = (f"**RouteLLM max-quality: FlowMaker's goodput ratio {_bands(sub, sel)}; the paper's was 0.95x "
-            f"(max-quality 5.8% higher).** Sized to the load it routes, max-quality deploys only "
+    text = (f"**RouteLLM max-quality: FlowMaker's goodput ratio {_bands(sub, sel)}; the paper's was "
+            f"{F['routellm_max_quality_goodput']} (max-quality {F['routellm_max_quality_goodput_pct']} higher).** "
+            f"Sized to the load it routes, max-quality deploys only "
             f"`{', '.join(_models(deps, main, sel))}` ({_per_instance_gb(deps, main, sel):.1f} GB per instance) "
             f"and places tasks {_placed(deps, main, sel)}; an unplaced task's requests fail, where the paper's "
-            "deployment reserved 206-235 GB and served every task, saturated.")
+            f"deployment reserved {F['routellm_max_quality_gb']} and served every task, saturated.")
     if full:
         text += (f" Where it places every task ({'/'.join(f'{x:g}' for x in full)}%) the ratio is "
                  f"{_at(sub, sel, full)}: our latency SLOs (2-5x the standalone latency of an 8B model) are "
@@ -148,7 +153,7 @@ def _max_quality(df, deps, sc, acc) -> str | None:
     if paper is not None:
         text += (f" With the paper SLOs, which leave FlowMaker only the 8B and 14B class for most tasks, the "
                  f"ratio is {_bands(paper, sel)}.")
-    return text + f" Window cost: {_bands(sub, sel, COST, cost=True)} (paper 2.06-3.84x, mean 2.95x)."
+    return text + f" Window cost: {_bands(sub, sel, COST, cost=True)} (paper {F['routellm_max_quality_cost']})."
 
 
 def _share(df, sc, sel) -> str:
@@ -173,9 +178,9 @@ def _routed(df, deps, sc, acc) -> str | None:
     paper = _sub(df, sc["paper"], bal, mc)
     if paper is not None:
         text += (f" Under `paper` (weak < SLO <= strong) {_share(df, sc['paper'], bal)} and "
-                 f"{_share(df, sc['paper'], mc)} (paper 62.6-65.6% and 34.9-36.8%; the router sends 65% and 35% "
+                 f"{_share(df, sc['paper'], mc)} (paper {F['routellm_accuracy_shares']}; the router sends 65% and 35% "
                  f"to the strong model). Goodput ratios under the paper set: balanced {_bands(paper, bal)}, "
-                 f"min-cost {_bands(paper, mc)} (paper 1.52x and 2.62x); ours are larger at 75% and above "
+                 f"min-cost {_bands(paper, mc)} (paper {F['routellm_goodput_lower']}); ours are larger at 75% and above "
                  "because RouteLLM, sized to its load, runs out of GPUs")
         text += f" (tasks placed: balanced {_placed(deps, sc['paper'], bal)}; min-cost {_placed(deps, sc['paper'], mc)})."
     return text
@@ -186,8 +191,7 @@ def _murakkab(df, deps, sc, acc) -> str | None:
     if sub is None:
         return None
     text = (f"**Murakkab under compute sharing: goodput ratio {_bands(sub, 'murakkab')}, window cost "
-            f"{_bands(sub, 'murakkab', COST, cost=True)}** (paper: low load goodput mean 1.21x, cost mean 2.23x; "
-            "high load goodput mean 4.73x, cost mean 1.95x). Murakkab decides reuse offline with doubled (peak) "
+            f"{_bands(sub, 'murakkab', COST, cost=True)}** (paper: {F['murakkab']}). Murakkab decides reuse offline with doubled (peak) "
             "utilisations; under `sharing: compute` those fill the GPUs' compute room, so it places tasks "
             f"{_placed(deps, sc['main'], 'murakkab')}: it reserves less memory and serves fewer requests "
             f"(cost per served request {_bands(sub, 'murakkab', 'cost_window_per_served_usd', cost=True)}).")
@@ -252,8 +256,7 @@ def _reuse(df, deps, sc, acc) -> str | None:
     cmp = ". ".join(f"At {ld:g}% FlowMaker deploys {at(fm, ld)[0]} instances and reuses {at(fm, ld)[1]} stages, "
                     f"NoReuse deploys {at(nrd, ld)[0]}" for ld in (25, 100) if ld in set(fm.plan_load_pct))
     text = (f"**Reuse saving (window cost, NoReuse / FlowMaker): {_bands(sub, nr, COST, cost=True)}; paper "
-            f"1.61x (1.47-1.73x) at low and 1.31x (1.04-1.42x) at high load.** {cmp} (the paper: 3-4 reused "
-            "instances vs 8 at low load, 5 deployed at high load).")
+            f"{F['reuse_saving']}.** {cmp} (the paper: {F['reuse_instances']}).")
     mem = _sub(df, sc["memory"], nr)
     if mem is not None:
         fmm = _deps(deps, sc["memory"], REF)

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import UserError
+from flowmaker.entry import UserError
 
 
 class SloSet(BaseModel):

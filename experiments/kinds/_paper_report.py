@@ -17,21 +17,11 @@ import numpy as np
 import pandas as pd
 
 from experiments.context import atomic_write_text
+from experiments.kinds._reference import reference
 
 BANDS = (("low", (25, 50)), ("high", (75, 100)), ("overload", (200, 400)))
 
-PAPER = {
-    "langchain": "goodput 1.13-12.84x higher (mean 5.2x), cost 2.2-4x lower (mean 2.93x); 15 instances / 290 GB "
-                 "for six tasks, seventh not placed",
-    "langchain-paper": "as above (LangChain as the paper had it)",
-    "routellm-max-quality": "5.8% higher mean goodput than FlowMaker (ratio ~0.95x), 206-235 GB, cost 2.06-3.84x "
-                            "higher (mean 2.95x); accuracy SLO met 100%",
-    "routellm-balanced": "accuracy SLO met 62.6-65.6%, goodput 1.52x lower",
-    "routellm-min-cost": "accuracy SLO met 34.9-36.8%, goodput 2.62x lower",
-    "murakkab": "low: goodput up to 1.46x (mean 1.21x), cost 1.84-3.15x (mean 2.23x); high: goodput 1.45-10.14x "
-                "(mean 4.73x), cost 1.56-2.77x (mean 1.95x)",
-    "flowmaker-noreuse": "reuse saving (cost): low 1.47-1.73x (mean 1.61x), high 1.04-1.42x (mean 1.31x)",
-}
+PAPER = reference("flowmaker")["baselines"]     # selector -> the paper's figure (configs/reference)
 COST = "cost_window_usd"
 
 
@@ -188,8 +178,7 @@ def routellm_shares(df: pd.DataFrame) -> list[str]:
     lines = ["| SLO set | sharing | setting | strong share (router) | accuracy-SLO share, mean [95% CI] | min-max "
              "over cells | paper | mean in the paper's range |", "|---|---|---|---|---|---|---|---|"]
     strong = {"routellm-max-quality": 1.0, "routellm-balanced": 0.65, "routellm-min-cost": 0.35}
-    paper = {"routellm-max-quality": (1.0, 1.0), "routellm-balanced": (0.626, 0.656),
-             "routellm-min-cost": (0.349, 0.368)}
+    paper = reference("flowmaker")["routellm_accuracy_share"]
     for (slo, mode, sel), g in sub.groupby(["slo_set", "sharing", "selector"], sort=False):
         per_seed = g.groupby("seed").accuracy_ok_share.mean()
         cells = g.groupby(["trace", "load_pct"]).accuracy_ok_share.mean()
@@ -244,9 +233,12 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
                   "(baseline, trace, load) cells" + (": " + "; ".join(worse) if worse else ".")]
     lines += reuse_lines(sub, ref)
     if main:
-        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4),
-                  "", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)", "",
-                  *gpu_table(gpus[gpus.scenario == sc.name])]
+        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4)]
+        if "usd_window" in sub:      # results published before the GPU-hour columns lack it
+            lines += ["", "### GPU dollars per load, window (whole GPUs held x price per GPU-hour, USD, mean "
+                      "[95% CI])", "", *by_load_table(sub, "usd_window", digits=4)]
+        lines += ["", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)",
+                  "", *gpu_table(gpus[gpus.scenario == sc.name])]
     keyed = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set)
                  & deps.selector.isin(set(sub.selector)) & deps.plan_load_pct.isin(set(sub.plan_load_pct))]
     lines += ["", "### Deployments per planned load (sequence from the empty cluster; per task: deployments.parquet)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.billing import COLUMNS as DOLLARS, usd_cell
+
 REF = "static-peak"
 COLORS = {"static-peak": "#1f77b4", "static-mean": "#ff7f0e", "adaptive": "#2ca02c",
           "adaptive-fixed-workflow": "#d62728"}
@@ -83,11 +85,12 @@ def plots(frames: dict[str, pd.DataFrame], params, out) -> None:
 
 def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
     """Per policy (mean over seeds): goodput, cost, memory, migrations; against static-peak."""
-    res = frames["results"]
+    res = frames["results"].reindex(columns=list(dict.fromkeys([*frames["results"].columns, *DOLLARS])))
     prof = params.profile
     agg = res.groupby("policy", sort=False).agg(
         seeds=("seed", "nunique"), requests=("requests", "mean"), goodput=("goodput", "mean"),
-        goodput_min=("goodput", "min"), reserved_gb_s=("reserved_gb_s", "mean"), gb_mean=("gb_mean", "mean"),
+        goodput_min=("goodput", "min"), reserved_gb_s=("reserved_gb_s", "mean"),
+        gpu_h=("gpu_s_held", lambda x: x.mean() / 3600.0), usd=("usd", "mean"), gb_mean=("gb_mean", "mean"),
         gb_peak=("gb_peak", "max"), gb_min=("gb_min", "min"), migrations=("migrations", "mean"),
         mig_rate=("migrations_per_task_hour", "mean"), mig_rate_max=("migrations_per_task_hour", "max"),
         reselections=("reselections", "mean"), wall_s=("wall_s", "max"), events=("events", "mean"))
@@ -97,13 +100,14 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
              f"Day: {prof.hours:g} profile hours compressed {prof.compression:g}x into {prof.duration_s:g} simulated s; "
              f"peak rate = {prof.peak_x:g} x each task's arrival_rate_rps; mean rate {prof.mean_multiplier():.3f} "
              f"of the peak; seeds {sorted(res.seed.unique().tolist())}.", "",
-             "| policy | goodput (mean / min) | cost GB*s | static-peak cost / cost | GB mean / peak / min | "
-             "migrations | per task per hour | re-selections | wall s (max) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| policy | goodput (mean / min) | cost GB*s | static-peak cost / cost | GPU-hours held | USD | "
+             "GB mean / peak / min | migrations | per task per hour | re-selections | wall s (max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     ref = agg.loc[REF] if REF in agg.index else None
     for policy, r in agg.iterrows():
         ratio = f"{ref.reserved_gb_s / r.reserved_gb_s:.2f}x" if ref is not None else "-"
         lines.append(f"| {policy} | {r.goodput:.4f} / {r.goodput_min:.4f} | {r.reserved_gb_s:.4g} | {ratio} | "
+                     f"{usd_cell(r.gpu_h)} | {usd_cell(r.usd)} | "
                      f"{r.gb_mean:.1f} / {r.gb_peak:.1f} / {r.gb_min:.1f} | {r.migrations:.1f} | "
                      f"{r.mig_rate:.3f} (max {r.mig_rate_max:.3f}) | {r.reselections:.0f} | {r.wall_s:.1f} |")
     if ref is not None and "adaptive" in agg.index:
@@ -136,6 +140,8 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str) -> str:
                 cells.append(f"{r.goodput.iloc[0]:.3f} / {r.migrations.iloc[0]:.1f}" if len(r) else "-")
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
     lines += ["", "Cost = GB x seconds every instance held, from its start (loading included) to its release "
-              "(static: GB x residency). Figures: memory.png, migrations.png, goodput.png; "
+              "(static: GB x residency). GPU-hours held = whole GPUs any instance occupies over the same spans "
+              "(a shared GPU once); USD = those GPU-hours x the cluster's price per GPU-hour (configs/prices.yaml; "
+              "`-` without one; results: `gpu_s_held`, `usd`). Figures: memory.png, migrations.png, goodput.png; "
               "docs/reselection.md explains the control loop and its parameters."]
     return "\n".join(lines) + "\n"

@@ -13,14 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from experiments.kinds._reference import reference
 from orchestrator import BASELINES
 from orchestrator.schemes import DEFAULT_BASELINES
 
-PAPER_SPEEDUP = {"search_gen": "1.79x", "naive_rag": "1.62x (low) / 1.67x (high)",
-                 "advanced_rag": "2.09x (low) / 2.03x (high)", "contextual_rag": "1.06-1.59x",
-                 # the public Ayo code's own examples: optimised vs unoptimised DAG, one query (configs/apps/*_ayo.yaml)
-                 "naive_rag_ayo": "Ayo README: 3.72 s -> 1.97 s = 1.89x vs its unoptimised DAG",
-                 "advanced_rag_ayo": "Ayo logs: 7.415 s -> 3.171 s = 2.34x vs its unoptimised DAG"}
+PAPER_SPEEDUP = reference("teola")["speedup"]     # app -> the paper's (or Ayo's) speedup (configs/reference)
+CLAIMS = reference("teola")["claims"]
 #: Teola without passes on Teola's runtime: the "unoptimised DAG" the Ayo README compares against
 UNOPTIMISED = "teola-no-par-pipe"
 PREFIX = "teola+prefix-cache"
@@ -197,8 +195,10 @@ def _claims(ab: pd.DataFrame, cap: pd.DataFrame, p: Any) -> list[str]:
     topo = (f"{100 * (1 - load.mean_latency_s['teola'] / load.mean_latency_s['teola-blind']):.1f}% lower"
             if "teola-blind" in load.index else "not run")
     out = ["", "| claim | paper | ours |", "|---|---|---|",
-           f"| without parallelisation and pipelining (one query) | 1.73x slower | {one_s} slower |",
-           f"| topology-aware vs blind batching, mean latency under load (profiled cap) | up to 19.2% lower | {topo} |"]
+           f"| without parallelisation and pipelining (one query) | {CLAIMS['without_parallelisation_one_query']} | "
+           f"{one_s} slower |",
+           f"| topology-aware vs blind batching, mean latency under load (profiled cap) | "
+           f"{CLAIMS['topology_aware_batching']} | {topo} |"]
     if len(cap):
         out += ["", f"## Batch cap (each app at its rate in `batch_cap_rates`; cap {dict(p.batch_cap)} "
                 "items in flight per instance vs the profiled max efficient batch; 2 LLM instances)", "",

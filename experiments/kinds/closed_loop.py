@@ -8,11 +8,12 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
-from harness.closedloop import METRICS, LoopConfig, run_loop, summary_md
+from harness.closedloop import METRICS, run_loop, summary_md
+from harness.closedloop_model import LoopConfig
 
 
 class Params(LoopConfig):
-    """``harness.closedloop.LoopConfig`` (its seed comes from the experiment's ``seed``)."""
+    """``harness.closedloop_model.LoopConfig`` (its seed comes from the experiment's ``seed``)."""
 
 
 def run(params: Params, ctx: RunContext) -> None:

@@ -10,8 +10,9 @@ a baseline's shows the cost of its fixed rules. A missing point: no plan of that
 the SLO (the reason is in the table).
 
 Rows (``cost_vs_slo.parquet``): ``task, sharing, scale (SLO / L0), latency_slo_s, ref_latency_s, selector, status,
-cost_gb_s, latency_s, new_mem_gb, workflow, choice, reason``; ``cost_gb_s`` is the selection
-objective: new GPU memory (GB) x end-to-end latency of one request (s). Outputs also
+cost_gb_s, usd_per_hour, latency_s, new_mem_gb, workflow, choice, reason``; ``cost_gb_s`` is the selection
+objective: new GPU memory (GB) x end-to-end latency of one request (s); ``usd_per_hour`` the
+dollars per hour of the GPUs the plan reserves (spec section 10; NaN without prices). Outputs also
 ``summary.md`` (cost per selector and SLO, the optimum's first) and ``cost_vs_slo.png``, copied to
 ``results/<experiment>/`` when ``publish`` is set.
 """
@@ -26,7 +27,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from selector.taskspec import TaskList
 
 DEFAULT_SELECTORS = ["milp", "flowmaker", "flowmaker-plus", "bayesian", "langchain", "routellm", "murakkab"]
@@ -47,7 +49,8 @@ class Params(BaseModel):
 def run(params: Params, ctx: RunContext) -> None:
     from selector.deploy import deploy_task
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from solvers.registry import get_solver, names
 
     for s in params.selectors:
@@ -78,6 +81,8 @@ def run(params: Params, ctx: RunContext) -> None:
                              "ref_latency_s": ref.latency_s,
                              "selector": name, "status": plan.status,
                              "cost_gb_s": plan.cost_gb_s if plan.solved else math.nan,
+                             "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None
+                             else math.nan,
                              "latency_s": plan.latency_s if plan.solved else math.nan,
                              "new_mem_gb": plan.new_mem_gb if plan.solved else math.nan,
                              "workflow": plan.workflow or "", "choice": _choice(d.get("stages", [])),

@@ -24,7 +24,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from experiments.kinds.paper_goodput_cost import deploy_all, load_traces, resolve_all
 from profiler.engine import EngineConfig
 from selector.taskspec import TaskList
@@ -77,7 +78,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
     """``(fleet or None, {instance id: Endpoint})`` for one selector's instances."""
     import os
 
-    from harness.servers import Fleet
+    from harness.servers.launcher import Fleet
     from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
     client = {"chat": params.chat, "max_connections": params.max_concurrency}
     if params.endpoints:
@@ -119,7 +120,7 @@ def _servers(params: Params, ctx: RunContext, label: str, instances, gpu: str):
 
 def run(params: Params, ctx: RunContext) -> None:
     from harness.live import LiveSettings, replay_live
-    from harness.servers import ServerError
+    from harness.servers.calls import ServerError
     from harness.workload import cell_workload
 
     if params.endpoints and len(params.selectors) > 1:

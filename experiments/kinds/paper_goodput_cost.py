@@ -25,7 +25,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from experiments.kinds._paper_plan import CellKey, PlanKey, deploy_sequence, label, load_slo_set, run_cell
 from selector.taskspec import TaskList
 
@@ -104,17 +105,6 @@ def _tag(sharing: str) -> str:
     return "" if sharing == "memory" else f"-{sharing}"
 
 
-def in_sharing(problems: list, sharing: str) -> list:
-    """``problems`` with ``cluster.sharing: sharing``."""
-    from selector.problem import parse_problem
-    out = []
-    for p in problems:
-        d = p.to_dict()
-        d["cluster"]["sharing"] = sharing
-        out.append(parse_problem(d))
-    return out
-
-
 def deploy_all(params: Params, problems, ctx: RunContext) -> dict[str, list]:
     """Sequential deployment per selector, as quickstart's (``selector.deploy.deploy_task``), in
     the problems' sharing mode; returns label -> [(problem seen, Plan)] (``plan.deployment``: what
@@ -152,7 +142,8 @@ def resolve_all(params) -> tuple[list, str, list[dict]]:
     """The tasks' resolved problems on ``params.cluster``, its GPU name, and per task
     ``{workflow: [(prompt, output) tokens per stage]}``."""
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
 
     try:

@@ -15,7 +15,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from selector.problem import TOL
 from selector.taskspec import TaskList
 
@@ -84,7 +85,8 @@ def run(params: Params, ctx: RunContext) -> None:
     from harness.orchestration import OrchestrationError, bind
     from harness.workload import azure_or_synthetic, cell_workload
     from selector.errors import ProblemError
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import load_task
 
     _check(params)
@@ -127,24 +129,37 @@ def run(params: Params, ctx: RunContext) -> None:
     req = pd.concat(frames, ignore_index=True)
     req["load_pct"] = req.load_pct.astype(float)
     atomic_write_parquet(ctx.run_dir / "requests.parquet", req.drop(columns="output"))
-    res = summarise(req)
+    res = summarise(req, bound, problems[0].cluster.prices)
     atomic_write_parquet(ctx.run_dir / "results.parquet", res)
     md = summary_md(res, bound, params, {k: v[1] for k, v in traces.items()})
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 
 
-def summarise(req: pd.DataFrame) -> pd.DataFrame:
+def summarise(req: pd.DataFrame, bound: dict, prices: dict[str, float] | None) -> pd.DataFrame:
+    """Per (selector, trace, load, task, orchestration): latency, goodput and the dollars of the
+    GPUs the task's plan instances hold over the cell (``harness.billing.gpu_bill``; residency =
+    last completion or arrival, the cell's first arrival at 0)."""
+    from harness.billing import gpu_bill
     keys = ["selector", "trace", "load_pct", "task", "workflow", "app", "orchestration"]
     g = req.groupby(keys, sort=False)
     out = g.latency_s.agg(requests="count", latency_mean_s="mean", latency_p50_s="median",
                           latency_p99_s=lambda x: float(np.percentile(x, 99))).reset_index()
     out["goodput"] = g.good.mean().to_numpy()
     out["latency_slo_s"] = g.latency_slo_s.first().to_numpy()
+    bills = []
+    for key, cell in g:
+        b = bound[(key[0], key[3])][1]
+        insts = {i.id: i for ins in b.stage_instances.values() for i in ins}.values() if b is not None else ()
+        end = float(np.nanmax(np.append((cell.arrival_s + cell.latency_s).to_numpy(), cell.arrival_s.max())))
+        bills.append(gpu_bill(((i, 0.0, end) for i in insts), prices))
+    out["gpu_s_held"] = [x for x, _ in bills]
+    out["usd"] = [y for _, y in bills]
     return out
 
 
 def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) -> str:
+    from harness.billing import usd_cell
     lines = ["# Plan orchestration: chain vs teola on deployed plans", "",
              f"Selectors {', '.join(params.selectors)}; `chain` = `{params.chain_scheme}`, `teola` = `teola`; "
              f"trace source: {', '.join(f'{k}: {v}' for k, v in sources.items())}.", "", "## Plans", "",
@@ -159,11 +174,11 @@ def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) ->
         lines.append(f"| {sel} | {task} | {b.workflow} | {b.app.name} | {st} | {', '.join(b.reused) or '-'} |")
     lines += ["", "## Latency and goodput", "",
               "| selector | task | trace | load | requests | orchestration | mean (s) | p50 (s) | p99 (s) | "
-              "goodput | SLO (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "goodput | SLO (s) | GPU-s held | USD |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res.itertuples():
         lines.append(f"| {r.selector} | {r.task} | {r.trace} | {r.load_pct:g}% | {r.requests} | {r.orchestration} | "
                      f"{r.latency_mean_s:.3f} | {r.latency_p50_s:.3f} | {r.latency_p99_s:.3f} | {r.goodput:.3f} | "
-                     f"{r.latency_slo_s:.2f} |")
+                     f"{r.latency_slo_s:.2f} | {r.gpu_s_held:.4g} | {usd_cell(r.usd)} |")
     if {"chain", "teola"} <= set(res.orchestration):
         lines += ["", "## Teola speedup over chain (same requests, same instances)", "",
                   "| selector | task | trace | load | mean | p99 |", "|---|---|---|---|---|---|"]
@@ -174,6 +189,9 @@ def summary_md(res: pd.DataFrame, bound: dict, params: Params, sources: dict) ->
             lines.append(f"| {' | '.join(str(x) for x in key[:3])} | {key[3]:g}% | "
                          f"{c.loc[key, 'latency_mean_s'] / t.loc[key, 'latency_mean_s']:.2f}x | "
                          f"{c.loc[key, 'latency_p99_s'] / t.loc[key, 'latency_p99_s']:.2f}x |")
+    lines += ["", "GPU-s held = whole GPUs the task's plan instances occupy (a shared GPU once) x the cell's "
+              "residency (first arrival to last completion or arrival); USD = those GPU-hours x the cluster's "
+              "price per GPU-hour (configs/prices.yaml; `-` without one; docs/metrics.md)."]
     lines += ["", "Only the orchestrated tasks' requests run (on their plan's instances); see docs/harness.md, "
               "\"Orchestrated requests\", for what this leaves out."]
     return "\n".join(lines) + "\n"

@@ -14,10 +14,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from selector.deploy import deploy_task, with_cluster
 from selector.errors import ProblemError
-from selector.resolve import load_catalog, load_cluster_file, resolve_task
+from selector.clusterfile import load_cluster_file
+from selector.resolve import load_catalog, resolve_task
 from selector.taskspec import TaskList
 
 
@@ -87,12 +89,15 @@ GLOSSARY = """\
 - `cost_gb_s`: the selection objective (spec section 4): new GPU memory (GB) x end-to-end
   latency of one request (s), in GB*s; 0 when every stage reuses a deployed instance. Only a
   plan that meets the SLOs has one.
+- `usd_per_hour`: US dollars per hour of the GPUs the plan newly reserves (spec section 10): a
+  whole GPU per shard at its type's price (configs/prices.yaml, on-demand); `-` without prices.
 - `latency_s`: end-to-end latency of one request through the workflow at batch 1 (s).
 - `select_s`: wall seconds to choose the plan and apply it to the cluster.
 - `placed`: tasks whose plan deployed something (a baseline may deploy by its own rule while
   its plan misses an SLO); `spec_ok`: tasks whose plan meets the accuracy and latency SLOs.
-- `total_cost_gb_s`, `mean_latency_s`: over the `spec_ok` tasks only; a `*` marks a row where
-  not every task met the SLOs, so its total covers fewer tasks and looks cheaper than it is.
+- `total_cost_gb_s`, `total_usd_per_hour`, `mean_latency_s`: over the `spec_ok` tasks only; a `*`
+  marks a row where not every task met the SLOs, so its total covers fewer tasks and looks
+  cheaper than it is.
 - `instances`, `reused_stages`, `new_gb`: what the selector deployed over all tasks.
 """
 
@@ -111,11 +116,13 @@ def format_tasks(df: pd.DataFrame) -> str:
     for mode, g in df.groupby("sharing", sort=False):
         t = g.sort_values(["task", "selector"], kind="stable").assign(
             cost_gb_s=lambda d: d["cost_gb_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}"),
+            usd_per_hour=lambda d: d["usd_per_hour"].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}"),
             latency_s=lambda d: d["latency_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}"),
             select_s=lambda d: d["select_s"].map(lambda v: f"{v:.3g}"),
             note=lambda d: d.apply(_note, axis=1))
         out.append(f"sharing: {mode}")
-        cols = ["task", "selector", "status", "workflow", "choice", "cost_gb_s", "latency_s", "select_s", "note"]
+        cols = ["task", "selector", "status", "workflow", "choice", "cost_gb_s", "usd_per_hour", "latency_s",
+                "select_s", "note"]
         text = ["task", "selector", "status", "workflow", "choice", "note"]
         width = {c: max([len(c), *map(len, t[c].astype(str))]) for c in text}
         out.append(t[cols].to_string(index=False, justify="left",
@@ -127,6 +134,8 @@ def _marked(summary: pd.DataFrame) -> pd.DataFrame:
     s = summary.copy()
     short = s["spec_ok"] < s["tasks"]
     s["total_cost_gb_s"] = [f"{v:.4g}{'*' if m else ''}" for v, m in zip(s["total_cost_gb_s"], short)]
+    s["total_usd_per_hour"] = [f"{v:.4g}{'*' if m else ''}" if pd.notna(v) else "-"
+                               for v, m in zip(s["total_usd_per_hour"], short)]
     s["mean_latency_s"] = [f"{v:.4g}" if pd.notna(v) else "-" for v in s["mean_latency_s"]]
     return s
 
@@ -161,6 +170,7 @@ def _row(selector: str, plan, elapsed: float) -> dict:
     new_ids = {i.id for i in dep.instances} if dep is not None else set()
     return {"selector": selector, "task": plan.task, "status": plan.status, "workflow": plan.workflow or "",
             "cost_gb_s": plan.cost_gb_s if plan.solved else float("nan"),
+            "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None else float("nan"),
             "latency_s": plan.latency_s if plan.solved else float("nan"),
             "placed": dep is not None,
             "new_mem_gb": dep.mem_gb if dep is not None else 0.0,
@@ -182,7 +192,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         spec_ok=lambda d: d["status"].isin(["optimal", "feasible"]).astype(int))
     out = df.groupby(["sharing", "selector"], sort=False).agg(
         placed=("placed", "sum"), spec_ok=("spec_ok", "sum"), tasks=("task", "size"),
-        total_cost_gb_s=("cost_gb_s", "sum"), mean_latency_s=("latency_s", "mean"),
+        total_cost_gb_s=("cost_gb_s", "sum"), total_usd_per_hour=("usd_per_hour", lambda v: v.sum(min_count=1)),
+        mean_latency_s=("latency_s", "mean"),
         instances=("new_instances", "sum"), reused_stages=("reused_stages", "sum"), new_gb=("new_mem_gb", "sum"),
         select_s_total=("select_s", "sum")).reset_index()
     out = out.astype({"placed": int, "spec_ok": int})

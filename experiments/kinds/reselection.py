@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList
@@ -81,13 +82,14 @@ def setup(params: Params):
     """``(problems, tokens, cluster, gpu)``: every task resolved on the replicated cluster."""
     from selector.errors import ProblemError
     from selector.problem import Cluster, Gpu
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS, load_task, stage_tokens
     try:
         base, gpu = load_cluster_file(CONFIGS / "clusters" / f"{params.cluster}.yaml")
-        gpus = tuple(Gpu(id=n * len(base.gpus) + k, mem_gb=g.mem_gb, used_gb=g.used_gb)
+        gpus = tuple(Gpu(id=n * len(base.gpus) + k, mem_gb=g.mem_gb, used_gb=g.used_gb, type=g.type)
                      for n in range(params.nodes) for k, g in enumerate(base.gpus))
-        cluster = Cluster(gpus=gpus, sharing=base.sharing)
+        cluster = Cluster(gpus=gpus, sharing=base.sharing, prices=base.prices)
         catalog = load_catalog()
         problems = [resolve_task(t, catalog=catalog, cluster=cluster, gpu=gpu) for t in params.tasks]
         specs = [load_task(t) for t in params.tasks]

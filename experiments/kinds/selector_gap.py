@@ -12,7 +12,9 @@ objective of ``objectives`` (ids ``...-typed-usd`` / ``...-typed-gbs``, before a
 every solver then answers and gets a row::
 
     problem, family, sharing, variant_space, feasible, opt_cost_gb_s, solver, status, cost_gb_s,
-    gap_pct, match, same_variant, elapsed_s
+    gap_pct, usd_per_hour, match, same_variant, elapsed_s
+
+(``usd_per_hour``: the plan's dollars per hour, spec section 10; NaN where the problem has no prices)
 
 ``gap_pct = 100 (cost - opt) / opt`` (NaN when the solver gave no answer on a feasible problem,
 or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
@@ -37,7 +39,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from flowmaker.entry import show_progress
 from flowmaker.inputs import InputError
 from flowmaker.names import check_distinct
@@ -187,6 +190,7 @@ def compare(pid: str, family: str, ref: Plan, plan: Plan, solver: str, sharing: 
             "variant_space": ref.variant_space,
             "feasible": feasible,
             "opt_cost_gb_s": opt, "solver": solver, "status": plan.status, "cost_gb_s": cost, "gap_pct": gap,
+            "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None else math.nan,
             "match": bool(match), "same_variant": _comparable(plan) == _comparable(ref),
             "elapsed_s": plan.elapsed_s}
 
@@ -300,7 +304,8 @@ def freeze(suite_path: Path, modes: list[str] | None = None) -> list[Path]:
     mode. Memory-mode files are ``paper-sized.json`` and ``quickstart-<k>-<task>.json``; a compute
     mode's carry ``-compute`` after ``paper-sized`` / ``quickstart``."""
     from selector.deploy import deploy_task
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.synthetic import paper_problem
     from solvers.registry import get_solver
 

@@ -27,7 +27,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 
 EXACT = ("milp", "milp-pulp", "exhaustive")
 

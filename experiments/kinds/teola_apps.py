@@ -16,8 +16,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from experiments.context import RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
 from experiments.kinds import _teola_passes as by_pass
+from flowmaker.entry import UserError
 from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct

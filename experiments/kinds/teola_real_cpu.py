@@ -26,11 +26,13 @@ import pandas as pd
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from experiments.context import NameList, RunContext, UserError, atomic_write_parquet, atomic_write_text
+from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from flowmaker.entry import UserError
 from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
+from profiler.catalog import configs_dir
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus"
+CORPUS_DIR = configs_dir() / "docs_corpus"
 
 
 SCHEMES = ["teola", "llamadist-to", "llamadistpc-po", "llamadistpc-to", "llamadistpc-open-to"]

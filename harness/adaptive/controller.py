@@ -51,7 +51,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.adaptive.ledger import Ledger, Version, version_name
-from harness.cluster import SimStage, SimTask
+from harness.cluster import SimTask
+from harness.replay import deployment_task
 from selector.deployment import Deployment, InstanceSpec
 from selector.problem import TOL, Cluster, Problem
 
@@ -284,7 +285,7 @@ class Controller:
     def startup_s(self, spec: InstanceSpec) -> float:
         """Modelled start-up: fixed part plus the weights read at ``load_gb_per_s``."""
         from profiler.steps import step_model
-        return self.cfg.startup_fixed_s + step_model(spec.model, self.gpu, spec.tp, spec.pp).weights_gb / \
+        return self.cfg.startup_fixed_s + step_model(spec.model, spec.gpu_name(self.gpu), spec.tp, spec.pp).weights_gb / \
             self.cfg.load_gb_per_s
 
     def problem(self, k: int, name: str, rate_rps: float, cluster: Cluster, *, variant: Version | None = None) -> Problem:
@@ -305,16 +306,10 @@ class Controller:
 
     def sim_task(self, v: Version) -> SimTask:
         """The routed task of version ``v`` (routes as serving; accuracy per route)."""
-        p = self.tasks[v.k].problem
-        ok = {m.name: m.accuracy >= p.task.accuracy_slo - TOL for m in p.models}
         model = {i.id: i.model for i in self.ledger.outside}
         model.update({iid: h.spec.model for iid, h in self.ledger.held.items()})
-        stages = []
-        for route, (prompt, output) in zip(v.deployment.stages, self.tasks[v.k].tokens[v.deployment.workflow],
-                                           strict=True):
-            acc = tuple(all(ok.get(model[i], False) for i in r.instances) for r in route.routes)
-            stages.append(SimStage(route.stage, route.calls, prompt, output, route.routes, acc))
-        return SimTask(p.task.name, p.task.latency_slo_s, tuple(stages))
+        t = self.tasks[v.k]
+        return deployment_task(t.problem, v.deployment, t.tokens[v.deployment.workflow], model)
 
     def _reselect(self, k: int, target: float, est: float, reason: str, now: float, *, warm: bool = False) -> None:
         name, c = self.tasks[k].name, self.cfg

@@ -261,10 +261,12 @@ class Ledger:
             steps.append((t, max(0.0, level)))
         return steps
 
+    def spans(self, end_s: float) -> list[tuple[InstanceSpec, float, float]]:
+        """``(instance, start, end)`` of every instance held within ``[0, end_s]`` (from its
+        start to its release, or ``end_s``)."""
+        return [(h.spec, min(h.start_s, end_s), end_s if h.released_s is None else min(h.released_s, end_s))
+                for h in self.held.values()]
+
     def gb_s(self, end_s: float) -> float:
         """GB x seconds held over ``[0, end_s]`` (each instance from its start to its release)."""
-        total = 0.0
-        for h in self.held.values():
-            b = end_s if h.released_s is None else min(h.released_s, end_s)
-            total += h.spec.mem_gb * max(0.0, b - min(h.start_s, end_s))
-        return total
+        return sum(spec.mem_gb * max(0.0, b - a) for spec, a, b in self.spans(end_s))

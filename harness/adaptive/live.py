@@ -42,7 +42,7 @@ from harness.live import LiveSettings, _Router, _Run
 from harness.servers.deploy import Endpoint, specs_for_instances
 from harness.servers.launcher import Fleet, ServerSpec
 from selector.deployment import InstanceSpec
-from selector.problem import Cluster
+from selector.problem import TOL, Cluster
 
 
 def free_port() -> int:
@@ -206,8 +206,8 @@ class LiveBackend:
             return 0, 0
         done, failed, due = r.done_s[ix], r.failed[ix], self.due[ix]
         finished = ~np.isnan(done)
-        late = np.where(finished, done - due > slo_s + 1e-9, now - due > slo_s + 1e-9)
-        judged = failed | finished | (now - due > slo_s + 1e-9)
+        late = np.where(finished, done - due > slo_s + TOL, now - due > slo_s + TOL)
+        judged = failed | finished | (now - due > slo_s + TOL)
         return int(judged.sum()), int((failed | late).sum())
 
     def in_flight(self, k: int, t0: float, t1: float) -> int:
@@ -267,7 +267,7 @@ def run_live_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
         back.wait_all(startup_timeout_s)
         run = _AdaptiveRun(back.tasks, workload, back.endpoints, settings, back, ctl)
         back.run = run
-        from harness.servers.client import run_sync
+        from harness.servers.calls import run_sync
         run_sync(_with_stops(run, back))
     finally:
         back.fleet.stop()

@@ -13,8 +13,9 @@ arrays, so the controller sees only what has happened by ``now``.
 (loaded before the first request), a control tick every ``interval_s`` until the workload's
 ``end_s`` and polls at modelled ready times and every ``drain_poll_s`` while something drains.
 Cost is the GB x seconds every instance held, from its start to its release (or the end of the
-run: ``max(last completion or failure, last arrival, end_s)``); the other cell metrics are
-``harness.replay.cell_metrics``'s (docs/metrics.md).
+run: ``max(last completion or failure, last arrival, end_s)``), and in dollars the whole GPUs
+they held over the same spans (``gpu_s_held``, ``usd``: ``harness.billing.gpu_bill``); the other
+cell metrics are ``harness.replay.cell_metrics``'s (docs/metrics.md).
 """
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.billing import gpu_bill
 from harness.cluster import ClusterSim, SimTask, Workload
 from harness.replay import cell_metrics
 from orchestrator.runtime.events import P_FREE, Event, Simulator
 from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import InstanceSpec
-from selector.problem import Cluster
+from selector.problem import TOL, Cluster
 
 
 class SimBackend:
@@ -56,7 +58,7 @@ class SimBackend:
             self.ready_at[spec.id] = r
 
     def ready(self, iid: str, now: float) -> bool:
-        return now >= self.ready_at.get(iid, 0.0) - 1e-9
+        return now >= self.ready_at.get(iid, 0.0) - TOL
 
     def failed(self, iid: str) -> bool:
         return False
@@ -84,8 +86,8 @@ class SimBackend:
         done, failed = self.sim.done_s[ix], self.sim.failed[ix]
         age = now - self.w.arrival_s[ix]
         finished = ~np.isnan(done)
-        late = np.where(finished, done - self.w.arrival_s[ix] > slo_s + 1e-9, age > slo_s + 1e-9)
-        judged = failed | finished | (age > slo_s + 1e-9)
+        late = np.where(finished, done - self.w.arrival_s[ix] > slo_s + TOL, age > slo_s + TOL)
+        judged = failed | finished | (age > slo_s + TOL)
         return int(judged.sum()), int((failed | late).sum())
 
     def in_flight(self, k: int, t0: float, t1: float) -> int:
@@ -126,7 +128,7 @@ class _DayRun:
     def on_tick(self, now: float) -> list[Event]:
         self.ctl.tick(now)
         out = self._polls(self.ctl.poll(now), now)
-        if now + self.ctl.cfg.interval_s <= self.end_s + 1e-9:
+        if now + self.ctl.cfg.interval_s <= self.end_s + TOL:
             out.append(_Tick(now + self.ctl.cfg.interval_s, self))
         return out
 
@@ -185,12 +187,13 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
     led = ctl.ledger
     steps = led.gb_steps(residency)
     gb_s = led.gb_s(residency)
+    gpu_s, usd = gpu_bill(led.spans(residency), ctl.tasks[0].problem.cluster.prices if ctl.tasks else None)
     moves = [d for d in ctl.decisions if d["outcome"] == "migrate"]
     summary.update({
         "instances": len(led.held), "gb_reserved": None,
         "gb_mean": gb_s / residency if residency > 0 else 0.0, "gb_peak": max(g for _, g in steps),
         "gb_min": min(g for t, g in steps if t < residency) if steps else 0.0,
-        "reserved_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s,
+        "reserved_gb_s": gb_s, "cost_usd": gb_s * price_per_gb_s, "gpu_s_held": gpu_s, "usd": usd,
         "migrations": len(moves), "instances_started": sum(len(d["started"].split(",")) for d in moves if d["started"]),
         "reselections": sum(d["reason"] not in ("initial",) for d in ctl.decisions),
         "updates": sum(d["outcome"] == "update" for d in ctl.decisions),
@@ -203,5 +206,5 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
                      "tp": h.spec.tp, "pp": h.spec.pp, "gpus": ",".join(map(str, h.spec.gpus)), "mem_gb": h.spec.mem_gb,
                      "start_s": h.start_s, "ready_s": h.ready_s, "drain_s": h.drain_s, "released_s": h.released_s})
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task] if len(workload) else np.zeros(0)
-    good = ~failed & acc_ok & (done_s - workload.arrival_s <= slo + 1e-9)
+    good = ~failed & acc_ok & (done_s - workload.arrival_s <= slo + TOL)
     return DayResult(summary, per_task, list(ctl.decisions), steps, rows, good)

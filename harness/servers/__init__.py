@@ -5,16 +5,13 @@ instance (``transformers serve``, ``vllm serve``, ``trtllm-serve``) with its TP/
 mapping, engine configuration and memory share, wait for health, and stop them, and synthetic
 load prompts (``prompts``).
 
-    from harness.servers import ServerSpec, Fleet, OpenAIClient
+    from harness.servers.launcher import Fleet, ServerSpec
     with Fleet([ServerSpec(name="llm0", backend="transformers", model="/path/model", port=8100)]) as fleet:
         client = fleet.client("llm0")
 
-``httpx`` is imported only when a client is made.
+The package exports nothing itself: import from the module that defines a name
+(``launcher``: ``Fleet``, ``ServerSpec``, ``build_command``; ``client``: ``OpenAIClient``;
+``calls``: ``ServerError``, ``ServerDeadError``, ``Generation``, ``run_sync``; ``engine``:
+``OpenAIEngine``; ``deploy``, ``export``, ``prompts``, ``torchserve``). ``httpx`` is imported
+only when a client is made.
 """
-from harness.servers.client import (FAULT_KINDS, Completion, EngineDeadError, Generation, OpenAIClient, OpenAIEngine,
-                                    ServerError, exact_output_body, served_model)
-from harness.servers.launcher import BACKENDS, Fleet, ServerProcess, ServerSpec, build_command, config_files
-
-__all__ = ["Completion", "Generation", "FAULT_KINDS", "exact_output_body", "served_model", "EngineDeadError",
-           "OpenAIClient", "OpenAIEngine", "ServerError", "BACKENDS", "Fleet", "ServerProcess", "ServerSpec",
-           "build_command", "config_files"]

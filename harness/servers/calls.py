@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from collections.abc import AsyncIterator
 from typing import Any, Coroutine
 
-from orchestrator.engines.base import EngineError
+from orchestrator.engines.base import EngineDeadError, EngineError
 
 FAULT_KINDS = ("deadline", "timeout", "overloaded", "server", "http", "stream_error", "truncated", "malformed",
                "diverged", "dead")
@@ -28,8 +28,9 @@ class ServerError(EngineError):
         self.kind = kind
 
 
-class EngineDeadError(ServerError):
-    """The server cannot be reached any more (connection refused/reset after the retries)."""
+class ServerDeadError(ServerError, EngineDeadError):
+    """The server cannot be reached any more (connection refused/reset after the retries); an
+    orchestrator ``EngineDeadError``, so the wall-clock runtime retires the instance."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "dead")

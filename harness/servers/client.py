@@ -1,7 +1,8 @@
 """An OpenAI-compatible HTTP client (``/v1/completions`` or ``/v1/chat/completions``, streamed or
-not; ``/health``) with an overall deadline per call and careful retries, and
-:class:`OpenAIEngine`, which makes one server an orchestrator engine (in ``harness.servers.engine``;
-a call's faults, result and event loop live in ``harness.servers.calls``; all importable from here).
+not; ``/health``) with an overall deadline per call and careful retries. A call's faults
+(:data:`~harness.servers.calls.FAULT_KINDS`), its result (``Generation``) and the shared event loop
+are :mod:`harness.servers.calls`; :class:`~harness.servers.engine.OpenAIEngine` makes one client's
+server an orchestrator engine.
 
 Works with any server speaking the OpenAI API: ``transformers serve``, ``vllm serve``,
 ``trtllm-serve``. One implementation, asynchronous (:meth:`OpenAIClient.agenerate`, httpx's
@@ -29,7 +30,7 @@ Every call either returns a complete :class:`Generation` or raises a :class:`Ser
   event) is not JSON, has no ``choices`` or has the wrong shape (``calls.event_parts``), or a
   stream line over ``calls.MAX_EVENT_BYTES``; ``diverged``: a retried stream that does not repeat
   what the first attempt already delivered;
-- ``dead`` (:class:`EngineDeadError`): the server could not be reached after the retries
+- ``dead`` (:class:`~harness.servers.calls.ServerDeadError`): the server could not be reached after the retries
   (connection refused or reset before a response); later calls fail at once.
 
 Retries happen only where nothing was generated for the caller or nothing is lost: connection
@@ -47,11 +48,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.servers.calls import (FAULT_KINDS, Completion, EngineDeadError, Generation,  # noqa: F401 - re-exported
-                                   ServerError, bounded_lines, client_loop, event_parts, exact_output_body,
-                                   is_client_loop, run_sync, served_model)
-from harness.servers.calls import retry_after_s as _retry_after_s
-from harness.servers.engine import OpenAIEngine  # noqa: F401 - re-exported
+from harness.servers.calls import (Generation, ServerDeadError, ServerError, bounded_lines, event_parts, is_client_loop,
+                                   retry_after_s, run_sync)
 
 
 class _Cut(Exception):
@@ -156,7 +154,7 @@ class OpenAIClient:
         on one event loop per client (the loop of its first call). ``on_text`` gets each text
         piece once, in order, as it arrives (streamed calls)."""
         if self.dead:
-            raise self._fail(EngineDeadError(f"server {self.name} is dead"))
+            raise self._fail(ServerDeadError(f"server {self.name} is dead"))
         self.requests += 1
         budget = self.timeout_s if deadline_s is None else deadline_s
         st = _Attempt(time.perf_counter())
@@ -187,7 +185,7 @@ class OpenAIClient:
                     if last:
                         raise ServerError(f"server {self.name}: HTTP 429 (overloaded) after {st.attempts} attempts",
                                           "overloaded") from None
-                    wait = _retry_after_s(exc.response.headers.get("retry-after")) or wait
+                    wait = retry_after_s(exc.response.headers.get("retry-after")) or wait
                 elif code >= 500:
                     if last:
                         raise ServerError(f"server {self.name}: HTTP {code}: {text}", "server") from None
@@ -195,13 +193,13 @@ class OpenAIClient:
                     raise ServerError(f"server {self.name}: HTTP {code}: {text}", "http") from None
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 if last:
-                    raise EngineDeadError(f"server {self.name} unreachable: {type(exc).__name__}: {exc}") from None
+                    raise ServerDeadError(f"server {self.name} unreachable: {type(exc).__name__}: {exc}") from None
             except httpx.ReadTimeout:
                 raise ServerError(f"server {self.name}: nothing received for {self.read_timeout_s:g} s "
                                   f"(not re-sent)", "timeout") from None
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, _Cut) as exc:
                 if last:
-                    raise EngineDeadError(f"server {self.name}: connection lost ({type(exc).__name__}: {exc})") \
+                    raise ServerDeadError(f"server {self.name}: connection lost ({type(exc).__name__}: {exc})") \
                         from None
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")

@@ -36,16 +36,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.servers.client import OpenAIClient, served_model
+from harness.servers.calls import served_model
+from harness.servers.client import OpenAIClient
 from harness.servers.launcher import Fleet, ServerSpec
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
 from selector.deployment import InstanceSpec
+from selector.problem import TOL
 
 
 @dataclass
 class Endpoint:
     """Where one instance's calls go. ``backend`` says how to ask for exact output lengths
-    (``harness.servers.client.exact_output_body``; None: ask nothing, record what comes back);
+    (``harness.servers.calls.exact_output_body``; None: ask nothing, record what comes back);
     ``alive`` is the server process's liveness when we launched it (None: unknown);
     ``tokenizer``: a local tokenizer path for exact-length prompts (None: corpus words)."""
     client: OpenAIClient
@@ -68,6 +70,15 @@ def catalog_path(model: str) -> str:
     return model_spec(model).hf_id
 
 
+def instance_gpu(inst: InstanceSpec | None, default: Any = None) -> Any:
+    """The catalog GPU (``GpuSpec``) an instance runs on: its own ``gpu_type`` (spec section 10)
+    when the plan names one, else ``default`` (a name or a ``GpuSpec``; None: unknown)."""
+    from profiler.steps import gpu_spec
+    if inst is not None and inst.gpu_name(None) is not None:
+        return gpu_spec(inst.gpu_name(None))
+    return gpu_spec(default) if isinstance(default, str) else default
+
+
 def memory_share(inst: InstanceSpec, *, backend: str, gpu: Any, engine: EngineConfig | None = None,
                  earlier_gb: Mapping[int, float] | None = None) -> dict[str, Any]:
     """The ServerSpec fields that give ``inst`` its planned memory on GPUs of type ``gpu``
@@ -76,7 +87,7 @@ def memory_share(inst: InstanceSpec, *, backend: str, gpu: Any, engine: EngineCo
     gives a GPU more than it holds or leaves no KV cache."""
     engine = engine or DEFAULT
     share = inst.shard_gb / gpu.capacity_gb
-    if share > 1.0 + 1e-9:
+    if share > 1.0 + TOL:
         raise ValueError(f"instance {inst.id}: {inst.shard_gb:.2f} GB per GPU exceeds a {gpu.name}'s "
                          f"{gpu.capacity_gb:.2f} GB")
     if backend == "vllm":
@@ -115,8 +126,7 @@ def specs_for_instances(instances: Sequence[InstanceSpec], *, model_paths: Mappi
     its default (``ServerSpec.engine_config``). ``common`` goes to every spec
     (``dtype``, ``startup_timeout_s``, ``env``, ...)."""
     if isinstance(gpu, str):
-        from profiler.steps import gpu_spec
-        gpu = gpu_spec(gpu)
+        gpu = instance_gpu(None, gpu)
     args = dict(instance_args or {})
     unknown = sorted(set(args) - {i.id for i in instances} - {"*"})
     if unknown:
@@ -141,8 +151,9 @@ def specs_for_instances(instances: Sequence[InstanceSpec], *, model_paths: Mappi
             else:
                 model = catalog_path(inst.model)
             tp, pp, gpus = inst.tp, inst.pp, tuple(inst.gpus)
-            if gpu is not None:
-                fields.update(memory_share(inst, backend=backend, gpu=gpu, engine=engine, earlier_gb=taken))
+            own = instance_gpu(inst, gpu)
+            if own is not None:
+                fields.update(memory_share(inst, backend=backend, gpu=own, engine=engine, earlier_gb=taken))
                 for g in inst.gpus:
                     taken[g] = taken.get(g, 0.0) + inst.shard_gb
         extra = tuple(common.get("extra_args", ())) + tuple(args.get("*", ())) + tuple(args.get(inst.id, ()))

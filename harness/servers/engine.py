@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Sequence
 
 from orchestrator import ops
-from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput
-from orchestrator.engines.real.worker import FuturePendingBatch, PieceCallback, check_kinds
+from orchestrator.engines.base import Engine, EngineError, Invocation, InvocationOutput, PieceCallback, check_kinds
+from orchestrator.engines.real.worker import FuturePendingBatch
 from orchestrator.jsonstream import IncrementalJsonList, JsonStreamError
 from orchestrator.primitives import Kind, PREFILL_KINDS
 

@@ -13,10 +13,18 @@ per-instance arguments) and the same config files (TensorRT-LLM's ``--config`` Y
 - ``compose``: one service per instance, its GPUs by device id (``deploy.resources.
   reservations.devices``), ``ipc: host``, the Hugging Face cache mounted, a health check;
 - ``k8s``: per instance a ``Deployment`` (GPU request ``nvidia.com/gpu: tp*pp``, readiness probe
-  on ``/health``) and a ``Service``; TensorRT-LLM configs in a ``ConfigMap``. Kubernetes' device
+  on ``/health``, a node selector ``nvidia.com/gpu.product`` for its GPU type: the label NVIDIA GPU
+  Feature Discovery puts on nodes) and a ``Service``; TensorRT-LLM configs in a ``ConfigMap``. Kubernetes' device
   plugin hands out whole GPUs, so instances the plan co-locates on one GPU each get a GPU of
   their own there unless the cluster shares GPUs (time-slicing, MPS); the plan's GPU ids and
   memory share are kept as annotations.
+
+GPU types (spec section 10): each instance runs on its plan's ``gpu_type`` (its memory share is
+of that GPU); a plan without types takes ``--gpu``. When a plan spans several types, the script
+starts one type's servers per host (``GPU_TYPE=h100-sxm bash servers.sh``; unset: all) and the
+compose services carry the type as a profile (``docker compose --profile h100-sxm up``); GPU ids
+stay the plan's cluster ids, so map them to each host's device ids where a cluster numbers GPUs
+across hosts.
 
 Model paths default to the catalog's ``hf_id`` (the servers resolve them from the Hugging Face
 cache or hub), or come from ``--model-path MODEL=DIR``.
@@ -51,9 +59,11 @@ IMAGES = {"vllm": "vllm/vllm-openai:latest", "trtllm": "nvcr.io/nvidia/tensorrt-
 CONFIG_DIR = "/etc/flowmaker"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: the node label NVIDIA GPU Feature Discovery sets to the GPU's product name
+PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
-def _comment(text: str) -> str:
+def comment_line(text: str) -> str:
     """``text`` as one shell/YAML comment line: newlines and other control characters escaped."""
     return "# " + json.dumps(text)[1:-1]
 
@@ -171,23 +181,30 @@ def _portable(cmd: list[str]) -> list[str]:
     return [Path(cmd[0]).name, *cmd[1:]]
 
 
-def render(specs: Mapping[str, ServerSpec], fmt: str, *, image: str | None = None, namespace: str = "default") -> str:
+def render(specs: Mapping[str, ServerSpec], fmt: str, *, image: str | None = None, namespace: str = "default",
+           gpus: Mapping[str, Any] | None = None) -> str:
     """``specs`` ({instance id: spec}) as ``fmt`` (:data:`FORMATS`); ValueError for another, for a
-    namespace that is not a DNS-1123 label or an environment variable name that is not an identifier."""
+    namespace that is not a DNS-1123 label or an environment variable name that is not an identifier.
+    ``gpus``: {instance id: the catalog ``GpuSpec`` it runs on} (missing: not known)."""
     _check_env(specs)
     if fmt == "k8s" and not _DNS_LABEL.match(namespace):
         raise ValueError(f"namespace {namespace!r}: expected a DNS-1123 label (a-z, 0-9, '-', at most 63)")
+    gpus = dict(gpus or {})
     if fmt == "sh":
-        return _sh(specs)
+        return _sh(specs, gpus)
     if fmt == "compose":
-        return _compose(specs, image)
+        return _compose(specs, image, gpus)
     if fmt == "k8s":
-        return _k8s(specs, image, namespace)
+        return _k8s(specs, image, namespace, gpus)
     raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def _sh(specs: Mapping[str, ServerSpec]) -> str:
-    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m selector export --format sh).",
+def _mixed(gpus: Mapping[str, Any]) -> bool:
+    return len({g.name for g in gpus.values()}) > 1
+
+
+def _sh(specs: Mapping[str, ServerSpec], gpus: Mapping[str, Any]) -> str:
+    lines = ["#!/usr/bin/env bash", "# Servers of a FlowMaker plan (python -m harness export --format sh).",
              "# Logs and configs in $LOG_DIR (default ./flowmaker-servers); Ctrl-C stops every server.",
              "set -euo pipefail", 'LOG_DIR="${LOG_DIR:-./flowmaker-servers}"', 'mkdir -p "$LOG_DIR"',
              "pids=()", "trap 'kill \"${pids[@]}\" 2>/dev/null || true' EXIT INT TERM", "",
@@ -197,7 +214,7 @@ def _sh(specs: Mapping[str, ServerSpec]) -> str:
     pending: list[ServerSpec] = []
     for iid, s in specs.items():
         for other in [o for o in pending if set(o.gpus) & set(s.gpus)]:
-            lines += [_comment(f"{other.name} shares a GPU with {s.name}"),
+            lines += [comment_line(f"{other.name} shares a GPU with {s.name}"),
                       f"wait_healthy {shlex.quote(other.base_url)} {shlex.quote(other.name)}"]
             pending.remove(other)
         for name, text in config_files(s).items():
@@ -209,7 +226,13 @@ def _sh(specs: Mapping[str, ServerSpec]) -> str:
         if s.api_key_env:
             env.append(f'VLLM_API_KEY="${{{s.api_key_env}:?set {s.api_key_env}}}"')
         log = _sh_word(f"$LOG_DIR/{s.name}.log")
-        lines += [_comment(iid), f"env {' '.join(env)} {cmd} > {log} 2>&1 &", "pids+=($!)"]
+        start = [f"env {' '.join(env)} {cmd} > {log} 2>&1 &", "pids+=($!)"]
+        gpu = gpus.get(iid)
+        lines.append(comment_line(iid + (f" on {gpu.name} ({gpu.product or gpu.description})" if gpu else "")))
+        if _mixed(gpus):     # one host per GPU type: GPU_TYPE picks this host's servers
+            lines += [f'if [[ -z "${{GPU_TYPE:-}}" || "$GPU_TYPE" == {shlex.quote(gpu.name)} ]]; then', *start, "fi"]
+        else:
+            lines += start
         pending.append(s)
     lines += ["", *(f"wait_healthy {shlex.quote(s.base_url)} {shlex.quote(s.name)}" for s in pending)]
     endpoints = json.dumps({iid: s.base_url for iid, s in specs.items()})
@@ -221,7 +244,7 @@ def _container_spec(s: ServerSpec) -> ServerSpec:
     return s.model_copy(update={"host": "0.0.0.0"})
 
 
-def _compose(specs: Mapping[str, ServerSpec], image: str | None) -> str:
+def _compose(specs: Mapping[str, ServerSpec], image: str | None, gpus: Mapping[str, Any]) -> str:
     services, configs, names = {}, {}, {}
     for iid, s in specs.items():
         c = _container_spec(s)
@@ -232,8 +255,11 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None) -> str:
             "environment": _no_expand(s.env),
             "healthcheck": {"test": ["CMD", "curl", "-sf", f"http://localhost:{s.port}/health"],
                             "interval": "10s", "retries": 180},
-            "labels": {"flowmaker.instance": _no_expand(iid)},
+            "labels": _no_expand({"flowmaker.instance": iid,
+                                  **({"flowmaker.gpu-type": gpus[iid].name} if iid in gpus else {})}),
         }
+        if _mixed(gpus):
+            svc["profiles"] = [gpus[iid].name]
         if s.gpus:
             svc["deploy"] = {"resources": {"reservations": {"devices": [
                 {"driver": "nvidia", "device_ids": [str(g) for g in s.gpus], "capabilities": ["gpu"]}]}}}
@@ -247,11 +273,11 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None) -> str:
     doc: dict[str, Any] = {"services": services}
     if configs:
         doc["configs"] = configs
-    head = "# Servers of a FlowMaker plan (python -m selector export --format compose): docker compose up\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format compose): docker compose up\n"
     return head + yaml.safe_dump(doc, sort_keys=False)
 
 
-def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str) -> str:
+def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str, gpus: Mapping[str, Any]) -> str:
     docs: list[dict] = []
     names: dict[str, str] = {}
     for iid, s in specs.items():
@@ -281,14 +307,20 @@ def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str) -> 
             container["volumeMounts"].append({"name": "config", "mountPath": CONFIG_DIR})
         note = {"flowmaker/instance": iid, "flowmaker/plan-gpus": ",".join(map(str, s.gpus)),
                 "flowmaker/gpu-memory-utilization": str(s.engine_config.gpu_memory_utilization)}
+        pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+        gpu = gpus.get(iid)
+        if gpu is not None:
+            note["flowmaker/gpu-type"] = gpu.name
+            if s.gpus and gpu.product_label:
+                pod["nodeSelector"] = {PRODUCT_LABEL: gpu.product_label}
         docs.append({"apiVersion": "apps/v1", "kind": "Deployment",
                      "metadata": {"name": app, "namespace": namespace, "annotations": note},
                      "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
                               "template": {"metadata": {"labels": {"app": app}, "annotations": note},
-                                           "spec": {"containers": [container], "volumes": volumes}}}})
+                                           "spec": pod}}})
         docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app, "namespace": namespace},
                      "spec": {"selector": {"app": app}, "ports": [{"port": s.port, "targetPort": s.port}]}})
-    head = "# Servers of a FlowMaker plan (python -m selector export --format k8s): kubectl apply -f\n"
+    head = "# Servers of a FlowMaker plan (python -m harness export --format k8s): kubectl apply -f\n"
     return head + yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -296,12 +328,17 @@ def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str |
                 model_paths: Mapping[str, str] | None = None, base_port: int = 8100, engine: Any = None,
                 instance_args: Mapping[str, Sequence[str]] | None = None, image: str | None = None,
                 namespace: str = "default", **common: Any) -> str:
-    """``python -m selector export``: the plan file's servers rendered as ``fmt``."""
-    from harness.servers.deploy import specs_for_instances
+    """``python -m harness export``: the plan file's servers rendered as ``fmt``. Each instance
+    runs on its plan's GPU type; ``gpu`` names the type of instances whose plan names none."""
+    from harness.servers.deploy import instance_gpu, specs_for_instances
     deps = load_deployments(path)
     instances = [i for d in deps for i in d.instances]
     if not instances:
         raise ValueError(f"{path}: the plan deploys no instance")
+    types = {i.id: g for i in instances if (g := instance_gpu(i, gpu)) is not None}
+    untyped = [i.id for i in instances if i.id not in types]
+    if untyped:
+        raise ValueError(f"instance {untyped[0]} names no gpu_type (a plan without GPU types): give --gpu")
     specs = specs_for_instances(instances, model_paths=model_paths, backend=backend, base_port=base_port,
                                 engine=engine, gpu=gpu, instance_args=instance_args, **common)
-    return render(specs, fmt, image=image, namespace=namespace)
+    return render(specs, fmt, image=image, namespace=namespace, gpus=types)

@@ -22,7 +22,9 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-CORPUS = Path(__file__).resolve().parents[2] / "configs" / "docs_corpus" / "ostvik_guide.yaml"
+from profiler.catalog import configs_dir
+
+CORPUS = configs_dir() / "docs_corpus" / "ostvik_guide.yaml"
 MAX_RETRY = 10
 
 

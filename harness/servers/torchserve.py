@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible completions server on the profiler's own decoder, needing only
 PyTorch and the standard library: the server the closed loop runs where nothing else is installed
-(a GPU machine with PyTorch alone; ``profiler/scripts/device_check.py``).
+(a GPU machine with PyTorch alone; ``experiments/scripts/device_check.py``).
 
     python harness/servers/torchserve.py --arch ARCH.json --port 8100 [--device cuda] [--dtype bf16]
 

@@ -1,14 +1,19 @@
-"""Engines: the interface, latency profiles, simulated instances and their factory."""
-from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocation,
-                                       InvocationOutput, PendingBatch)
-from orchestrator.engines.factory import (build_instances, llm_instances, load_engine_spec,
-                                          profiler_llm_instances)
-from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
-from orchestrator.engines.profiles import (BatchProfile, LinearLLMProfile, LinearProfile, TableProfile,
-                                           max_efficient_batch)
-from orchestrator.engines.sim import AYO_ENGINE, SimEngine, SimLLMEngine
+"""Engines: the interface, latency profiles, simulated instances and their factory. Names below
+are resolved lazily (PEP 562): ``import orchestrator.engines.llm_core`` loads only the core."""
+from __future__ import annotations
 
-__all__ = ["BatchResult", "Engine", "EngineError", "Invocation", "InvocationOutput", "PendingBatch",
-           "build_instances", "llm_instances", "load_engine_spec", "profiler_llm_instances",
-           "LLMCore", "Seq", "StepTime", "BatchProfile", "LinearLLMProfile", "LinearProfile", "TableProfile",
-           "max_efficient_batch", "AYO_ENGINE", "SimEngine", "SimLLMEngine"]
+from flowmaker.lazy import lazy_exports
+
+_EXPORTS = {
+    "BatchResult": "base", "Engine": "base", "EngineError": "base", "Invocation": "base",
+    "InvocationOutput": "base", "PendingBatch": "base",
+    "build_instances": "factory", "llm_instances": "factory", "load_engine_spec": "factory",
+    "profiler_llm_instances": "factory", "LLMCore": "llm_core", "Seq": "llm_seq", "StepTime": "llm_timing",
+    "BatchProfile": "profiles", "LinearLLMProfile": "profiles", "LinearProfile": "profiles",
+    "TableProfile": "profiles", "max_efficient_batch": "profiles",
+    "AYO_ENGINE": "sim", "SimEngine": "sim", "SimLLMEngine": "sim",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

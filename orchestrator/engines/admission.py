@@ -25,6 +25,16 @@ newest partially prefilled sequence first, then the newest decoding one.
 A prefill of ``n`` new tokens on top of ``c`` tokens already in the KV cache (a continued
 prompt, a prefix-cache hit, an earlier chunk) pays attention work ``(c + n)^2 - c^2``.
 
+Each policy reads the core through a read-only :class:`~orchestrator.engines.llm_seq.CoreView`
+and returns an immutable :class:`~orchestrator.engines.llm_seq.IterationPlan` (which sequences
+are preempted, whether the decode batch decodes, which sequences prefill how many tokens); the
+core applies it and times it, as vLLM v1's ``Scheduler.schedule`` returns a ``SchedulerOutput``
+that the model runner executes (``vllm/v1/core/sched/scheduler.py`` and ``output.py``, vLLM
+main at commits 00024d3 and 00e8f1f). A policy that preempts works out what the preemption
+frees and where the victims go (the head of the waiting queue) before it admits, as the plan is
+applied in that order. A policy may keep private state between iterations (``VllmV0`` remembers
+the queue head and free blocks of its last failed admission); one policy object serves one core.
+
 Background sequences (``Seq.background``, queued in ``LLMCore.background``: Teola's partial
 prefills) never go ahead of a queued regular one: every policy admits them only after the
 regular queue is empty, into what is left of a prefill pass (or, for ``sarathi``, of an
@@ -33,79 +43,93 @@ background sequences every policy behaves exactly as described above.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
 
-from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, CoreView, IterationPlan, Policy, Seq
+from profiler.engine import SCHEDULERS, EngineConfig
 
-SCHEDULERS = ("vllm", "sarathi", "padded")
+Chunk = tuple[Seq, int]
+
+
+def _queue(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq]) -> Iterator[tuple[Seq, int, int]]:
+    """(sequence, prefill tokens, new blocks) in queue order once ``requeued`` (preempted in this
+    plan, in preemption order) went to the head of ``queue``."""
+    for s in reversed(requeued):
+        n = v.recompute_tokens(s)
+        yield s, n, v.blocks(n)
+    for s in queue:
+        yield s, s.eff, v.new_blocks(s)
 
 
 class VllmV0:
     name = "vllm"
 
-    def schedule(self, inst: LLMCore, now: float) -> float:
-        inst.chunks.clear()
-        inst.n_decode = 0
-        for _ in range(2):  # a second pass only after preemption emptied the decode batch
-            # admission is retried only when the queue head or the free blocks changed
-            if inst.waiting and (inst.waiting[0] is not inst.blocked[0] or inst.free > inst.blocked[1]
-                                 or not inst.running):
-                dur = self._prefill(inst, now)
-                if dur:
-                    return dur
-                inst.blocked = (inst.waiting[0], inst.free)
-            elif inst.background and not inst.running and not inst.waiting:   # idle: background may run
-                dur = self._prefill(inst, now)
-                if dur:
-                    return dur
-            if not inst.running:
-                return 0.0
-            need = inst.need_blocks()
-            while inst.free < need and inst.running:
-                inst.preempt_decode_last()
-                need = inst.need_blocks()
-            if inst.running:
-                inst.free -= need
-                inst.n_decode = n = len(inst.running)
-                return inst.decode_s(n, inst.ctx_sum)
-        return 0.0
+    def __init__(self) -> None:
+        self._blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
+
+    def schedule(self, v: CoreView) -> IterationPlan:
+        free, running = v.free, len(v.running)
+        # admission is retried only when the queue head or the free blocks changed
+        if v.waiting and (v.waiting[0] is not self._blocked[0] or free > self._blocked[1] or not running):
+            chunks = self._prefill(v, (), free, running)
+            if chunks:
+                return IterationPlan(chunks=chunks)
+            self._blocked = (v.waiting[0], free)
+        elif v.background and not running and not v.waiting:   # idle: background may run
+            chunks = self._prefill(v, (), free, running)
+            if chunks:
+                return IterationPlan(chunks=chunks)
+        if not running:
+            return IDLE
+        need = v.need_blocks()
+        if free >= need:
+            return DECODE_ONLY
+        victims: list[Seq] = []
+        for s in reversed(v.running.values()):        # the most recently admitted first
+            victims.append(s)
+            free += v.held_blocks(s)
+            need -= v.needs_block(s)
+            if free >= need:
+                break
+        if len(victims) < running:
+            return IterationPlan(preempt=tuple(victims), decode=True)
+        # preemption emptied the decode batch: a second pass over the queue, victims at its head
+        chunks = self._prefill(v, victims, free, 0)
+        if not chunks:
+            self._blocked = (victims[-1], free)
+        return IterationPlan(preempt=tuple(victims), chunks=chunks)
 
     def over_budget(self, tokens: int, longest: int, seqs: int, n: int, limit: int) -> bool:
         """Whether a prompt of ``n`` tokens would overflow a pass of ``seqs`` prompts holding
         ``tokens`` tokens (the longest ``longest``)."""
         return tokens + n > limit
 
-    def _prefill(self, inst: LLMCore, now: float) -> float:
-        acc = self._admit(inst, inst.waiting, (0, 0.0, 0), now)
-        if inst.background and not inst.waiting and (inst.chunks or not inst.running):
-            acc = self._admit(inst, inst.background, acc, now)
-        if not inst.chunks:
-            return 0.0
-        return inst.step.step_s(acc[0], acc[1], 0, 0.0, prefill_seqs=len(inst.chunks))
+    def _prefill(self, v: CoreView, requeued: Sequence[Seq], free: int, running: int) -> tuple[Chunk, ...]:
+        """A prefill pass over the queue (``requeued`` at its head): ``free`` blocks, ``running``
+        decoding sequences."""
+        chunks: list[Chunk] = []
+        acc = self._admit(v, _queue(v, requeued, v.waiting), chunks, (0, 0, free), running)
+        waited = len(requeued) + len(v.waiting)
+        if v.background and len(chunks) == waited and (chunks or not running):
+            self._admit(v, _queue(v, (), v.background), chunks, acc, running)
+        return tuple(chunks)
 
-    def _admit(self, inst: LLMCore, queue: Any, acc: tuple[int, float, int], now: float) -> tuple[int, float, int]:
-        """Admit from the head of ``queue`` into this pass; ``acc`` = (tokens, attention work,
-        longest prompt) of the pass so far."""
-        chunks = inst.chunks
-        tokens, attn, longest = acc
-        seats = inst.max_batch - len(inst.running)
-        limit = inst.max_batch_tokens
-        while queue and len(chunks) < seats:
-            c = queue[0]
-            n = c.eff
-            if chunks and self.over_budget(tokens, longest, len(chunks), n, limit):
+    def _admit(self, v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk],
+               acc: tuple[int, int, int], running: int) -> tuple[int, int, int]:
+        """Admit from the head of ``queue`` into this pass; ``acc`` = (tokens, longest prompt,
+        free blocks) of the pass so far."""
+        tokens, longest, free = acc
+        seats = v.max_batch - running
+        limit, watermark = v.max_batch_tokens, v.watermark
+        for c, n, nb in queue:
+            if len(chunks) >= seats or (chunks and self.over_budget(tokens, longest, len(chunks), n, limit)) \
+                    or free - nb < watermark:
                 break
-            if inst.free - inst.new_blocks(c) < inst.watermark:
-                break
-            queue.popleft()
-            have = c.have
-            inst.admit(c, now)
-            inst.prefilling.append(c)
+            free -= nb
             chunks.append((c, n))
             tokens += n
             longest = max(longest, n)
-            attn += float(have + n) ** 2 - float(have) ** 2
-        return tokens, attn, longest
+        return tokens, longest, free
 
 
 class PaddedPrefill(VllmV0):
@@ -123,69 +147,66 @@ class Sarathi:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
 
-    def budget(self, inst: LLMCore) -> int:
-        return min(self.chunk_size, inst.max_batch_tokens)
+    def budget(self, v: CoreView) -> int:
+        return min(self.chunk_size, v.max_batch_tokens)
 
-    def schedule(self, inst: LLMCore, now: float) -> float:
-        chunks = inst.chunks
-        chunks.clear()
-        budget = self.budget(inst)
-        n = len(inst.running)
+    def schedule(self, v: CoreView) -> IterationPlan:
+        budget = self.budget(v)
+        free, n, prefilling = v.free, len(v.running), list(v.prefilling)
+        victims: list[Seq] = []
         if n:
-            need = inst.need_blocks()
-            while inst.free < need and (inst.prefilling or inst.running):
-                if inst.prefilling:
-                    inst.preempt_prefill_last()
-                else:
-                    inst.preempt_decode_last()
-                need = inst.need_blocks()
-            inst.free -= need
-            n = len(inst.running)
-        inst.n_decode = n
-        tokens, attn, finishing = n, 0.0, 0
-        for c in inst.prefilling:
+            need = v.need_blocks()
+            if free < need:     # the newest partial prefill goes first, then the newest decode
+                decodes = list(v.running.values())
+                while free < need and (prefilling or decodes):
+                    if prefilling:
+                        s = prefilling.pop()
+                    else:
+                        s = decodes.pop()
+                        need -= v.needs_block(s)
+                    victims.append(s)
+                    free += v.held_blocks(s)
+                n = len(decodes)
+            free -= need
+        chunks: list[Chunk] = []
+        tokens = n
+        for c in prefilling:
             if tokens >= budget:
                 break
             m = min(c.eff - c.filled, budget - tokens)
             chunks.append((c, m))
             tokens += m
-            done = c.have + c.filled
-            attn += float(done + m) ** 2 - float(done) ** 2
-            finishing += c.filled + m == c.eff
-        tokens, attn, finishing = self._admit(inst, inst.waiting, budget, (tokens, attn, finishing), now)
-        if inst.background and not inst.waiting and (chunks or not n):
-            tokens, attn, finishing = self._admit(inst, inst.background, budget, (tokens, attn, finishing), now)
-        if tokens == 0:
-            return 0.0
-        if tokens == n:
-            return inst.decode_s(n, inst.ctx_sum)
-        return inst.step.step_s(tokens - n, attn, n, float(inst.ctx_sum), prefill_seqs=finishing)
+        seats = v.max_batch - n - len(prefilling)
+        pre = len(chunks)
+        acc = self._admit(v, _queue(v, victims, v.waiting), chunks, budget, (tokens, free, seats))
+        if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
+            self._admit(v, _queue(v, (), v.background), chunks, budget, acc)
+        if chunks:
+            return IterationPlan(preempt=tuple(victims), decode=n > 0, chunks=tuple(chunks))
+        if victims:
+            return IterationPlan(preempt=tuple(victims), decode=n > 0)
+        return DECODE_ONLY if n else IDLE
 
     @staticmethod
-    def _admit(inst: LLMCore, queue: Any, budget: int, acc: tuple[int, float, int],
-               now: float) -> tuple[int, float, int]:
+    def _admit(v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk], budget: int,
+               acc: tuple[int, int, int]) -> tuple[int, int, int]:
         """Admit from the head of ``queue`` while budget, seats and blocks allow; ``acc`` =
-        (tokens, attention work, prompts finishing) of the iteration so far."""
-        chunks = inst.chunks
-        tokens, attn, finishing = acc
-        n = len(inst.running)
-        while queue and tokens < budget and n + len(inst.prefilling) < inst.max_batch:
-            c = queue[0]
-            if inst.free - inst.new_blocks(c) < inst.watermark:
+        (tokens, free blocks, free seats) of the iteration so far."""
+        tokens, free, seats = acc
+        watermark = v.watermark
+        for c, eff, nb in queue:
+            if tokens >= budget or seats <= 0 or free - nb < watermark:
                 break
-            queue.popleft()
-            inst.admit(c, now)
-            inst.prefilling.append(c)
-            m = min(c.eff, budget - tokens)
+            free -= nb
+            seats -= 1
+            m = min(eff, budget - tokens)
             chunks.append((c, m))
             tokens += m
-            attn += float(c.have + m) ** 2 - float(c.have) ** 2
-            finishing += m == c.eff
-        return tokens, attn, finishing
+        return tokens, free, seats
 
 
-def make_admission(config: Any) -> VllmV0 | PaddedPrefill | Sarathi:
-    """The policy ``config.scheduler`` names (a ``profiler.engine.EngineConfig``)."""
+def make_admission(config: EngineConfig) -> Policy:
+    """The policy ``config.scheduler`` names (one object per core)."""
     name = config.scheduler
     if name == "vllm":
         return VllmV0()

@@ -70,6 +70,11 @@ class EngineError(RuntimeError):
     """An invocation the engine cannot run (unknown kind, missing KV cache)."""
 
 
+class EngineDeadError(EngineError):
+    """The engine is gone for good (its server cannot be reached): a runtime gives the instance
+    no more work. Real engines raise a subclass (``harness.servers.calls.ServerDeadError``)."""
+
+
 class Engine(ABC):
     """One engine instance. ``kind``: "llm", "embedding", "reranker", "vectordb", "websearch"."""
     name: str

@@ -11,9 +11,9 @@ from flowmaker.inputs import InputError, load_mapping
 from flowmaker.names import name_problem
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.llm_core import StepTime
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
-from orchestrator.engines.sim import AYO_ENGINE, SimLLMEngine, SimEngine
+from orchestrator.engines.sim import AYO_ENGINE, DEFAULT_KV_TOKENS, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
 from profiler.catalog import configs_dir
 from profiler.engine import EngineConfig
@@ -139,7 +139,7 @@ def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,
                       ref_tokens=spec.ref_tokens_per_item) for i in range(n_instances)]
 
 
-def llm_instances(*, name: str, step: StepTime, n_instances: int = 1, kv_capacity_tokens: int = 16_000,
+def llm_instances(*, name: str, step: StepTime, n_instances: int = 1, kv_capacity_tokens: int = DEFAULT_KV_TOKENS,
                   config: EngineConfig = AYO_ENGINE) -> list[Engine]:
     """Simulated LLM instances on the one engine core (``SimLLMEngine``)."""
     return [SimLLMEngine(name=f"{name}#{i}", step=step, kv_capacity_tokens=kv_capacity_tokens, config=config)
@@ -147,7 +147,7 @@ def llm_instances(*, name: str, step: StepTime, n_instances: int = 1, kv_capacit
 
 
 def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_instances: int = 1,
-                           kv_capacity_tokens: int = 16_000, config: EngineConfig = AYO_ENGINE) -> list[Engine]:
+                           kv_capacity_tokens: int = DEFAULT_KV_TOKENS, config: EngineConfig = AYO_ENGINE) -> list[Engine]:
     """LLM instances timed by the profiler's step model of ``model`` on ``tp x pp`` ``gpu`` s."""
     from profiler.steps import step_model
     return llm_instances(name=f"{model}@{gpu}x{tp * pp}", step=step_model(model, gpu, tp, pp),

@@ -1,38 +1,39 @@
 """The one iteration-level LLM engine core (continuous batching, paged KV cache, preemption).
 
-Both simulators run every LLM instance through :class:`LLMCore`: the harness (one call of a
-workflow stage = one :class:`Seq` with a prompt and an output) and the orchestrator (Teola's
-primitives: a partial prefill parks its KV under a key, a full prefill or a decoding continues
-it; the sequence and its token rules are ``orchestrator.engines.llm_seq``). Which sequences run
-in the next iteration is the admission policy's decision (``orchestrator.engines.admission``);
-how colocated instances slow each other is the :class:`Colocation` policy's (with the step time,
-``orchestrator.engines.llm_timing``); the settings are one ``profiler.engine.EngineConfig``.
+Every simulated LLM instance is an :class:`LLMCore`: the harness's (one call of a workflow
+stage = one ``Seq`` with a prompt and an output) and the orchestrator's (Teola's primitives: a
+partial prefill parks its KV under a key, a full prefill or a decoding continues it; sequences
+and their token rules: ``orchestrator.engines.llm_seq``). Its policy
+(``orchestrator.engines.admission``) reads it as a read-only ``CoreView`` and returns an
+immutable ``IterationPlan``; only the core applies a plan (preemptions, the decode batch's
+blocks, admissions) and times it with the step model. Colocation and step time:
+``orchestrator.engines.llm_timing``; settings: one ``profiler.engine.EngineConfig``.
 
-Bookkeeping every policy shares, O(1) amortised per iteration whatever the batch size:
+A sequence goes WAITING -> PREFILL (admitted; prompt prefilled in one or more chunks) -> DECODE
+(a token per decode iteration) -> DONE; a preemption (by recomputation: blocks freed, the whole
+context prefilled again on readmission) sends it back to WAITING; one that can never fit the
+cache is FAILED at once. An idle core that receives work starts its next iteration at the end
+of the instant (the event loop's ``defer``), so every submission of an instant can join it.
 
-- KV cache in blocks of ``block_size`` tokens (vLLM's paged allocation). A decoding sequence's
-  context grows by one token per decode iteration, so it needs a new block exactly when its
-  context is a multiple of ``block_size``. Sequences are grouped by ``(ctx0 - join) mod
-  block_size``; those needing a block in decode iteration ``k`` are group ``(-k) mod
-  block_size``, so a counter per group gives the demand without visiting sequences.
-- A decoding sequence's last iteration (and the iteration of each streamed piece) is known when
-  it joins, so it waits in a bucket per iteration index instead of being advanced one by one.
-- ``ctx_sum`` (total context of the decode batch, what decode attention reads) grows by the
-  batch size per decode iteration and shrinks when sequences leave.
-
-Preemption is by recomputation: the sequence's blocks are freed and its whole context (prefix,
-prompt and generated tokens) is prefilled again when it is readmitted.
+Bookkeeping, O(1) amortised per iteration whatever the batch size: KV in blocks of
+``block_size`` tokens (vLLM's paged allocation); a decoding sequence needs a new block exactly
+when its context is a multiple of ``block_size``, so sequences are grouped by ``(ctx0 - join)
+mod block_size`` and group ``(-k) mod block_size`` is the demand of decode iteration ``k``. A
+decoding sequence's last iteration (and each streamed piece's) is known when it joins, so it
+waits in a bucket per iteration index. ``ctx_sum`` (the decode batch's total context, what
+decode attention reads) grows by the batch size per decode iteration.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Hashable, Iterable, Sequence
 
-from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, NAN, PREFILL, WAITING,  # noqa: F401 - re-exported
-                                          PieceSink, Seq, Sink)
+from orchestrator.engines.admission import make_admission
+from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, PREFILL, WAITING, IterationPlan, PieceSink,
+                                          Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
-from orchestrator.runtime.events import P_DONE, P_KICK, Event, Simulator
+from orchestrator.runtime.events import P_DONE, Event, Simulator
+from profiler.engine import EngineConfig
 
 
 class IterationEnd(Event):
@@ -47,37 +48,22 @@ class IterationEnd(Event):
         return self.inst.end_iteration(self.time)
 
 
-class Kick(Event):
-    """Start an idle instance's next iteration once everything else of this instant has run."""
-
-    __slots__ = ("inst",)
-    priority = P_KICK
-
-    def __init__(self, time: float, inst: LLMCore) -> None:
-        super().__init__(time)
-        self.inst = inst
-
-    def handle(self, sim: Simulator) -> list[Event]:
-        self.inst.kicked = False
-        return [] if self.inst.busy else self.inst.start_iteration(self.time)
-
-
 class LLMCore:
     """A model instance. ``sink(seq, now)`` is told of every finished, parked or rejected
-    sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``config`` is a
-    ``profiler.engine.EngineConfig``; ``admission`` its policy object (default: the one
-    ``config.scheduler`` names)."""
+    sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``policy`` decides its
+    iterations (default: the one ``config.scheduler`` names); ``loop`` is the event loop it runs
+    on (:meth:`bind`)."""
 
-    def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: Any,
-                 admission: Any = None, on_piece: PieceSink | None = None, gpus: Sequence[GpuSlot] = (),
-                 colocation: Colocation | None = None, meta: Any = None) -> None:
-        from orchestrator.engines.admission import make_admission
+    def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
+                 policy: Policy | None = None, on_piece: PieceSink | None = None,
+                 gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None,
+                 loop: Simulator | None = None) -> None:
         bs = config.block_size
         if kv_tokens < bs:
             raise ValueError(f"{name}: KV cache of {kv_tokens} tokens holds less than one block")
-        self.name, self.step, self.sink, self.on_piece, self.meta = name, step, sink, on_piece, meta
+        self.name, self.step, self.sink, self.on_piece, self.loop = name, step, sink, on_piece, loop
         self.config = config
-        self.admission = admission or make_admission(config)
+        self.policy: Policy = policy or make_admission(config)
         self.max_batch, self.max_batch_tokens, self.block_size = config.max_num_seqs, config.max_num_batched_tokens, bs
         self.total_blocks = kv_tokens // bs
         self.watermark = int(config.watermark * self.total_blocks)
@@ -89,13 +75,13 @@ class LLMCore:
         self.running: dict[int, Seq] = {}        # decoding, in admission order
         self.ready: deque[Seq] = deque()         # continue a parked KV with nothing to prefill
         self.background: deque[Seq] = deque()    # low-priority prefills (Seq.background)
-        self.parked: dict[Any, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
+        self.parked: dict[Hashable, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
         self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
         self.mark_buckets: dict[int, list[Seq]] = {}
         self.groups = [0] * bs
         self.dit = 0                              # decode iterations run so far
         self.ctx_sum = 0
-        self.chunks: list[tuple[Seq, int]] = []   # this iteration's prefill work
+        self.chunks: tuple[tuple[Seq, int], ...] = ()   # this iteration's prefill work
         self.n_decode = 0                         # this iteration's decode batch
         self.busy = self.kicked = False
         self.outstanding = 0                      # queued + running sequences
@@ -105,7 +91,10 @@ class LLMCore:
         self.busy_s = 0.0
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
-        self.blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
+
+    def bind(self, loop: Simulator) -> None:
+        """Run on ``loop`` from now on (where it defers its next iteration's start)."""
+        self.loop = loop
 
     def decode_s(self, n: int, ctx: float) -> float:
         """``step.step_s(0, 0, n, ctx)``, memoised as ``a(n) + b(n) * ctx``: a decode iteration's time
@@ -117,7 +106,7 @@ class LLMCore:
             c = self._decode_coef[n] = (a, (self.step.step_s(0, 0.0, n, 1e6) - a) / 1e6)
         return c[0] + c[1] * ctx
 
-    # ---- capacity ------------------------------------------------------------------
+    # ---- capacity (the CoreView a policy reads) ----------------------------------------
     @property
     def kv_tokens(self) -> int:
         return self.total_blocks * self.block_size
@@ -142,11 +131,22 @@ class LLMCore:
         """New blocks the decode batch needs in the next decode iteration."""
         return self.groups[-self.dit % self.block_size]
 
+    def needs_block(self, s: Seq) -> bool:
+        return (s.ctx0 - s.join) % self.block_size == -self.dit % self.block_size
+
+    def held_blocks(self, s: Seq) -> int:
+        if s.state == DECODE:
+            return self.blocks(s.ctx0 + self.dit - s.join)
+        return self.blocks(s.have + s.eff)
+
+    def recompute_tokens(self, s: Seq) -> int:
+        return s.tokens0 + s.gen + (self.dit - s.join if s.state == DECODE else 0)
+
     # ---- arrivals ------------------------------------------------------------------
     def submit(self, s: Seq, now: float, *, front: bool = False) -> Iterable[Event] | None:
         """Queue ``s`` (at the head with ``front``, as vLLM re-queues a continued prompt); returns
-        the events this causes (a kick, or the sink's on reject / an immediate finish)."""
-        s.instance = self
+        the events this causes (the sink's on reject or an immediate finish); an idle core starts
+        its next iteration at the end of the instant."""
         s.arrival_s = now
         if s.kv_from is not None:
             tokens, first = self.parked.pop(s.kv_from)
@@ -173,23 +173,30 @@ class LLMCore:
             self.waiting.appendleft(s)
         else:
             self.waiting.append(s)
-        if self.busy or self.kicked:
-            return None
-        self.kicked = True
-        return (Kick(now, self),)
+        self._wake()
+        return None
 
-    def promote(self, s: Seq, now: float) -> Iterable[Event] | None:
+    def promote(self, s: Seq, now: float) -> None:
         """Background sequence ``s`` became critical: it joins the end of the regular queue
-        (nothing if it was admitted already); returns the events this causes (a kick)."""
+        (nothing if it was admitted already)."""
         s.background = False
         if s.state != WAITING or s not in self.background:
-            return None
+            return
         self.background.remove(s)
         self.waiting.append(s)
-        if self.busy or self.kicked:
-            return None
-        self.kicked = True
-        return (Kick(now, self),)
+        self._wake()
+
+    def _wake(self) -> None:
+        if not (self.busy or self.kicked):
+            if self.loop is None:
+                raise RuntimeError(f"{self.name}: not bound to an event loop (LLMCore.bind)")
+            self.kicked = True
+            self.loop.defer(self)
+
+    def at_instant_end(self, now: float) -> list[Event] | None:
+        """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
+        self.kicked = False
+        return None if self.busy else self.start_iteration(now)
 
     def _finish_now(self, s: Seq, now: float) -> list[Event]:
         """A sequence with nothing to compute: a continued prompt with no new tokens parks its
@@ -208,15 +215,8 @@ class LLMCore:
         events.extend(self.sink(s, now) or ())
         return events
 
-    # ---- state changes used by admission policies ----------------------------------
-    def admit(self, s: Seq, now: float) -> None:
-        self.free -= self.new_blocks(s)
-        s.held = 0                  # its blocks are now counted as blocks(have + eff)
-        s.state = PREFILL
-        if s.sched_s != s.sched_s:  # NaN: first admission
-            s.sched_s = now
-
-    def admit_ready(self, now: float, events: list[Event]) -> None:
+    # ---- applying a plan -----------------------------------------------------------------
+    def _admit_ready(self, now: float, events: list[Event]) -> None:
         """Sequences continuing a parked KV with nothing to prefill join the decode batch
         (they hold their blocks already) while seats are free."""
         while self.ready and len(self.running) + len(self.prefilling) < self.max_batch:
@@ -227,37 +227,76 @@ class LLMCore:
             s.state = PREFILL
             self._join_decode(s, now, events)
 
-    def preempt_decode_last(self) -> Seq:
-        """Recomputation preemption of the most recently admitted decoding sequence."""
-        s = self.running.popitem()[1]
-        k = self.dit
-        ctx = s.ctx0 + (k - s.join)
-        self.free += -(-ctx // self.block_size)
-        self.ctx_sum -= ctx
-        self.groups[(s.ctx0 - s.join) % self.block_size] -= 1
-        s.gen += k - s.join
-        return self._requeue(s)
-
-    def preempt_prefill_last(self) -> Seq:
-        s = self.prefilling.pop()
-        self.free += self.blocks(s.have + s.eff)
-        return self._requeue(s)
-
-    def _requeue(self, s: Seq) -> Seq:
+    def _preempt(self, s: Seq) -> None:
+        """Recomputation preemption: free ``s``'s blocks, requeue it at the head of the queue."""
+        if s.state == DECODE:
+            k = self.dit
+            ctx = s.ctx0 + (k - s.join)
+            del self.running[s.id]
+            self.free += -(-ctx // self.block_size)
+            self.ctx_sum -= ctx
+            self.groups[(s.ctx0 - s.join) % self.block_size] -= 1
+            s.gen += k - s.join
+        elif s.state == PREFILL and s.eff > s.filled:
+            if self.prefilling[-1] is s:
+                self.prefilling.pop()
+            else:
+                self.prefilling.remove(s)
+            self.free += self.blocks(s.have + s.eff)
+        else:
+            raise RuntimeError(f"{self.name}: plan preempts sequence {s.id}, which is not admitted")
         s.eff = s.tokens0 + s.gen
         s.have = s.held = s.filled = 0
         s.state = WAITING
         s.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(s)
-        return s
+
+    def _apply(self, plan: IterationPlan, now: float) -> float:
+        """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
+        preempt, decode, chunks = plan
+        if preempt:
+            for s in preempt:
+                self._preempt(s)
+        n = 0
+        if decode and self.running:
+            self.free -= self.groups[-self.dit % self.block_size]     # need_blocks()
+            n = len(self.running)
+        self.n_decode = n
+        self.chunks = chunks
+        if not chunks:
+            if self.free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+            return self.decode_s(n, self.ctx_sum) if n else 0.0
+        tokens, attn, finishing = 0, 0.0, 0
+        for s, m in chunks:
+            if s.state == WAITING:
+                q = self.background if s.background else self.waiting
+                if not q or q[0] is not s:
+                    raise RuntimeError(f"{self.name}: plan admits sequence {s.id}, not the head of its queue")
+                q.popleft()
+                self.free -= self.new_blocks(s)
+                s.held = 0              # its blocks are now counted as blocks(have + eff)
+                s.state = PREFILL
+                if s.sched_s != s.sched_s:  # NaN: first admission
+                    s.sched_s = now
+                self.prefilling.append(s)
+            if not 0 < m <= s.eff - s.filled:
+                raise RuntimeError(f"{self.name}: plan prefills {m} tokens of sequence {s.id}")
+            done = s.have + s.filled
+            attn += float(done + m) ** 2 - float(done) ** 2
+            tokens += m
+            finishing += s.filled + m == s.eff
+        if self.free < 0:
+            raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+        return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
 
     # ---- iterations ----------------------------------------------------------------
     def start_iteration(self, now: float) -> list[Event]:
         events: list[Event] = []
         if self.ready:
-            self.admit_ready(now, events)
-        dur = self.admission.schedule(self, now)
+            self._admit_ready(now, events)
+        dur = self._apply(self.policy.schedule(self), now)
         if dur <= 0.0:
             self.busy = False
             return events
@@ -313,9 +352,8 @@ class LLMCore:
             if new:
                 events.extend(new)
         self.busy = False
-        if (self.waiting or self.running or self.ready or self.prefilling or self.background) and not self.kicked:
-            self.kicked = True
-            events.append(Kick(now, self))
+        if self.waiting or self.running or self.ready or self.prefilling or self.background:
+            self._wake()
         return events
 
     def _park(self, s: Seq) -> None:
@@ -324,7 +362,7 @@ class LLMCore:
         else:
             self.parked[s.park] = (s.have + s.eff, s.final)
 
-    def release(self, key: Any) -> None:
+    def release(self, key: Hashable) -> None:
         """Drop a parked KV nobody will continue."""
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)

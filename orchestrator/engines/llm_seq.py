@@ -1,5 +1,8 @@
-"""A sequence as the LLM core (``orchestrator.engines.llm_core``) serves it: :class:`Seq`, its
-states, and the callbacks the core tells of finished sequences and reached marks.
+"""The vocabulary the LLM core (``orchestrator.engines.llm_core``) and its policies
+(``orchestrator.engines.admission``) share: a sequence (:class:`Seq`, its states, the callbacks the
+core tells of finished sequences and reached marks), what a policy sees of the core
+(:class:`CoreView`, read-only), what it decides (:class:`IterationPlan`, immutable) and the policy
+interface itself (:class:`Policy`).
 
 Tokens: the prefill that completes a prompt produces the first output token (vLLM); each
 decode iteration one more. A prefill-only sequence (``output == 0``) parks its KV under
@@ -10,10 +13,11 @@ decode batch at once.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 from orchestrator.runtime.events import Event
+from profiler.engine import EngineConfig
 
 WAITING, PREFILL, DECODE, DONE, FAILED = range(5)
 NAN = float("nan")
@@ -34,10 +38,10 @@ class Seq:
 
     __slots__ = ("id", "prompt", "output", "cached", "kv_from", "park", "final", "marks", "mark_i",
                  "arrival_s", "sched_s", "first_s", "done_s", "state", "gen", "have", "held", "eff",
-                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "instance", "background")
+                 "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "background")
 
-    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: Any = None, *,
-                 cached: int = 0, kv_from: Any = None, park: Any = None, final: bool = True,
+    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None, *,
+                 cached: int = 0, kv_from: Hashable | None = None, park: Hashable | None = None, final: bool = True,
                  marks: Sequence[int] = (), background: bool = False) -> None:
         self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
         self.background = background
@@ -56,7 +60,6 @@ class Seq:
         self.join = 0         # ... at this decode-iteration index
         self.finish = -1      # decode-iteration index of its last token
         self.preemptions = 0
-        self.instance: Any = None
 
     @property
     def failed(self) -> bool:
@@ -65,3 +68,83 @@ class Seq:
 
 Sink = Callable[[Seq, float], "Iterable[Event] | None"]
 PieceSink = Callable[[Seq, int, float], "Iterable[Event] | None"]
+
+
+class IterationPlan(NamedTuple):
+    """One iteration as a policy decides it; only the core applies it, in this order (vLLM v1's
+    ``SchedulerOutput``: ``preempted_req_ids``, then ``num_scheduled_tokens`` per request).
+
+    ``preempt``: sequences preempted by recomputation, in order; each frees its blocks and goes to
+    the head of the waiting queue (so the last one ends first), to prefill its whole context
+    (:meth:`CoreView.recompute_tokens`) when readmitted. ``decode``: whether the decode batch left
+    after the preemptions decodes one token per sequence (the batch advances as a whole: its
+    bookkeeping is O(1) per iteration; a policy that would decode only some preempts the others).
+    ``chunks``: (sequence, prompt tokens) prefilled in this iteration, in order: a sequence being
+    prefilled continues, a waiting one (the head of its queue, the regular queue before the
+    background one) is admitted first, taking the blocks of its whole prompt.
+
+    The core times the iteration from the plan (the step time model), not the policy."""
+
+    preempt: tuple[Seq, ...] = ()
+    decode: bool = False
+    chunks: tuple[tuple[Seq, int], ...] = ()
+
+
+#: an iteration with nothing to run; one where only the decode batch runs
+IDLE = IterationPlan()
+DECODE_ONLY = IterationPlan(decode=True)
+
+
+class CoreView(Protocol):
+    """What a policy may read of a core (``LLMCore`` is one); nothing here may be written.
+
+    Queues in order: ``waiting`` (regular sequences not admitted), ``background`` (low-priority
+    prefills, ``Seq.background``), ``prefilling`` (admitted, prompt not fully prefilled) and
+    ``running`` (decoding, by id in admission order). KV in blocks of ``block_size`` tokens:
+    ``free`` of ``total_blocks``, ``watermark`` kept free at admission."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+    @property
+    def waiting(self) -> Sequence[Seq]: ...
+    @property
+    def background(self) -> Sequence[Seq]: ...
+    @property
+    def prefilling(self) -> Sequence[Seq]: ...
+    @property
+    def running(self) -> Mapping[int, Seq]: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def watermark(self) -> int: ...
+    @property
+    def max_batch(self) -> int: ...
+    @property
+    def max_batch_tokens(self) -> int: ...
+
+    def blocks(self, tokens: int) -> int:
+        """Blocks that hold ``tokens`` tokens."""
+
+    def new_blocks(self, s: Seq) -> int:
+        """Blocks waiting sequence ``s`` must newly take to be admitted."""
+
+    def need_blocks(self) -> int:
+        """New blocks the decode batch needs in its next decode iteration."""
+
+    def needs_block(self, s: Seq) -> bool:
+        """Whether decoding sequence ``s`` is one of those needing a new block."""
+
+    def held_blocks(self, s: Seq) -> int:
+        """Blocks admitted sequence ``s`` (decoding or prefilling) frees when preempted now."""
+
+    def recompute_tokens(self, s: Seq) -> int:
+        """Tokens admitted sequence ``s`` prefills when readmitted after a preemption now."""
+
+
+class Policy(Protocol):
+    """Decides each iteration of one core (``EngineConfig.scheduler`` names one)."""
+
+    name: str
+
+    def schedule(self, view: CoreView) -> IterationPlan:
+        """The next iteration; :data:`IDLE` when there is nothing to run."""

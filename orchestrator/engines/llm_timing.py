@@ -35,4 +35,6 @@ class Colocation:
     starts first is slowed from its next iteration on (iterations last milliseconds)."""
 
     def factor(self, gpus: Sequence[GpuSlot]) -> float:
+        if len(gpus) == 1:
+            return float(gpus[0].busy)
         return float(max(g.busy for g in gpus))

@@ -1,7 +1,7 @@
 """Latency profiles behind simulated engines.
 
 ``BatchProfile``: non-LLM engines, latency of a batch of ``batch`` items of ``tokens`` tokens each.
-LLM engines are timed per iteration by a step model (``orchestrator.engines.llm_core.StepTime``):
+LLM engines are timed per iteration by a step model (``orchestrator.engines.llm_timing.StepTime``):
 the profiler's ``StepModel`` (``profiler.steps.step_model``, the one cached adapter), or, for tests
 and paper-calibrated configs, :class:`LinearLLMProfile`. All times are seconds.
 """

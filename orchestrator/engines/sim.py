@@ -12,7 +12,9 @@ from typing import Any, Mapping, Protocol, Sequence
 from orchestrator import ops
 from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocation,
                                        InvocationOutput, PendingBatch, PieceCallback, check_kinds)
-from orchestrator.engines.llm_core import LLMCore, Seq, StepTime
+from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_seq import Seq
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import BatchProfile, max_efficient_batch
 from orchestrator.jsonstream import stream_pieces
 from orchestrator.primitives import Kind, PREFILL_KINDS
@@ -92,6 +94,8 @@ class LLMTarget(Protocol):
 
 #: EngineConfig of Teola's LLM engines unless a spec says otherwise: Ayo's padded-prefill fork
 AYO_ENGINE = EngineConfig(scheduler="padded")
+#: KV-cache capacity (tokens) of a simulated LLM instance no memory plan sizes (Teola's apps)
+DEFAULT_KV_TOKENS = 16_000
 
 
 class SimLLMEngine(Engine):
@@ -120,7 +124,7 @@ class SimLLMEngine(Engine):
     #: ``orchestrator.rewrite.worthwhile_prefix_tokens``
     background_partials = True
 
-    def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = 16_000,
+    def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = DEFAULT_KV_TOKENS,
                  config: EngineConfig = AYO_ENGINE, ref_context_tokens: int = 1024) -> None:
         self.name, self.kind = name, "llm"
         self.serves = frozenset(PREFILL_KINDS | {Kind.DECODING})
@@ -178,7 +182,8 @@ class SimLLMEngine(Engine):
         if s is None:
             self._critical.add(key)
             return []
-        return list(self.core.promote(s, now_s) or ())
+        self.core.promote(s, now_s)
+        return []
 
     def holds_kv(self, kv_key: str) -> bool:
         return kv_key in self.core.parked
@@ -195,6 +200,10 @@ class SimLLMEngine(Engine):
     def attach(self, target: LLMTarget) -> None:
         """Report finished primitives to ``target`` (the discrete-event runtime)."""
         self._target = target
+
+    def bind(self, loop: Simulator) -> None:
+        """Run the core's iterations on ``loop`` (the discrete-event runtime's)."""
+        self.core.bind(loop)
 
     def enqueue(self, batch: Sequence[Invocation], now_s: float) -> list[Event]:
         """Hand primitives to the core at ``now_s``; returns the events this causes."""
@@ -259,12 +268,14 @@ class SimLLMEngine(Engine):
         """Run ``batch`` alone on the core (class docstring); offsets from its start."""
         rec = _Recorder()
         outer, self._target = self._target, rec
+        outer_loop, loop = self.core.loop, Simulator()
+        self.core.bind(loop)
         try:
-            loop = Simulator()
             loop.push_all(self.enqueue(batch, 0.0))
             loop.run()
         finally:
             self._target = outer
+            self.core.loop = outer_loop
         if rec.failed:
             raise EngineError(next(iter(rec.failed.values())))
         outs = tuple(InvocationOutput(rec.values[i.key], rec.done_s[i.key], tuple(rec.pieces.get(i.key, ())))

@@ -14,6 +14,7 @@ from orchestrator.runtime.engine_scheduler import EngineScheduler
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, run_events
 from orchestrator.schemes import Scheme, get_scheme
 from orchestrator.template import QueryConfig, Template
+from profiler.engine import DEFAULT
 
 
 def make_payload(cfg: QueryConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def pass_context(engines: Mapping[str, Sequence[Engine]], *,
     caps = {name: inst[0].max_batch_size() for name, inst in engines.items()}
     caps.update(max_batch or {})
     split = {name: worthwhile_prefix_tokens(inst[0].step, background=getattr(inst[0], "background_partials", False),
-                                            block_tokens=getattr(getattr(inst[0], "config", None), "block_size", 16))
+                                            block_tokens=getattr(getattr(inst[0], "config", None), "block_size", DEFAULT.block_size))
              for name, inst in engines.items() if inst[0].kind == "llm" and hasattr(inst[0], "step")}
     return PassContext(caps, split)
 

@@ -5,18 +5,22 @@ run on it. Events are small objects whose ``handle(sim)`` returns the new events
 None); everything else (engine cores, admission policies, routers, workflows, graph
 schedulers) lives outside this loop. Ties in time are broken by ``priority`` (lower first),
 then by insertion order, so a run is deterministic. Priorities in use (lower runs first at one
-instant): arrivals and results 0-1, instance bookkeeping 2, the orchestrator's dispatch 3, an
-engine core's next iteration (:data:`P_KICK`) last, so every submission of an instant can join
-the iteration that starts then.
+instant): arrivals and results 0-1, instance bookkeeping 2, the orchestrator's dispatch 3.
+
+Work deferred to the end of an instant (:meth:`Simulator.defer`: an engine core starting its next
+iteration, so every submission of the instant can join it) runs after every event of that instant,
+in the order deferred, before the clock moves on; it is not an event (no heap entry, not counted
+in ``events_handled``). Events it causes at the same instant run before the next deferred item.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from heapq import heappop, heappush
-from typing import Any
+from collections import deque
+from typing import Any, Protocol
 
 
-P_ARRIVAL, P_DONE, P_FREE, P_DISPATCH, P_KICK = 0, 1, 2, 3, 4
+P_ARRIVAL, P_DONE, P_FREE, P_DISPATCH = 0, 1, 2, 3
 
 
 class Event:
@@ -57,14 +61,26 @@ class Arrivals(Event):
         return events
 
 
+class AtInstantEnd(Protocol):
+    """Work deferred to the end of the current instant (:meth:`Simulator.defer`)."""
+
+    def at_instant_end(self, now: float) -> Iterable[Event] | None: ...
+
+
 class Simulator:
-    """Pops events in time order until none are left or ``until_s`` is passed."""
+    """Pops events in time order until none are left or ``until_s`` is passed; at the end of
+    each instant, runs the work deferred to it (module docstring)."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self.events_handled = 0
         self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
+        self._deferred: deque[AtInstantEnd] = deque()
+
+    def defer(self, item: AtInstantEnd) -> None:
+        """Call ``item.at_instant_end(now)`` once every event of the current instant has run."""
+        self._deferred.append(item)
 
     def push(self, event: Event) -> None:
         if event.time < self.now:
@@ -79,13 +95,18 @@ class Simulator:
 
     def run(self, until_s: float = float("inf")) -> float:
         """Handle events up to ``until_s``; returns the simulated time of the last event."""
-        heap = self._heap
+        heap, deferred = self._heap, self._deferred
         n = 0
-        while heap and heap[0][0] <= until_s:
-            t, _, _, ev = heappop(heap)
-            self.now = t
-            n += 1
-            new = ev.handle(self)
+        while True:
+            if deferred and (not heap or heap[0][0] > self.now):   # the instant is over
+                new = deferred.popleft().at_instant_end(self.now)
+            elif heap and heap[0][0] <= until_s:
+                t, _, _, ev = heappop(heap)
+                self.now = t
+                n += 1
+                new = ev.handle(self)
+            else:
+                break
             if new:
                 for e in new:
                     self._seq += 1
@@ -95,4 +116,5 @@ class Simulator:
 
     @property
     def pending(self) -> int:
-        return len(self._heap)
+        """Events in the heap plus deferred items not run yet."""
+        return len(self._heap) + len(self._deferred)

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.runtime.realtime import EngineHost, RealtimeReport, drain, run_realtime
+from profiler.catalog import repo_root
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 LOOPBACK = "127.0.0.1"
@@ -75,7 +75,7 @@ def runtime_env() -> dict[str, Any]:
     worker's ``sys.path``, and ``configs/`` travels with it) and quiet, offline Hugging Face
     settings. No ``PYTHONPATH``: nothing depends on the driver's disk."""
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    return {"working_dir": REPO_ROOT, "excludes": list(WORKING_DIR_EXCLUDES), "env_vars": env}
+    return {"working_dir": str(repo_root()), "excludes": list(WORKING_DIR_EXCLUDES), "env_vars": env}
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,

@@ -13,7 +13,8 @@ one loop thread handles, so all scheduler state is touched by one thread at a ti
 
 An engine batch that raises fails the queries in it (each gets a :class:`RequestResult` whose
 ``error`` is the reason; ``RealtimeReport.failed`` lists them); an instance whose server is gone
-(:class:`EngineDead`-like errors, ``dead`` attribute or a class named ``EngineDeadError``) gets
+(an :class:`~orchestrator.engines.base.EngineDeadError`, or an instance or client whose ``dead``
+attribute is set) gets
 no more work, and when an engine has no live instance left its waiting queries fail too. Every
 finished query's result is kept.
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.batching import BatchingPolicy, Pending
-from orchestrator.engines.base import Engine
+from orchestrator.engines.base import Engine, EngineDeadError
 from orchestrator.passes import GraphCache, PassContext
 from orchestrator.runtime.api import prepare
 from orchestrator.runtime.engine_scheduler import EngineScheduler, Launch
@@ -48,10 +49,6 @@ class AsyncEngineScheduler(EngineScheduler):
 
     def _room(self, i: int) -> int:
         return 0 if i in self.dead else super()._room(i)
-
-
-def _is_dead_error(exc: BaseException) -> bool:
-    return any(c.__name__ == "EngineDeadError" for c in type(exc).__mro__)
 
 
 class EngineHost:
@@ -107,7 +104,8 @@ class EngineHost:
                     self.sink(("done", p.qid, p.node_id, out.value))
         except Exception as exc:  # noqa: BLE001 - any engine failure fails its queries, not the run
             self.sink(("failed", sorted({p.qid for p in st.batch}), f"{inst.name}: {type(exc).__name__}: {exc}"))
-            if _is_dead_error(exc) or getattr(inst, "dead", False) or getattr(getattr(inst, "client", None), "dead", False):
+            client = getattr(inst, "client", None)
+            if isinstance(exc, EngineDeadError) or getattr(inst, "dead", False) or getattr(client, "dead", False):
                 self._mark_dead(st.instance)
         finally:
             with self._lock:

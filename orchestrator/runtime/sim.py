@@ -297,6 +297,10 @@ class _Loop(Simulator):
         super().__init__()
         self.state = state
         state.clock = self
+        for sch in state.schedulers.values():          # engine cores run their iterations here
+            for inst in getattr(sch, "instances", ()):
+                if getattr(inst, "iterative", False):
+                    inst.bind(self)
 
 
 def run_events(state: SimState, queries: Sequence[QueryRun]) -> list[RequestResult]:

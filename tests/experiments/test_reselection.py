@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from experiments.run import main
+from profiler.catalog import load_prices
 
 CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "reselection_small.yaml"
 
@@ -31,6 +33,8 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     assert list(res.index) == ["static-peak", "adaptive"] and (res.requests == res.requests.iloc[0]).all()
     assert res.loc["static-peak", "migrations"] == 0 and res.loc["adaptive", "migrations"] >= 1
     assert (res.goodput > 0.9).all() and (res.reserved_gb_s > 0).all()
+    a6000 = load_prices()["a6000"].usd_per_hour("on_demand")                  # the cluster's prices are kept
+    assert (res.gpu_s_held > 0).all() and np.allclose(res.usd, res.gpu_s_held / 3600.0 * a6000)
     mem = pd.read_parquet(run / "memory.parquet")
     assert mem[mem.policy == "adaptive"].gb.nunique() > 2                       # memory moves with the load
     md = (top / "summary.md").read_text()

@@ -13,7 +13,8 @@ TASKS = ["code-completion", "chat", "rag-qa", "code-review", "summarization", "m
 
 @functools.lru_cache(maxsize=1)
 def _problems():
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS
     cluster, gpu = load_cluster_file(CONFIGS / "clusters" / "a6000x8.yaml")
     cat = load_catalog()

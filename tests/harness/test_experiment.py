@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from experiments.run import main
+from profiler.catalog import load_prices
 
 CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "paper_goodput_cost_smoke.yaml"
 
@@ -27,6 +29,9 @@ def test_smoke_run_and_resume(tmp_path, capsys):
     assert df.goodput.between(0, 1).all() and (df.cost_usd > 0).all() and (df.cost_window_usd > 0).all()
     assert (df.residency_window_s <= df.window_s + df.drain_s + 1e-9).all()
     assert (df.residency_window_s >= df.window_s).all()
+    a6000 = load_prices()["a6000"].usd_per_hour("on_demand")       # a6000x8 prices its GPUs on demand
+    assert (df.gpu_s_held > 0).all() and (df.gpu_s_held <= 8 * df.residency_s + 1e-6).all()
+    assert np.allclose(df.usd, df.gpu_s_held / 3600.0 * a6000) and (df.usd_window <= df.usd + 1e-12).all()
     lp = df[df.selector == "langchain-paper"]
     assert (lp.tasks_unplaced == 1).all()                           # the seventh task is left unplaced
     deps = pd.read_parquet(run / "deployments.parquet")
@@ -36,6 +41,7 @@ def test_smoke_run_and_resume(tmp_path, capsys):
     assert set(gpus.gpu) == set(range(8)) and gpus.busy_share.between(0, 1 + 1e-9).all()
     text = (run / "summary.md").read_text()
     assert "Sensitivity rows" in text and "Per-GPU utilisation" in text and "[" in text
+    assert "GPU dollars per load, window" in text
     stamps = {c: c.stat().st_mtime_ns for c in cells}
     cells[0].unlink()                        # an interrupted run lost one cell
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "r", "--no-progress"]) == 0

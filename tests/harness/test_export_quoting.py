@@ -131,3 +131,12 @@ def test_exported_names_stay_readable_for_plain_ids():
     k8s = list(yaml.safe_load_all(render(specs, "k8s")))
     assert k8s[0]["metadata"]["name"] == "chat-draft-v2-0"
     assert list(yaml.safe_load(render(specs, "compose"))["services"]) == ["chat.draft-v2-0"]
+
+
+def test_launch_dry_run_prints_hostile_ids_as_one_comment_line(tmp_path, capsys):
+    from harness.cli import main
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"task": "t", "status": "optimal", "deployment": _deployment().to_dict()}))
+    assert main(["launch", str(plan), "--gpu", "a6000", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * len(HOSTILE_IDS) and all(line.startswith("# ") for line in lines[::2])

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from experiments.run import main
+from profiler.catalog import load_prices
 from harness.orchestration import OrchestrationError, bind, run_requests, scheme_for
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from selector.errors import ProblemError
@@ -102,7 +104,10 @@ def test_small_experiment_runs_and_reports_chain_vs_teola(tmp_path, capsys):
     req = pd.read_parquet(run / "requests.parquet")
     c, t = (req[req.orchestration == o].set_index("request") for o in ("chain", "teola"))
     assert (c.arrival_s == t.arrival_s).all()
-    assert "Teola speedup over chain" in (run / "summary.md").read_text()
+    md = (run / "summary.md").read_text()
+    assert "Teola speedup over chain" in md and "| GPU-s held | USD |" in md
+    a6000 = load_prices()["a6000"].usd_per_hour("on_demand")
+    assert (res.gpu_s_held > 0).all() and np.allclose(res.usd, res.gpu_s_held / 3600.0 * a6000)
 
 
 def test_experiment_config_errors_are_one_line(tmp_path, capsys):

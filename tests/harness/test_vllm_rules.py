@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from harness.simulate import SimulateConfig, simulate
 from orchestrator.engines.admission import VllmV0
-from orchestrator.engines.llm_core import LLMCore, Seq
+from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_seq import DECODE, IDLE, IterationPlan, Seq
 from profiler.engine import EngineConfig, kv_capacity_tokens, memory_budget_gb
 from profiler.steps import gpu_spec, step_model
 from tests.harness.helpers import LinearStep, make_trace
@@ -88,13 +89,17 @@ def test_readmission_needs_blocks_for_prompt_and_generated_tokens_above_the_wate
     inst = LLMCore(name="x", step=LinearStep(), kv_tokens=160, sink=lambda s, t: None,
                    config=EngineConfig(watermark=0.1))
     s = Seq(0, 16, 40, 0.0)
-    s.gen = 17                      # generated when it was preempted
-    inst._requeue(s)
-    assert inst.waiting[0] is s and inst.new_blocks(s) == 3 and inst.preemptions == 1
+    inst.waiting.append(s)
+    inst._apply(IterationPlan(chunks=((s, 16),)), 0.0)       # admitted, then preempted mid-prefill
+    s.gen = 17                      # as if it had generated 17 tokens
+    inst._apply(IterationPlan(preempt=(s,)), 0.0)
+    assert inst.waiting[0] is s and inst.new_blocks(s) == 3 and inst.preemptions == 1 and inst.free == 10
     inst.free = 3                   # 3 - 3 = 0 blocks would be left, below the watermark
-    assert VllmV0()._prefill(inst, 0.0) == 0.0 and inst.waiting[0] is s
+    assert VllmV0().schedule(inst) is IDLE and inst.waiting[0] is s
     inst.free = 4
-    assert VllmV0()._prefill(inst, 0.0) > 0.0 and inst.chunks == [(s, 33)] and inst.free == 1
+    plan = VllmV0().schedule(inst)
+    assert plan.chunks == ((s, 33),) and not plan.preempt and not plan.decode
+    assert inst._apply(plan, 0.0) > 0.0 and inst.free == 1 and inst.prefilling[0] is s
 
 
 def test_ttft_of_a_sequence_preempted_before_its_first_token_runs_to_its_eventual_first_token():
@@ -124,20 +129,19 @@ def test_victim_is_the_most_recently_admitted_which_is_the_most_recently_arrived
     reqs.sort()
     trace = make_trace([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs])
     victims: list[bool] = []
-    orig = LLMCore.preempt_decode_last
+    orig = LLMCore._preempt
 
-    def check(self):
-        newest = max(self.running.values(), key=lambda s: (s.arrival_s, s.id))
-        s = orig(self)
-        victims.append(s is newest)
-        return s
+    def check(self, s):
+        if s.state == DECODE:
+            victims.append(s is max(self.running.values(), key=lambda r: (r.arrival_s, r.id)))
+        orig(self, s)
 
-    LLMCore.preempt_decode_last = check
+    LLMCore._preempt = check
     try:
         cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(kv_capacity_tokens=16 * blocks))
         res = simulate(trace, cfg, step=LinearStep())
     finally:
-        LLMCore.preempt_decode_last = orig
+        LLMCore._preempt = orig
     assert all(victims)
     assert res.summary["completed"] + res.summary["failed"] == len(reqs)
     assert math.isfinite(res.summary["simulated_s"])
@@ -145,8 +149,8 @@ def test_victim_is_the_most_recently_admitted_which_is_the_most_recently_arrived
 
 def test_what_if_agrees_with_vidur_at_moderate_load_on_equal_capacity():
     """Issue 13 target: TTFT mean and p90 within 25% of vidur's, TPOT and E2E within 5%, on the
-    same requests and KV capacity (experiments/bench_vidur.py; vidur's figures recorded there)."""
-    from experiments import bench_vidur
+    same requests and KV capacity (experiments/kinds/bench_vidur.py; vidur's figures recorded there)."""
+    from experiments.kinds import bench_vidur
     from profiler.catalog import shared_data_path
 
     if not (shared_data_path() / "vidur" / "data" / "processed_traces" / "splitwise_conv.csv").exists():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engines import LinearLLMProfile
-from orchestrator.engines.llm_core import LLMCore, Seq
+from orchestrator.engines.llm_core import LLMCore
+from orchestrator.engines.llm_seq import Seq
 from orchestrator.runtime.events import Event, Simulator
 from profiler.engine import EngineConfig
 
@@ -35,6 +36,7 @@ def _core(scheduler: str, budget: int = 100):
 
 def _run(core, plan):
     loop = Simulator()
+    core.bind(loop)
     for t, fn in plan:
         loop.push(_At(t, fn))
     loop.run()

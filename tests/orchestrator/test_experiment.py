@@ -42,7 +42,7 @@ def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
 def test_app_overrides_change_a_workload_and_unknown_components_fail():
     import pytest
 
-    from experiments.context import UserError
+    from flowmaker.entry import UserError
     from experiments.kinds.teola_apps import Params, _app
     p = Params.model_validate({"app_overrides": {"advanced_rag": {
         "query": {"answer_tokens": 64}, "params": {"expansion": {"output_tokens": 72, "json_close_tokens": None}}}}})

@@ -51,6 +51,7 @@ def _drive(engine, schedule):
     engine.attach(type("T", (), {"done": lambda s, *a: rec.done_(*a), "piece": lambda s, *a: rec.piece(*a),
                                  "failed": lambda s, *a: rec.failed(*a)})())
     loop = Simulator()
+    engine.bind(loop)
     for t, invs in schedule:
         loop.push(_At(t, engine, invs))
     loop.run()

@@ -47,6 +47,8 @@ def _pend(kind, key, words=100, qid=0, depth=1, kv=None):
 
 
 def _hand_over(sched, launches, loop):
+    for inst in sched.instances:
+        inst.bind(loop)
     for la in launches:
         loop.push_all(sched.instances[la.instance].enqueue(tuple(p.payload for p in la.batch), loop.now))
 

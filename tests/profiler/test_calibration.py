@@ -28,7 +28,7 @@ def _vidur() -> Path:
 
 def test_calibration_file_covers_all_gpus():
     cal = load_calibration(default_calibration_path())
-    assert set(cal.gpus) == {"a6000", "a40", "a100-80gb", "h100-sxm", "h200", "l40s"}
+    assert set(cal.gpus) == {"a6000", "a40", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "l40s"}
     assert cal.gpus["a6000"].source.startswith("MaverIQ A6000")
     assert set(cal.gpus["a6000"].allreduce_curves) == {2, 4, 8} and cal.gpus["a6000"].sendrecv_curve
     assert cal.gpus["h200"].source.startswith("transferred from h100-sxm")

@@ -35,7 +35,7 @@ def test_accuracy_covers_instruct_models():
 
 def test_gpus_and_configs():
     gpus = load_gpus()
-    assert set(gpus) == {"a6000", "a40", "a100-80gb", "h100-sxm", "h200", "l40s"}
+    assert set(gpus) == {"a6000", "a40", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "l40s"}
     assert gpus["a6000"].mem_gb == 48 and gpus["h200"].mem_gb == 141
     cfgs = load_deploy_configs()
     assert len(cfgs) == 10 and all(tp * pp <= 8 for tp, pp in cfgs)

@@ -22,7 +22,7 @@ def ops_csv(tmp_path_factory):
              "for m in ('pydantic', 'yaml', 'pandas', 'pyarrow', 'scipy', 'tqdm', 'numpy'):\n"
              "    sys.modules[m] = None\n"
              "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
-    script = repo_root() / "profiler/scripts/device_check.py"
+    script = repo_root() / "experiments/scripts/device_check.py"
     r = subprocess.run([sys.executable, "-c", block, str(script), str(out), "--device", "cpu", "--tiny",
                         "--no-fingerprint"], capture_output=True, text=True, timeout=120, cwd=out)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -2,7 +2,7 @@
 fingerprint extrapolation, resumption, the CLI, and the GPU check script in its --tiny CPU mode.
 
 Wall-clock claims (latency monotonic in batch and prompt, the fingerprint's TTFT/TPOT within
-15% of full depth) live in ``experiments/bench_measured.py``: they failed here whenever another
+15% of full depth) live in ``experiments/kinds/bench_measured.py``: they failed here whenever another
 job used the CPU. Needs torch (CI installs torch==2.13.0); not skipped without it on purpose.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - a missing torch must fail these tests, not skip them
 
-from experiments.bench_measured import GRID, TINY
+from experiments.kinds.bench_measured import GRID, TINY
 from profiler.catalog import repo_root
 from profiler.cli import main
 from profiler.measured import ProfileConfig, all_models, raw_log_path, run_profile
@@ -65,7 +65,7 @@ def test_memory_monotonic_in_batch_and_prompt(tables, model):
 
 def test_fingerprint_memory_within_15_percent_of_full_depth(tables):
     """The fingerprint covers the full-depth grid and extrapolates memory within 15%; its
-    TTFT/TPOT error is a timing claim (experiments/bench_measured.py)."""
+    TTFT/TPOT error is a timing claim (experiments/kinds/bench_measured.py)."""
     _, full, fp = tables
     from profiler.validate import errors, mape
     assert (fp.backend == "fingerprint").all()
@@ -144,7 +144,7 @@ def test_device_check_cpu_tiny_without_pandas_pydantic_yaml(tmp_path):
              "for m in ('pydantic', 'yaml', 'pandas', 'pyarrow', 'scipy', 'tqdm', 'numpy'):\n"
              "    sys.modules[m] = None\n"
              "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
-    script = repo_root() / "profiler/scripts/device_check.py"
+    script = repo_root() / "experiments/scripts/device_check.py"
     r = subprocess.run([sys.executable, "-c", block, str(script), str(tmp_path), "--device", "cpu",
                         "--tiny"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -158,7 +158,7 @@ def test_device_check_cpu_tiny_without_pandas_pydantic_yaml(tmp_path):
 
 
 def test_device_check_shell_wrapper(tmp_path):
-    sh = repo_root() / "profiler/scripts/device_check.sh"
+    sh = repo_root() / "experiments/scripts/device_check.sh"
     r = subprocess.run(["bash", str(sh), "--device", "cpu", "--tiny", "--no-fingerprint"],
                        capture_output=True, text=True, timeout=120,
                        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp_path)})

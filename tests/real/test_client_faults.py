@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from harness.servers import OpenAIClient, ServerError
+from harness.servers.client import OpenAIClient
+from harness.servers.calls import ServerError
 from tests.real.fake_openai import FakeServer, Step, chunk, stream_events
 
 PIECES = ["alpha ", "beta ", "gamma ", "delta"]

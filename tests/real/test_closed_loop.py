@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from harness.closedloop import LoopConfig, ServedStep, Shape, StageSize, call_service_s, run_loop, workload
+from harness.closedloop import run_loop, workload
+from harness.closedloop_model import LoopConfig, ServedStep, Shape, StageSize, call_service_s
 
 
 class _Step:

@@ -1,4 +1,4 @@
-"""The GPU check's closed-loop stage (profiler/scripts/device_check.py --loop-only), run on the
+"""The GPU check's closed-loop stage (experiments/scripts/device_check.py --loop-only), run on the
 CPU with --tiny: with the project's PyTorch-only server (harness/servers/torchserve.py), without
 pandas and scipy (the measured table is then the step model), and skipped with a reason when
 its client libraries are missing, as on a bare GPU machine."""
@@ -10,7 +10,7 @@ import sys
 
 from profiler.catalog import repo_root
 
-SCRIPT = repo_root() / "profiler/scripts/device_check.py"
+SCRIPT = repo_root() / "experiments/scripts/device_check.py"
 
 
 def _run(tmp_path, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.servers import Fleet, ServerSpec, build_command, config_files
+from harness.servers.launcher import Fleet, ServerSpec, build_command, config_files
 from harness.servers.deploy import memory_share, specs_for_instances
 from harness.servers.launcher import server_env
 from profiler.engine import EngineConfig

@@ -9,7 +9,8 @@ import pytest
 
 from harness.cluster import Workload
 from harness.live import LiveSettings, replay_live
-from harness.servers import Fleet, exact_output_body
+from harness.servers.launcher import Fleet
+from harness.servers.calls import exact_output_body
 from harness.servers.deploy import endpoints_from_fleet, endpoints_from_urls, specs_for_instances
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from tests.real.test_servers import free_port
@@ -19,7 +20,8 @@ SIZES = [(40, 4), (24, 3)]          # (prompt, output) tokens per call of the tw
 
 
 def _problems():
-    from selector.resolve import load_catalog, load_cluster_file, resolve_task
+    from selector.clusterfile import load_cluster_file
+    from selector.resolve import load_catalog, resolve_task
     from selector.taskspec import CONFIGS
     cluster, gpu = load_cluster_file(CONFIGS / "clusters" / "a6000x8.yaml")
     cat = load_catalog()

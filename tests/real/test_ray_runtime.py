@@ -61,7 +61,9 @@ def _broken_builder() -> list:
 
 
 def test_code_ships_with_the_runtime_env_not_a_pythonpath(ray_local):
-    from orchestrator.runtime.ray_runtime import REPO_ROOT, runtime_env
+    from orchestrator.runtime.ray_runtime import runtime_env
+    from profiler.catalog import repo_root
+    REPO_ROOT = str(repo_root())
     env = runtime_env()
     assert env["working_dir"] == REPO_ROOT and ".venv" in env["excludes"] and "results" in env["excludes"]
     assert "PYTHONPATH" not in env["env_vars"]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from orchestrator import load_app, simulate
-from orchestrator.engines.base import PendingBatch
+from orchestrator.engines.base import EngineDeadError, PendingBatch
 from orchestrator.runtime.realtime import run_realtime
 
 
@@ -25,10 +25,6 @@ def test_wall_clock_runtime_matches_simulation_outputs(app_name, scheme):
     assert not rep.failed
     assert [r.outputs for r in rep.results] == [r.outputs for r in sim]
     assert all(r.latency_s > 0 for r in rep.results)
-
-
-class EngineDeadError(RuntimeError):
-    pass
 
 
 class _Dying:

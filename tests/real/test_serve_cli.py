@@ -1,4 +1,4 @@
-"""``python -m selector export``, ``python -m harness launch`` and ``python -m harness replay``:
+"""``python -m harness export``, ``python -m harness launch`` and ``python -m harness replay``:
 exported files checked as text (vLLM and TensorRT-LLM are not installed here), and one real
 launch + replay on a ``transformers serve`` stand-in."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _plan(tmp_path) -> str:
 
 
 def _export(capsys, *argv) -> tuple[int, str, str]:
-    from selector.cli import main
+    from harness.cli import main
     rc = main(["export", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
@@ -127,7 +127,7 @@ def test_launch_then_replay_on_a_stand_in(tiny_llama_dir, tmp_path, capsys):
                  "--endpoints-out", str(eps), "--check"]) == 0
     assert json.loads(capsys.readouterr().out) == {A: f"http://127.0.0.1:{port}"}
     # the servers are stopped after --check: start one by hand and replay a trace on it
-    from harness.servers import Fleet, ServerSpec
+    from harness.servers.launcher import Fleet, ServerSpec
     trace = tmp_path / "t.csv"
     trace.write_text("arrived_at_s,prompt_tokens,output_tokens\n0,24,3\n0.1,40,4\n0.2,16,2\n")
     with Fleet([ServerSpec(name="s", model=str(tiny_llama_dir), port=port, dtype="float32", startup_timeout_s=180)],

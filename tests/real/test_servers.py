@@ -7,8 +7,10 @@ import socket
 
 import pytest
 
-from harness.servers import EngineDeadError, Fleet, OpenAIClient, OpenAIEngine, ServerSpec
-from harness.servers.launcher import ServerStartError
+from harness.servers.calls import ServerDeadError
+from harness.servers.client import OpenAIClient
+from harness.servers.engine import OpenAIEngine
+from harness.servers.launcher import Fleet, ServerSpec, ServerStartError
 from orchestrator.engines.base import Invocation
 from orchestrator.primitives import Kind
 
@@ -22,10 +24,10 @@ def free_port() -> int:
 def test_unreachable_server_is_declared_dead_after_retries():
     c = OpenAIClient(base_url=f"http://127.0.0.1:{free_port()}", model="m", retries=1, backoff_s=0.01, timeout_s=2)
     assert not c.health()
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(ServerDeadError):
         c.complete("hi", max_tokens=2)
     assert c.dead and c.failures == 1
-    with pytest.raises(EngineDeadError, match="dead"):   # refused at once from now on
+    with pytest.raises(ServerDeadError, match="dead"):   # refused at once from now on
         c.complete("hi", max_tokens=2)
 
 
@@ -79,6 +81,6 @@ def test_engine_that_dies_mid_run_fails_its_requests_and_keeps_results(fleet):
     for prompt in ("second", "third"):
         try:
             done.append(c.complete(prompt, max_tokens=3))
-        except EngineDeadError:
+        except ServerDeadError:
             failed += 1
     assert len(done) == 1 and failed == 2 and c.dead

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from selector.resolve import ResolveSettings, load_catalog, load_cluster_file, resolve_task
+from selector.clusterfile import load_cluster_file
+from selector.resolve import ResolveSettings, load_catalog, resolve_task
 from selector.taskspec import load_task, stage_tokens, task_names
 
 ROOT = Path(__file__).resolve().parents[2]

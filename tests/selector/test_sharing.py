@@ -15,7 +15,7 @@ from selector.deploy import deploy_bundle, deploy_sequence, deploy_task
 from selector.errors import ProblemError
 from selector.placement import StageDemand, gpu_busy, place
 from selector.problem import parse_problem
-from selector.resolve import load_cluster_file
+from selector.clusterfile import load_cluster_file
 from solvers.registry import get_solver
 from tests.randprob import random_problem, with_sharing
 

@@ -2,7 +2,7 @@
 infinite limits, and answers ``unknown`` (spec section 6) when stopped before finding anything.
 
 The strict numbers (overrun <= 0.2 s) are a benchmark claim: ``python -m
-experiments.bench_time_limits``. Here, on a shared CI machine, the bound is robust: the
+experiments.run bench_time_limits``. Here, on a shared CI machine, the bound is robust: the
 ``select`` call alone within limit + 2 s, peak memory of a fresh process under 1 GB.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _measure_from_a_small_parent(name: str) -> dict:
     import subprocess
     import sys
     from pathlib import Path
-    code = ("import json, sys; from experiments.bench_time_limits import measure_isolated; "
+    code = ("import json, sys; from experiments.kinds.bench_time_limits import measure_isolated; "
             "print(json.dumps(measure_isolated(sys.argv[1], 0.5, rlimit_mb=6000, wait_s=30.0)))")
     out = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[2])

@@ -1,0 +1,244 @@
+"""fleet_mix's report: totals per pool and rate, the target check, the mix chosen and why, what
+FlowMaker's GB*s plan costs in dollars, and the cost-vs-rate figure."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+COLUMNS = """\
+- `usd_per_hour`: US dollars per hour of the GPUs a plan newly reserves (spec section 10's `U`):
+  a whole GPU per shard, `replicas x tp x pp` GPUs per stage, each at its type's price.
+- `cost_gb_s`: the paper's objective, new GPU memory (GB) x end-to-end latency of one request (s).
+- `pool`: the GPUs the plan may use: one type alone, or `mixed` (the same number of every type).
+- `choice`: per stage `model@tpTppP:type xR` (R new replicas on GPUs of that type).
+- `saving_pct`: `100 (best single - mixed) / best single`; best single = the cheapest single-type
+  pool that serves every task of the row (fleet), or per task the cheapest type for that task.
+"""
+
+
+def _solved(df: pd.DataFrame, objective: str) -> pd.DataFrame:
+    return df[df["objective"] == objective]
+
+
+def served(df: pd.DataFrame) -> pd.Series:
+    """The tasks the mixed pool serves under usd_per_hour at every rate (a single type can serve
+    no more: the mixed pool offers its GPUs too), so that totals compare across rates."""
+    d = df[(df["objective"] == "usd_per_hour") & (df["pool"] == "mixed")]
+    ok = d.groupby("task")["usd_per_hour"].apply(lambda v: bool(v.notna().all()))
+    return pd.Series(ok[ok].index, name="task")
+
+
+def totals(df: pd.DataFrame, objective: str = "usd_per_hour") -> pd.DataFrame:
+    """Per family, rate and pool: total $/h over the tasks :func:`served` keeps; NaN when the
+    pool has no plan for one of them."""
+    d = _solved(df, objective).merge(served(df), on="task")
+    g = d.groupby(["family", "rate_rps", "pool"], sort=False)["usd_per_hour"]
+    out = g.sum(min_count=1).where(g.count() == g.size())
+    return out.unstack("pool")
+
+
+def fleet_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
+    """Per family and rate: each pool's total, the best single type, the mixed pool, the saving."""
+    t = totals(df)
+    single = t[[c for c in types if c in t]]
+    out = single.copy()
+    n = served(df).to_frame().merge(df[["task", "family"]].drop_duplicates(), on="task")
+    out.insert(0, "tasks", n.groupby("family").size().reindex(out.index.get_level_values(0)).fillna(0)
+               .astype(int).to_numpy())
+    out["best_single"] = single.min(axis=1)
+    out["best_type"] = [r.idxmin() if r.notna().any() else "-" for _, r in single.iterrows()]
+    out["mixed"] = t["mixed"]
+    out["saving_pct"] = 100 * (out["best_single"] - out["mixed"]) / out["best_single"]
+    return out.reset_index()
+
+
+def per_task_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
+    """Per family and rate, each task against its own cheapest single type: summed, and the largest
+    per-task saving (with its task)."""
+    d = _solved(df, "usd_per_hour").pivot_table(index=["family", "rate_rps", "task"], columns="pool",
+                                               values="usd_per_hour", aggfunc="first")
+    best = d[[c for c in types if c in d]].min(axis=1)
+    frame = pd.DataFrame({"best": best, "mixed": d["mixed"]}).dropna()
+    frame["saving_pct"] = 100 * (frame["best"] - frame["mixed"]) / frame["best"]
+    rows = []
+    for (fam, rate), g in frame.groupby(level=[0, 1], sort=False):
+        top = g["saving_pct"].idxmax()
+        rows.append({"family": fam, "rate_rps": rate, "tasks": len(g), "best_single_sum": g["best"].sum(),
+                     "mixed_sum": g["mixed"].sum(),
+                     "saving_pct": 100 * (g["best"].sum() - g["mixed"].sum()) / g["best"].sum(),
+                     "max_task_saving_pct": g["saving_pct"].max(), "max_task": top[2],
+                     "mixed_above_best": int((g["mixed"] > g["best"] * (1 + 1e-9) + 1e-9).sum())})
+    return pd.DataFrame(rows)
+
+
+def _md(frame: pd.DataFrame) -> str:
+    try:
+        return frame.to_markdown(index=False, floatfmt=".4g").replace(" nan ", "  -  ")
+    except ImportError:
+        return frame.to_string(index=False)
+
+
+def _prices_md(prices: dict[str, float]) -> str:
+    from profiler.catalog import load_prices
+    listed = load_prices()
+    rows = []
+    for t, usd in prices.items():
+        p = listed.get(t)
+        src = "-" if p is None else ("estimate" if p.on_demand.estimate else p.on_demand.provider)
+        rows.append(f"| {t} | {usd:.4g} | {src} |")
+    return "| type | $/GPU-hour | on-demand source |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def target_lines(fleet: pd.DataFrame, tasks: pd.DataFrame) -> list[str]:
+    out = []
+    for r in fleet.itertuples():
+        if math.isnan(r.mixed):
+            out.append(f"- {r.family} @ {r.rate_rps:g} rps: the mixed pool has no plan for every task")
+        elif math.isnan(r.best_single):
+            out.append(f"- {r.family} @ {r.rate_rps:g} rps: no single type serves every task; mixed ${r.mixed:.4g}/h")
+        else:
+            ok = "met" if r.mixed <= r.best_single * (1 + 1e-9) + 1e-9 else "MISSED"
+            out.append(f"- {r.family} @ {r.rate_rps:g} rps: mixed ${r.mixed:.4g}/h vs best single "
+                       f"{r.best_type} ${r.best_single:.4g}/h: {r.saving_pct:.3g}% less ({ok})")
+    above = int(tasks["mixed_above_best"].sum()) if len(tasks) else 0
+    out.append(f"- per task: the mixed plan costs more than the task's cheapest single type in {above} "
+               f"of {int(tasks['tasks'].sum()) if len(tasks) else 0} (task, rate) pairs")
+    return out
+
+
+def mix_lines(df: pd.DataFrame, types: list[str]) -> list[str]:
+    """Why a mix: every (task, rate) whose mixed plan uses several types or beats the task's cheapest
+    single type, with the stages and where they go."""
+    d = _solved(df, "usd_per_hour")
+    piv = d.pivot_table(index=["task", "rate_rps"], columns="pool", values="usd_per_hour", aggfunc="first")
+    best = piv[[c for c in types if c in piv]]
+    out = []
+    mixed = d[d["pool"] == "mixed"].set_index(["task", "rate_rps"])
+    for (task, rate), row in mixed.iterrows():
+        if (task, rate) not in best.index or math.isnan(row["usd_per_hour"]):
+            continue
+        b = best.loc[(task, rate)]
+        if b.isna().all():
+            continue
+        bt, bv = b.idxmin(), b.min()
+        if row["usd_per_hour"] < bv * (1 - 1e-9) or "," in row["types"]:
+            single = d[(d["task"] == task) & (d["rate_rps"] == rate) & (d["pool"] == bt)]["choice"].iloc[0]
+            out.append(f"- {task} @ {rate:g} rps: mixed ${row['usd_per_hour']:.4g}/h = {row['choice']}; "
+                       f"best single {bt} ${bv:.4g}/h = {single}")
+    return out
+
+
+def type_use(df: pd.DataFrame) -> pd.DataFrame:
+    """GPUs the mixed pool's usd_per_hour plans reserve, per rate and type (all tasks)."""
+    d = _solved(df, "usd_per_hour")
+    d = d[(d["pool"] == "mixed") & d["usd_per_hour"].notna()]
+    counts: dict[tuple[float, str], int] = {}
+    for r in d.itertuples():
+        for part in r.choice.split(" > "):
+            cfg, reps = part.rsplit(" x", 1)
+            tp, pp = cfg.split("@tp")[1].split(":")[0].split("pp")
+            key = (r.rate_rps, cfg.rsplit(":", 1)[1])
+            counts[key] = counts.get(key, 0) + int(reps) * int(tp) * int(pp)
+    s = pd.Series(counts, dtype=float)
+    return s.unstack(fill_value=0).astype(int).reset_index(names="rate_rps") if len(s) else pd.DataFrame()
+
+
+def seven_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The mixed pool's usd_per_hour plan of each of the seven tasks per rate: where it goes."""
+    d = _solved(df, "usd_per_hour")
+    d = d[(d["pool"] == "mixed") & (d["family"] == "seven")]
+    cell = d["choice"].where(d["usd_per_hour"].isna(), d["choice"] + " ($" + d["usd_per_hour"].map("{:.4g}".format)
+                                                                       + "/h)").replace("", "-")
+    return d.assign(cell=cell).pivot_table(index="task", columns="rate_rps", values="cell", aggfunc="first") \
+        .rename(columns=lambda r: f"{r:g} rps").reset_index()
+
+
+def why_not(df: pd.DataFrame) -> pd.DataFrame:
+    """Per pool, the usd_per_hour answers without a plan by the constraint the exact solver names
+    first (``placement``: the pool has too few GPUs of the type, or too little memory on them)."""
+    d = _solved(df, "usd_per_hour")
+    d = d[d["usd_per_hour"].isna()]
+    if d.empty:
+        return pd.DataFrame()
+    first = d["reason"].str.split(":").str[0].str.strip()
+    return d.assign(constraint=first).pivot_table(index="pool", columns="constraint", values="task",
+                                                  aggfunc="count", fill_value=0).reset_index()
+
+
+def gb_s_table(df: pd.DataFrame) -> pd.DataFrame:
+    """FlowMaker's GB*s plan priced in dollars beside the usd_per_hour optimum, per family, rate and
+    pool (totals; NaN where a task has no plan)."""
+    usd, gbs = totals(df, "usd_per_hour"), totals(df, "gb_s")
+    out = pd.concat({"usd_opt": usd.stack(future_stack=True), "gb_s_plan_usd": gbs.stack(future_stack=True)}, axis=1)
+    out["ratio"] = out["gb_s_plan_usd"] / out["usd_opt"]
+    return out.reset_index()
+
+
+def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
+    types = list(params.types)
+    fleet, tasks = fleet_table(df, types), per_task_table(df, types)
+    gbs = gb_s_table(df)
+    mixes = mix_lines(df[df["family"] == "seven"], types)
+    rest = mix_lines(df[df["family"] == "random"], types)
+    use = type_use(df)
+    return "\n".join([
+        f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
+        f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
+        f"{(df.drop_duplicates('task')['family'] == 'random').sum()} random), rates {params.rates_rps} rps, "
+        f"{params.gpus_per_type} GPUs of each type per pool; `{params.solver}` minimises `usd_per_hour`; "
+        f"latency SLOs from the standalone latency on {params.reference_gpu}.", "",
+        "## Prices", "", _prices_md(prices), "",
+        "## Total $/h per pool", "",
+        "Each task alone on the empty pool; the total over the `tasks` of the family that the mixed pool serves at "
+        "every rate (`-`: the type alone cannot serve one of them).", "", _md(fleet), "",
+        "## Each task against its own cheapest single type", "", _md(tasks), "",
+        "## Answers without a plan, per pool and first violated constraint (spec section 6)", "",
+        _md(why_not(df)) if len(why_not(df)) else "- none", "",
+        "## Target: the mixed pool never costs more per hour than the best single type", "",
+        *target_lines(fleet, tasks), "",
+        "## GPUs the mixed pool's plans reserve, per type (all tasks)", "", _md(use) if len(use) else "-", "",
+        "## The mix chosen (where it uses several types or beats every single type)", "",
+        "The seven tasks' plans on the mixed pool:", "", _md(seven_table(df)), "",
+        *(mixes or ["- each of them uses one type, the one of that task's cheapest single pool: the seven "
+                    "gain from the mix at fleet level, each task taking its own cheapest type"]), "",
+        f"The random tasks ({len(rest)} (task, rate) pairs{', the first 30' if len(rest) > 30 else ''}):", "",
+        *(rest[:30] or ["- none"]), "",
+        f"## FlowMaker's GB*s plan (`{params.gb_s_solver}`) priced in dollars", "",
+        _md(gbs[gbs["pool"] == "mixed"]), "",
+        "## Columns", "", COLUMNS])
+
+
+def plot(df: pd.DataFrame, path):
+    """Cost vs rate: one panel per family; a line per single type, the mixed pool's optimum
+    (thick) and FlowMaker's GB*s plan on the mixed pool priced in dollars (dashed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+    usd, gbs = totals(df, "usd_per_hour"), totals(df, "gb_s")
+    fams = list(dict.fromkeys(df["family"]))
+    fig, axes = plt.subplots(1, len(fams), figsize=(6.4 * len(fams), 5.2), squeeze=False)
+    for ax, fam in zip(axes[0], fams):
+        if fam not in usd.index:          # no task of the family is served at every rate
+            ax.text(0.5, 0.5, f"{fam}: no task has a plan at every rate", ha="center", transform=ax.transAxes)
+            continue
+        t = usd.loc[fam]
+        for i, pool in enumerate(c for c in t.columns if c != "mixed"):
+            ax.plot(t.index, t[pool], marker="os^vDP"[i % 6], lw=1.2, label=f"{pool} alone")
+        ax.plot(t.index, t["mixed"], color="black", lw=3.2, alpha=0.6, marker="o", label="mixed pool (usd_per_hour)")
+        if fam in gbs.index and "mixed" in gbs.loc[fam]:
+            ax.plot(t.index, gbs.loc[fam]["mixed"], color="black", ls="--", lw=1.2,
+                    label="mixed pool, FlowMaker GB*s plan in $")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("request rate per task (requests/s)")
+        ax.set_ylabel(f"total $/hour of the reserved GPUs ({df[df.family == fam].task.nunique()} tasks)")
+        ax.set_title(f"{fam} tasks: cost vs rate (missing point: some task has no plan)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,92 @@
+"""Simulator benchmarks: ``python -m experiments.run bench_sim`` (``params.only: what-if | cluster``).
+
+what-if (issue 8): the whole Azure 2023 conversation trace (19,366 requests) on one
+Llama-2-70B instance, A100-80GB, TP2, with vllm and sarathi scheduling.
+cluster (issue 4): the same trace through a two-stage workflow on 8 GPUs.
+Prints one JSON line per case (``results.parquet``: one row each); wall times depend on what
+else the machine runs.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from experiments.context import RunContext
+from experiments.kinds._bench import Report
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    only: Literal["what-if", "cluster"] | None = None     # one benchmark only (default both)
+
+
+def what_if() -> list[dict]:
+    from harness.simulate import SimulateConfig, simulate
+    from profiler.engine import EngineConfig
+    from harness.trace import azure_trace_path, load_trace
+    from selector.deployment import InstanceSpec, Route
+
+    t0 = time.perf_counter()
+    trace = load_trace(azure_trace_path("conv"))
+    load_s = time.perf_counter() - t0
+    out = []
+    for sched in ("vllm", "sarathi"):
+        s = simulate(trace, SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2,
+                                           engine=EngineConfig(scheduler=sched))).summary
+        out.append({"case": f"what-if/{sched}", "requests": s["requests"], "trace_load_s": round(load_s, 3),
+                    "wall_s": round(s["wall_s"], 3), "requests_per_wall_s": round(s["requests_per_wall_s"]),
+                    "iterations": s["iterations"], "events": s["events"],
+                    "events_per_wall_s": round(s["events"] / s["wall_s"]), "simulated_s": round(s["simulated_s"]),
+                    "kv_capacity_tokens": s["kv_capacity_tokens"], "preemptions": s["preemptions"]})
+    return out
+
+
+def cluster() -> list[dict]:
+    """19,366 conversation requests through classify (qwen2.5-3b x2) -> respond (llama-3.1-8b x6)
+    on 8x A6000, each instance on its own GPU, vllm scheduling, KV reserve of 16,384 tokens."""
+    import numpy as np
+
+    from harness.cluster import ClusterSim, SimStage, SimTask, Workload
+    from profiler.engine import DEFAULT
+    from profiler.steps import step_model
+    from harness.trace import azure_trace_path, load_trace
+    from selector.deployment import InstanceSpec, Route
+
+    trace = load_trace(azure_trace_path("conv"))
+    t0 = time.perf_counter()
+    insts = []
+    for g in range(8):
+        model = "qwen2.5-3b" if g < 2 else "llama-3.1-8b"
+        mem = step_model(model, "a6000", 1, 1).mem_gb(16384, DEFAULT.max_num_batched_tokens, DEFAULT.max_num_seqs)
+        insts.append(InstanceSpec(f"{model}/{g}", model, 1, 1, (g,), mem))
+    p, o = int(trace.prompt_tokens.mean()), int(trace.output_tokens.mean())
+    stages = (SimStage("classify", 1, p, 16, (Route(tuple(i.id for i in insts[:2])),)),
+              SimStage("respond", 1, p + 16, o, (Route(tuple(i.id for i in insts[2:])),)))
+    n = len(trace)
+    wl = Workload(trace.arrived_at_s, np.zeros(n, dtype=np.int64), trace.prompt_tokens / trace.prompt_tokens.mean(),
+                  trace.output_tokens / trace.output_tokens.mean(), np.full(n, 0.5))
+    sim = ClusterSim(gpu="a6000", instances=insts, tasks=[SimTask("chat", 1e9, stages)])
+    res = sim.run(wl)
+    wall = time.perf_counter() - t0
+    return [{"case": "cluster/two-stage-8gpu", "requests": n, "completed": int((~res["failed"]).sum()),
+             "calls": 2 * n, "wall_s": round(wall, 3), "sim_wall_s": round(sim.wall_s, 3),
+             "events": sim.events, "events_per_wall_s": round(sim.events / sim.wall_s),
+             "requests_per_wall_s": round(n / wall), "simulated_s": round(sim.makespan_s),
+             "iterations": sum(i.iterations for i in sim.instances.values()),
+             "latency_mean_s": round(float(np.nanmean(res["done_s"] - wl.arrival_s)), 3)}]
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    report = Report(ctx, "Simulator benchmarks (bench_sim)")
+    cases = []
+    if params.only in (None, "what-if"):
+        cases += what_if()
+    if params.only in (None, "cluster"):
+        cases += cluster()
+    for c in cases:
+        report.line(json.dumps(c))
+        report.row(c)
+    report.write()

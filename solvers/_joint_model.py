@@ -1,0 +1,443 @@
+"""The CP-SAT model of ``solvers/joint_milp.py`` (its module docstring states the mathematics).
+
+Built once per task set; a solve adds the cuts found so far and the incumbent's cap, the window
+enumeration works on a clone. Variable keys: ``("z", k)``, ``("x", k, w)``, ``("y", k, w, s, o)``
+(an option of task ``k`` on the input cluster) and ``("v", r)`` (virtual reuse ``r``)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from selector.index import NEW, REUSE
+from selector.joint_eval import JointRun, TaskChoice, ident
+from selector.placement import free_memory
+from selector.problem import TOL
+from solvers._joint_data import JointData
+
+SCALE = 100_000
+USD_EXACT = 10_000       # units per $/h when every price is a whole number of 0.0001 $/h
+Cut = tuple[tuple[tuple, ...], ...]      # groups of variable keys; not every group picks one
+
+
+@dataclass
+class Answer:
+    status: str                          # optimal | feasible | infeasible | unknown
+    choice: tuple | None = None          # a joint choice (idents), or None
+    literals: list | None = None         # per task, the chosen variables' keys
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: tuple
+    lat: int
+    mem: int
+    usd: int
+    kind: int                            # REUSE or NEW
+    cls: tuple                           # demand class (sharing: memory)
+    gpu_type: str
+    ident: tuple
+
+
+class JointModel:
+    def __init__(self, data: JointData, *, workers: int, seed: int) -> None:
+        from ortools.sat.python import cp_model
+        self.data, self.workers, self.seed = data, workers, seed
+        ts = data.ts
+        self.n = len(ts.tasks)
+        self.usd = ts.objective == "usd_per_hour"
+        self.smax = max(len(wf.stages) for cp in data.compiled for wf in cp.workflows)
+        free = free_memory(ts.cluster)
+        self.free_total = sum(free.values())
+        self.lat_max = max(p.task.latency_slo_s for p in ts.tasks) + TOL
+        self.ls = SCALE / self.lat_max
+        self.ms = SCALE / max(self.free_total + TOL, 1e-6)
+        prices = ts.cluster.prices or {}
+        top = max(prices.values(), default=1.0) * max(1, len(ts.cluster.gpus)) * self.smax
+        self.ps = SCALE / top
+        # dollars whole in USD_EXACT units (0.0001 $/h) are summed without rounding: the cost
+        # window then holds exact ties only, and the latency phase of the window is exact
+        self.usd_exact = self.usd and all(abs(v * USD_EXACT - round(v * USD_EXACT)) < 1e-6 for v in prices.values())
+        if self.usd_exact:
+            self.ps = float(USD_EXACT)
+        self.slack = self.smax / 2 + 1e-6
+        self.entries = self._entries()
+        self.m = cp_model.CpModel()
+        self._build()
+        self.last_choice: list[TaskChoice | None] = []
+        self._bound: float | None = None
+        self._served_bound: int | None = None
+
+    # -- data -------------------------------------------------------------------------------
+    def _entries(self) -> dict[tuple[int, int, int], list[Entry]]:
+        d = self.data
+        out: dict[tuple[int, int, int], list[Entry]] = {}
+        for k, cp in enumerate(d.compiled):
+            for w, wf in enumerate(cp.workflows):
+                for s, keep in enumerate(d.options[k][w]):
+                    st = wf.stages[s]
+                    lst = out.setdefault((k, w, s), [])
+                    for o in keep:
+                        op = st.options[o]
+                        gtype = op.gpu_type
+                        mem = op.replicas * op.mem_gb if op.kind == NEW else 0.0
+                        usd = op.usd_per_hour if op.kind == NEW else 0.0
+                        cls = ("reuse",) if op.kind == REUSE else ("new", op.replicas, op.shards, op.mem_gb, gtype)
+                        lst.append(Entry(("y", k, w, s, o), round(st.calls * op.latency_s * self.ls),
+                                         round(mem * self.ms), round(usd * self.ps), op.kind, cls, gtype,
+                                         ident(cp, op)))
+        for r, vr in enumerate(d.virtual_reuse):
+            if (vr.task, vr.workflow, vr.stage) in out:
+                out[vr.task, vr.workflow, vr.stage].append(
+                    Entry(("v", r), round(vr.latency_s * self.ls), 0, 0, REUSE, ("reuse",), vr.virtual.gpu_type,
+                          ("reuse", vr.virtual.id)))
+        # a workflow with a stage that has no option cannot be chosen, nor a virtual reuse whose
+        # creator cannot be: drop both until nothing changes
+        while True:
+            dead = {(k, w) for (k, w, s), lst in out.items() if not lst}
+            dead |= {(k, w) for k, cp in enumerate(d.compiled) for w, wf in enumerate(cp.workflows)
+                     if any((k, w, s) not in out for s in range(len(wf.stages)))}
+            out = {key: lst for key, lst in out.items() if key[:2] not in dead}
+            live = {e.key for lst in out.values() for e in lst}
+            pruned = {key: [e for e in lst if e.key[0] == "y" or
+                            ("y", *d.virtual_reuse[e.key[1]].virtual.creator) in live] for key, lst in out.items()}
+            if sum(map(len, pruned.values())) == sum(map(len, out.values())):
+                return out
+            out = pruned
+
+    # -- model ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        d, m, ts = self.data, self.m, self.data.ts
+        self.var: dict[tuple, object] = {}
+        for k in range(self.n):
+            self.var["z", k] = m.new_bool_var(f"z[{k}]")
+        for (k, w, s), lst in self.entries.items():
+            if ("x", k, w) not in self.var:
+                self.var["x", k, w] = m.new_bool_var(f"x[{k},{w}]")
+            for e in lst:
+                self.var[e.key] = m.new_bool_var(str(e.key))
+        v = self.var
+        # one workflow or skip; one option per stage of the chosen workflow
+        for k in range(self.n):
+            m.add(v["z", k] + sum(x for key, x in v.items() if key[0] == "x" and key[1] == k) == 1)
+        for (k, w, s), lst in self.entries.items():
+            m.add(sum(v[e.key] for e in lst) == v["x", k, w])
+        # a virtual reuse needs its creator
+        for r, vr in enumerate(d.virtual_reuse):
+            if ("v", r) in v:
+                m.add_implication(v["v", r], v[("y", *vr.virtual.creator)])
+        self._latency_memory_cost()
+        self._capacity()
+        if ts.cluster.compute:
+            self._compute()
+
+    def _terms(self, k: int, attr: str) -> list:
+        return [getattr(e, attr) * self.var[e.key] for (k2, _, _), lst in self.entries.items() if k2 == k
+                for e in lst if getattr(e, attr)]
+
+    def _latency_memory_cost(self) -> None:
+        m, ts = self.m, self.data.ts
+        self.mem_ub = math.floor((self.free_total + TOL) * self.ms + self.slack)
+        self.cost: list = []
+        self.cost_ub = 0
+        self.ints: dict[int, tuple] = {}
+        for k, p in enumerate(ts.tasks):
+            lat_ub = math.floor((p.task.latency_slo_s + TOL) * self.ls + self.slack)
+            lk = m.new_int_var(0, lat_ub, f"L[{k}]")
+            m.add(lk == sum(self._terms(k, "lat")))
+            if self.usd:
+                ub = sum(max((e.usd for (k2, w, s), lst in self.entries.items() if k2 == k for e in lst), default=0)
+                         for _ in range(self.smax))
+                uk = m.new_int_var(0, max(ub, 0), f"U[{k}]")
+                m.add(uk == sum(self._terms(k, "usd")))
+                self.ints[k] = (lk, uk)
+                self.cost.append(uk)
+                self.cost_ub += ub
+                continue
+            mk = m.new_int_var(0, self.mem_ub, f"M[{k}]")
+            m.add(mk == sum(self._terms(k, "mem")))
+            pk = m.new_int_var(0, lat_ub * self.mem_ub, f"P[{k}]")
+            m.add_multiplication_equality(pk, [mk, lk])
+            self._product_bounds(k, pk)
+            self.ints[k] = (lk, mk, pk)
+            self.cost.append(pk)
+            self.cost_ub += lat_ub * self.mem_ub
+        # necessary for placement: all tasks' new memory fits the free memory, per GPU type
+        free_by_type: dict[str, float] = {}
+        for g in ts.cluster.gpus:
+            free_by_type[g.type] = free_by_type.get(g.type, 0.0) + g.mem_gb - g.used_gb
+        all_slack = self.n * self.slack
+        for t, free in free_by_type.items():
+            terms = [e.mem * self.var[e.key] for lst in self.entries.values() for e in lst if e.mem and e.gpu_type == t]
+            if terms:
+                m.add(sum(terms) <= math.floor((free + TOL) * self.ms + all_slack))
+
+    def _product_bounds(self, k: int, pk) -> None:
+        """Linear rows that the exact product implies, for a useful LP bound: with ``Lmin(o)`` the
+        least latency (units) of a variant using option ``o`` and ``Mmin(o)`` its least memory,
+        ``P = sum_o mem_o y_o L >= sum_o mem_o Lmin(o) y_o`` and likewise ``P >= sum_o lat_o Mmin(o) y_o``."""
+        rows: tuple[list, list] = ([], [])
+        for (k2, w, s), lst in self.entries.items():
+            if k2 != k:
+                continue
+            others = [self.entries[k, w, t] for t in range(self.data.stages(k, w)) if t != s]
+            lat_rest = sum(min(e.lat for e in o) for o in others)
+            mem_rest = sum(min(e.mem for e in o) for o in others)
+            for e in lst:
+                if e.mem:
+                    rows[0].append(e.mem * (e.lat + lat_rest) * self.var[e.key])
+                if e.lat and e.mem + mem_rest:
+                    rows[1].append(e.lat * (e.mem + mem_rest) * self.var[e.key])
+        for row in rows:
+            if row:
+                self.m.add(pk >= sum(row))
+
+    def _capacity(self) -> None:
+        d, m = self.data, self.m
+        us = float(SCALE)
+        slack = self.n * self.slack
+        base: dict[int, list] = {}
+        for (k, w, s), lst in self.entries.items():
+            for e in lst:
+                if e.key[0] == "y" and e.kind == REUSE:
+                    o = d.opt(*e.key[1:])
+                    base.setdefault(o.instance, []).append(round(o.util_add * us) * self.var[e.key])
+        util = [i.utilization for i in d.ts.cluster.instances]
+        for i, terms in base.items():
+            m.add(sum(terms) <= math.floor((1.0 + TOL - util[i]) * us + slack))
+        virt: dict[str, list] = {}
+        own: dict[str, float] = {}
+        for r, vr in enumerate(d.virtual_reuse):
+            if ("v", r) in self.var:
+                key = f"{vr.virtual.creator}/{vr.virtual.replica}"
+                virt.setdefault(key, []).append(round(vr.util_add * us) * self.var["v", r])
+                own[key] = vr.virtual.utilization
+        for key, terms in virt.items():
+            if len(terms) > 1:
+                m.add(sum(terms) <= math.floor((1.0 + TOL - own[key]) * us + slack))
+
+    def _compute(self) -> None:
+        """Section 9, necessary: each task's own reuse rows per GPU, and the room of the cluster."""
+        from solvers._exact import Prepared
+        from solvers._rows import reuse_by_gpu
+        d, m = self.data, self.m
+        us = float(SCALE)
+        for k, cp in enumerate(d.compiled):
+            prep = Prepared(cp, d.options[k], 0.0, self.smax)
+            keys = [e.key[2:] for (k2, _, _), lst in self.entries.items() if k2 == k for e in lst if e.key[0] == "y"]
+            for g, terms in reuse_by_gpu(prep, keys).items():
+                m.add(sum(round(u * us) * self.var[("y", k, *key)] for key, u in terms)
+                      <= math.floor((1.0 + TOL - cp.base_busy[g]) * us + self.slack))
+        load = []
+        for lst in self.entries.values():
+            for e in lst:
+                c = d.opt(*e.key[1:]).compute_load if e.key[0] == "y" else d.virtual_reuse[e.key[1]].compute_load
+                if c:
+                    load.append(round(c * us) * self.var[e.key])
+        if load:
+            room = d.compiled[0].compute_room
+            m.add(sum(load) <= math.floor((room + TOL) * us + self.n * self.slack))
+
+    # -- rounding ---------------------------------------------------------------------------
+    def widening(self) -> float:
+        """Bound on ``|sum units / scale - exact total|`` over all tasks (GB*s or $/h)."""
+        if self.usd:
+            return 0.0 if self.usd_exact else self.n * self.slack / self.ps
+        e_lat, e_mem = self.slack / self.ls, self.slack / self.ms
+        per = (self.free_total + TOL) * e_lat + self.lat_max * e_mem + e_lat * e_mem
+        return self.n * per
+
+    def _units(self, cost: float) -> int:
+        scale = self.ps if self.usd else self.ms * self.ls
+        if self.usd_exact:
+            return math.floor(cost * scale + 1e-6)
+        return math.floor((cost + self.widening()) * scale) + 1
+
+    # -- cuts ---------------------------------------------------------------------------------
+    def no_good(self, literals: list[list[tuple]]) -> Cut:
+        return tuple((key,) for lits in literals for key in lits)
+
+    def class_cuts(self, f: int, fail: int, classes: list[tuple]) -> list[Cut]:
+        groups: list[tuple] = []
+        for j in range(f):
+            lits = self._last_literals[j]
+            if lits == [("z", j)]:
+                groups.append((("z", j),))
+                continue
+            w = lits[0][2] if lits[0][0] == "y" else self.data.virtual_reuse[lits[0][1]].workflow
+            for s, key in enumerate(lits):
+                want = self._entry[key].cls
+                groups.append(tuple(e.key for e in self.entries[j, w, s] if e.cls == want))
+        cuts = []
+        for w in range(len(self.data.compiled[f].workflows)):
+            if (f, w, fail) not in self.entries:
+                continue
+            mine = [tuple(e.key for e in self.entries[f, w, s] if e.cls == classes[s]) for s in range(fail + 1)]
+            if all(mine):
+                cuts.append(tuple(groups) + tuple(mine))
+        return cuts
+
+    def _add_cuts(self, m, cuts: list[Cut]) -> None:
+        for cut in cuts:
+            m.add(sum(self.var[k] for grp in cut for k in grp) <= len(cut) - 1)
+
+    # -- solving ----------------------------------------------------------------------------
+    def _solver(self, deadline: float, workers: int):
+        from ortools.sat.python import cp_model
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(1e-3, deadline - time.perf_counter())
+        solver.parameters.catch_sigint_signal = False
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = self.seed
+        # probing the thousands of reuse literals costs seconds and gains little here
+        solver.parameters.cp_model_probing_level = 0
+        return solver
+
+    def _read(self, value) -> tuple[tuple, list[list[tuple]]]:
+        choice, literals = [], []
+        for k in range(self.n):
+            if value(self.var["z", k]):
+                choice.append(None)
+                literals.append([("z", k)])
+                continue
+            w = next(key[2] for key in self.var if key[0] == "x" and key[1] == k and value(self.var[key]))
+            picks = []
+            s = 0
+            while (k, w, s) in self.entries:
+                picks.append(next(e for e in self.entries[k, w, s] if value(self.var[e.key])))
+                s += 1
+            choice.append((w, tuple(e.ident for e in picks)))
+            literals.append([e.key for e in picks])
+        return tuple(choice), literals
+
+    @property
+    def _entry(self) -> dict[tuple, Entry]:
+        if not hasattr(self, "_entry_map"):
+            self._entry_map = {e.key: e for lst in self.entries.values() for e in lst}
+        return self._entry_map
+
+    def most_served(self, *, cuts: list[Cut], incumbent: JointRun, deadline: float) -> int | None:
+        """The most tasks the relaxation can serve (proved), or None when the limit came first."""
+        from ortools.sat.python import cp_model
+        if incumbent.served == self.n:
+            return self.n
+        m = self.m.clone()
+        self._hint(m, incumbent)
+        self._add_cuts(m, cuts)
+        skips = sum(self.var["z", k] for k in range(self.n))
+        m.minimize(skips)
+        solver = self._solver(deadline, self.workers)
+        if solver.solve(m) != cp_model.OPTIMAL:
+            return None
+        return self.n - round(solver.objective_value)
+
+    def minimise(self, *, cuts: list[Cut], served: int, incumbent: JointRun, deadline: float) -> Answer:
+        """The least total cost (units) among relaxed choices serving exactly ``served`` tasks (the
+        most the relaxation serves, from :meth:`most_served`); capped at the incumbent's when it
+        serves as many. Two solves instead of one weighted objective: the cost LP is then not
+        drowned by the weight of the skips."""
+        from ortools.sat.python import cp_model
+        m = self.m.clone()
+        self._add_cuts(m, cuts)
+        m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
+        if incumbent.served == served:
+            m.add(sum(self.cost) <= self._units(incumbent.total_cost))
+            self._hint(m, incumbent)
+        m.minimize(sum(self.cost))
+        solver = self._solver(deadline, self.workers)
+        status = solver.solve(m)
+        self._served_bound = served
+        if status == cp_model.INFEASIBLE:
+            return Answer("infeasible")
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Answer("unknown")
+        self._bound = solver.best_objective_bound
+        choice, literals = self._read(solver.boolean_value)
+        self.last_choice, self._last_literals = list(choice), literals
+        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
+
+    def _hint(self, m, inc: JointRun) -> None:
+        want = set()
+        for k, c in enumerate(inc.choice):
+            if c is None:
+                want.add(("z", k))
+                continue
+            w, idents = c
+            want.add(("x", k, w))
+            for s, idt in enumerate(idents):
+                e = next((e for e in self.entries.get((k, w, s), ()) if e.ident == idt and
+                          (e.key[0] == "y" or ("y", *self.data.virtual_reuse[e.key[1]].virtual.creator) in want)), None)
+                if e is None:
+                    return
+                want.add(e.key)
+        for key, var in self.var.items():
+            m.add_hint(var, key in want)
+        for k, ints in self.ints.items():      # L, M, P (or L, U) of the hinted choice, so the hint is complete
+            picked = [self._entry[key] for key in want if key in self._entry and
+                      (key[1] == k if key[0] == "y" else self.data.virtual_reuse[key[1]].task == k)]
+            lat = sum(e.lat for e in picked)
+            if self.usd:
+                m.add_hint(ints[0], lat)
+                m.add_hint(ints[1], sum(e.usd for e in picked))
+            else:
+                mem = sum(e.mem for e in picked)
+                m.add_hint(ints[0], lat)
+                m.add_hint(ints[1], mem)
+                m.add_hint(ints[2], lat * mem)
+
+    def _window_model(self, cuts: list[Cut], served: int, cost: float):
+        m = self.m.clone()
+        self._add_cuts(m, cuts)
+        m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
+        m.add(sum(self.cost) <= self._units(cost + TOL * max(1.0, cost)))
+        return m
+
+    def least_latency(self, *, cuts: list[Cut], served: int, cost: float, deadline: float) -> Answer:
+        """The least total latency (units) among relaxed choices of the cost window."""
+        from ortools.sat.python import cp_model
+        m = self._window_model(cuts, served, cost)
+        m.minimize(sum(ints[0] for ints in self.ints.values()))
+        solver = self._solver(deadline, self.workers)
+        status = solver.solve(m)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Answer("infeasible" if status == cp_model.INFEASIBLE else "unknown")
+        choice, literals = self._read(solver.boolean_value)
+        self.last_choice, self._last_literals = list(choice), literals
+        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
+
+    def enumerate(self, *, cuts: list[Cut], served: int, cost: float, deadline: float,
+                  limit: int, latency: float | None = None) -> tuple[list[tuple], bool]:
+        """Every relaxed choice of the cost window (and, given ``latency``, of total latency at
+        most ``latency + 1e-9 max(1, latency)`` plus the rounding)."""
+        from ortools.sat.python import cp_model
+        m = self._window_model(cuts, served, cost)
+        if latency is not None:
+            cap = math.floor((latency + TOL * max(1.0, latency)) * self.ls + self.n * self.slack)
+            m.add(sum(ints[0] for ints in self.ints.values()) <= cap)
+        found: list[tuple] = []
+        model = self
+
+        class Collect(cp_model.CpSolverSolutionCallback):
+            def on_solution_callback(self) -> None:
+                found.append(model._read(self.boolean_value)[0])
+                if time.perf_counter() > deadline or len(found) >= limit:
+                    self.stop_search()
+
+        solver = self._solver(deadline, 1)
+        solver.parameters.enumerate_all_solutions = True
+        status = solver.solve(m, Collect())
+        complete = (status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(found) < limit
+                    and time.perf_counter() <= deadline)
+        return sorted(set(found), key=repr), complete
+
+    def gap(self, inc: JointRun) -> dict:
+        """What CP-SAT proved at the limit: the most tasks the relaxation serves and, when the
+        incumbent serves as many, a lower bound on the total cost and the relative gap."""
+        if self._bound is None:
+            return {"gap": None}
+        if self._served_bound != inc.served:
+            return {"served_bound": self._served_bound, "gap": None}
+        scale = self.ps if self.usd else self.ms * self.ls
+        low = max(0.0, self._bound / scale - self.widening())
+        gap = 0.0 if inc.total_cost <= 0 else max(0.0, (inc.total_cost - low) / inc.total_cost)
+        return {"served_bound": self._served_bound, "cost_bound": low, "gap": gap}

@@ -1,0 +1,32 @@
+"""The one place joint selectors (spec section 11) are registered by name, beside the
+single-task registry (``solvers/registry.py``); imported lazily like it."""
+from __future__ import annotations
+
+import importlib
+
+from solvers.joint_base import JointSelector
+from solvers.registry import _build
+
+_ENTRIES: list[tuple[str, str]] = [
+    ("sequential", "solvers.joint_sequential:SequentialJoint"),
+    ("exhaustive", "solvers.joint_exhaustive:ExhaustiveJoint"),
+    ("milp", "solvers.joint_milp:MilpJoint"),
+]
+
+REGISTRY: dict[str, str] = _build(_ENTRIES)
+
+
+def names() -> list[str]:
+    """Registered joint selector names, in registration order."""
+    return list(REGISTRY)
+
+
+def get_joint_solver(name: str, **kwargs) -> JointSelector:
+    """Instantiate the joint selector registered as ``name``; unknown names list the known ones."""
+    if name not in REGISTRY:
+        raise KeyError(f"unknown joint solver '{name}'; known: {', '.join(REGISTRY)}")
+    module, cls = REGISTRY[name].split(":")
+    selector = getattr(importlib.import_module(module), cls)(**kwargs)
+    if selector.name != name:
+        raise ValueError(f"joint solver registered as '{name}' calls itself '{selector.name}'")
+    return selector
