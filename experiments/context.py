@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated, Literal
 
 import pandas as pd
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from flowmaker.names import NAME_RE, distinct, file_name, name_problem, path_inside
 
@@ -32,12 +32,36 @@ from flowmaker.entry import UserError
 from profiler.catalog import repo_root
 
 
+class Execution(BaseModel):
+    """Where an experiment's cells run (:mod:`experiments.executor`): top-level keys of an
+    experiment config. Never part of what the cells compute: the config hash leaves these keys
+    out, so a run may be resumed under another runtime or worker count."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    runtime: Literal["local", "ray"] = Field("local", description="local: worker processes on this machine; "
+                                                                 "ray: Ray tasks")
+    workers: int | None = Field(None, ge=1, description="local: processes (default 1: this process); ray: cells in "
+                                                       "flight (default: the cluster's CPUs)")
+    ray_address: str | None = Field(None, description="Ray cluster to join (default: RAY_ADDRESS, else a private "
+                                                      "local instance)")
+
+    def describe(self) -> str:
+        """E.g. ``2 local worker(s)`` or ``Ray, 4 cell(s) in flight``, for reports."""
+        if self.runtime == "ray":
+            return f"Ray, {self.workers or 'one per CPU'} cell(s) in flight"
+        return f"{self.workers or 1} local worker(s)"
+
+
+#: the top-level config keys that are :class:`Execution`'s
+EXECUTION_KEYS = tuple(Execution.model_fields)
+
+
 @dataclass(frozen=True)
 class RunContext:
     run_dir: Path
     seed: int
     progress: bool
     config_path: Path
+    execution: Execution = Execution()
 
     def cell_path(self, name: str, suffix: str = ".parquet") -> Path:
         """Where one finished unit of work is stored; existence means done (resume skips it)."""
@@ -64,7 +88,9 @@ def new_run_id() -> str:
 
 
 def config_hash(config: dict) -> str:
-    """SHA-256 of the resolved config as canonical JSON (key order and YAML layout do not count)."""
+    """SHA-256 of the resolved config as canonical JSON (key order and YAML layout do not count;
+    nor do the :data:`EXECUTION_KEYS`, which say where cells run, not what they compute)."""
+    config = {k: v for k, v in config.items() if k not in EXECUTION_KEYS}
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -93,7 +119,9 @@ def open_run_dir(root: Path, experiment: str, run_id: str | None, config: dict, 
 
     Without ``run_id``: a new id, its folder created exclusively (never shared with another
     run). With one: it must match :data:`RUN_ID_PATTERN` and stay inside ``root``; an existing
-    folder is resumed only when its config hash equals ``config``'s, unless ``force``."""
+    folder is resumed only when its config hash equals ``config``'s, and one that holds cells but
+    neither ``meta.json`` nor ``config.yaml`` (nothing to check the config against) not at all,
+    unless ``force``."""
     if run_id is None:
         for _ in range(8):
             run_dir = root / experiment / new_run_id()
@@ -118,10 +146,62 @@ def open_run_dir(root: Path, experiment: str, run_id: str | None, config: dict, 
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: exists and is not a folder")
     old, new = _stored_hash(run_dir), config_hash(config)
+    if old is None and not force and any((run_dir / "cells").glob("*")):
+        raise UserError(f"{run_dir}: has cells but no meta.json or config.yaml, so nothing says which config made "
+                        f"them; start a new run (no --run-id), or pass --force to resume it anyway")
     if old is not None and old != new and not force:
         raise UserError(f"{run_dir}: started with a different config (sha256 {old[:12]}, now {new[:12]}); "
                         f"its cells would mix with this one's: start a new run (no --run-id), or pass --force")
     return run_dir, old
+
+
+class RunLock:
+    """An exclusive lock on a run folder for the life of this process (``.lock`` in it, holding
+    the owner's pid): a second process on the same run id is refused rather than mixing cells.
+    ``flock`` where the platform has it (released by the kernel however the owner dies), else an
+    exclusively created file removed on :meth:`release`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / ".lock"
+        self._fh: IO[str] | None = None
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None
+        if fcntl is None:
+            try:
+                self._fh = open(self.path, "x")
+            except FileExistsError:
+                raise UserError(self._busy()) from None
+        else:
+            self._fh = open(self.path, "a+")
+            try:
+                fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self._fh.close()
+                raise UserError(self._busy()) from None
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"{os.getpid()}\n")
+        self._fh.flush()
+
+    def _busy(self) -> str:
+        try:
+            pid = self.path.read_text().strip() or "?"
+        except OSError:
+            pid = "?"
+        return (f"{self.path.parent}: in use by another process (pid {pid}); wait for it to finish, or start "
+                f"a new run (no --run-id)")
+
+    def release(self) -> None:
+        if self._fh is None:
+            return
+        try:
+            import fcntl  # noqa: F401 - flock: the kernel drops the lock on close
+        except ImportError:
+            self.path.unlink(missing_ok=True)
+        self._fh.close()
+        self._fh = None
 
 
 def check_finite(value: object, field: str) -> None:

@@ -10,9 +10,15 @@ means adding one module; nothing here changes.
 Results never mix: a new run gets a fresh id (UTC timestamp plus random hex) and a folder
 created exclusively; ``--run-id`` resumes a folder (finished cells are skipped) only if the
 config's hash equals the one in its ``meta.json`` (``--force`` overrides, and the earlier
-config is kept beside the new one); run ids are single folder names inside ``--results``;
-a duplicate key anywhere in the config is an error. Ctrl-C stops with exit status 130 and
-keeps the finished cells.
+config is kept beside the new one); a folder that holds cells but neither ``meta.json`` nor
+``config.yaml`` is resumed only with ``--force``; a run folder is locked while a process runs
+in it (a second one on the same run id is refused, exit status 2); run ids are single folder
+names inside ``--results``; a duplicate key anywhere in the config is an error. Ctrl-C stops
+with exit status 130, SIGTERM with 143 (one line each), keeping the finished cells.
+
+Where cells run (``experiments.executor``) is the config's top-level ``runtime`` (``local``
+worker processes or ``ray``) and ``workers``, overridden by ``--runtime``, ``--workers`` and
+``--ray-address``; they are not part of the config hash (the tables do not depend on them).
 """
 from __future__ import annotations
 
@@ -23,15 +29,19 @@ import sys
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
 from flowmaker.entry import UserError
 from flowmaker.inputs import validate_strict
 from flowmaker.names import name_problem
+from experiments.context import (EXECUTION_KEYS, Execution, RunContext, RunLock, check_finite,
+                                 config_hash, open_run_dir, write_meta)
 
 
-class ExperimentConfig(BaseModel):
+class ExperimentConfig(Execution):
+    """An experiment config: what to run (``experiment``, ``kind``, ``seed``, ``params``) and
+    where its cells run (the :class:`~experiments.context.Execution` keys)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
     experiment: str
     kind: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$")    # never a private module (_plotstyle, __init__)
@@ -88,7 +98,8 @@ def kind_module(kind: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import OneLineParser, add_version, one_line, setup_logging, show_progress
+    from flowmaker.entry import (OneLineParser, add_version, interrupt_status, interrupt_word, one_line,
+                                 setup_logging, show_progress)
     from flowmaker.inputs import InputError
     from profiler.catalog import CatalogError
     from selector.errors import ProblemError
@@ -104,15 +115,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="resume --run-id even though its config differs (its cells then mix)")
     ap.add_argument("--no-progress", action="store_true",
                     help="hide progress bars (they are drawn only when standard error is a terminal)")
+    ap.add_argument("--runtime", choices=["local", "ray"], default=None,
+                    help="where cells run: local worker processes or Ray tasks (default: the config's "
+                         "`runtime`, else local)")
+    ap.add_argument("--workers", type=_positive_int, default=None,
+                    help="local: worker processes (1: this process); ray: cells in flight (default: the config's)")
     ap.add_argument("--ray-address", default=None,
-                    help="join this Ray cluster for kinds that run on Ray (`runtime: ray`); sets RAY_ADDRESS")
+                    help="join this Ray cluster (implies --runtime ray; sets RAY_ADDRESS for kinds that start "
+                         "Ray actors themselves)")
     args = ap.parse_args(argv)
     if args.ray_address:
         os.environ["RAY_ADDRESS"] = args.ray_address
     run_dir: Path | None = None
+    lock: RunLock | None = None
     try:
         args.config = config_file(args.config)
-        cfg = load_config(args.config)
+        cfg = _with_overrides(load_config(args.config), args)
         check_finite(cfg.params, "params")
         mod = kind_module(cfg.kind)
         try:
@@ -122,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             field = ".".join(["params", *(str(p) for p in err["loc"])])
             raise UserError(f"{args.config}: field '{field}': {err['msg'].removeprefix('Value error, ')}")
         check_finite(params.model_dump(), "params")
-        config = cfg.model_dump(mode="json")
+        dump = cfg.model_dump(mode="json")
+        config = {k: dump[k] for k in ("experiment", "kind", "seed", "params", *EXECUTION_KEYS)}
         try:
             run_dir, old_hash = open_run_dir(args.results, cfg.experiment, args.run_id, config, force=args.force)
+            lock = RunLock(run_dir)
         except OSError as exc:
             raise UserError(f"--results {args.results}: cannot make the run folder ({exc.strerror or exc})") from None
         new_hash = config_hash(config)
@@ -136,17 +156,40 @@ def main(argv: list[str] | None = None) -> int:
             extra["forced_over_config_sha256"] = old_hash
         write_meta(run_dir, seed=cfg.seed, config_path=args.config, extra=extra)
         ctx = RunContext(run_dir=run_dir, seed=cfg.seed, progress=show_progress(args.no_progress),
-                         config_path=args.config)
+                         config_path=args.config, execution=Execution.model_validate(
+                             {k: getattr(cfg, k) for k in EXECUTION_KEYS}))
         mod.run(params, ctx)
     except (UserError, ProblemError, CatalogError, InputError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         where = f"; rerun with --run-id {run_dir.name} to resume" if run_dir is not None else ""
-        print(f"interrupted: finished results are kept{where}", file=sys.stderr)
-        return 130
+        print(f"{interrupt_word(exc)}: finished results are kept{where}", file=sys.stderr)
+        return interrupt_status(exc)
+    finally:
+        if lock is not None:
+            lock.release()
     print(f"results: {run_dir}")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return n
+
+
+def _with_overrides(cfg: ExperimentConfig, args) -> ExperimentConfig:
+    """The config with ``--runtime``, ``--workers`` and ``--ray-address`` applied (the last implies Ray)."""
+    update = {"runtime": args.runtime, "workers": args.workers, "ray_address": args.ray_address}
+    update = {k: v for k, v in update.items() if v is not None}
+    if args.ray_address:
+        update["runtime"] = "ray"
+    return cfg.model_copy(update=update)
 
 
 def console():

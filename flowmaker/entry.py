@@ -3,7 +3,8 @@
 
 Exit statuses: 0 done (an infeasible problem is an answer), 2 a user error (one line on standard
 error naming the field or file, long values cut), 130 interrupted (Ctrl-C: one line
-``interrupted``), 141 standard output closed early (``| head``: quiet), 1 an internal error (one
+``interrupted``), 143 terminated (SIGTERM, handled as Ctrl-C is: ``finally`` blocks run, one line
+``terminated``), 141 standard output closed early (``| head``: quiet), 1 an internal error (one
 line; ``FLOWMAKER_DEBUG=1`` shows the traceback). Progress bars are drawn only on a terminal.
 Library code reports through :mod:`logging`; :func:`run` shows its records on standard error
 (``warning: ...`` for warnings, plain text for information).
@@ -21,6 +22,7 @@ from flowmaker import __version__
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143      # 128 + SIGTERM
 EXIT_PIPE = 141            # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 #: the longest error line printed; longer messages keep their head and tail
 MAX_LINE = 1000            # an unknown name's error lists every known one (30-odd experiment configs)
@@ -117,12 +119,32 @@ def _quiet_stdout() -> None:
         pass
 
 
-class _Sigint:
-    """Ctrl-C raises KeyboardInterrupt as usual, and is remembered: an interrupt that lands inside
-    a C extension's import surfaces as another exception (``ImportError: initialization
-    failed``), which is still reported as ``interrupted``."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that everything that stops
+    cleanly on Ctrl-C (``finally`` blocks, worker pools, kept cells) does on SIGTERM too."""
 
-    seen = False
+
+def _terminated(exc: BaseException) -> bool:
+    # a library may turn the signal's exception into a plain KeyboardInterrupt (Ray's wait does)
+    return isinstance(exc, Terminated) or _Sigint.seen is Terminated
+
+
+def interrupt_word(exc: BaseException) -> str:
+    """``terminated`` for SIGTERM, ``interrupted`` for Ctrl-C: the start of the one line printed."""
+    return "terminated" if _terminated(exc) else "interrupted"
+
+
+def interrupt_status(exc: BaseException) -> int:
+    """143 for SIGTERM, 130 for Ctrl-C."""
+    return EXIT_TERMINATED if _terminated(exc) else EXIT_INTERRUPTED
+
+
+class _Sigint:
+    """Ctrl-C raises KeyboardInterrupt as usual, SIGTERM :class:`Terminated`, and either is
+    remembered: an interrupt that lands inside a C extension's import surfaces as another
+    exception (``ImportError: initialization failed``), which is still reported as one."""
+
+    seen: type[KeyboardInterrupt] | None = None
 
     @classmethod
     def install(cls) -> None:
@@ -132,13 +154,14 @@ class _Sigint:
             return
 
         def handler(signum, frame):  # noqa: ANN001 - signal's signature
-            cls.seen = True
-            raise KeyboardInterrupt
+            cls.seen = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise cls.seen
 
-        try:
-            signal.signal(signal.SIGINT, handler)
-        except (ValueError, OSError):
-            pass
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> NoReturn:
@@ -151,9 +174,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         sys.stdout.flush()
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        _stderr_line("interrupted")
-        code = EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        _stderr_line(interrupt_word(exc))
+        code = interrupt_status(exc)
     except BrokenPipeError:
         _quiet_stdout()
         code = EXIT_PIPE
@@ -163,9 +186,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         _stderr_line(f"error: input too large or too deeply nested ({type(exc).__name__})")
         code = EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, not a traceback
-        if _Sigint.seen:
-            _stderr_line("interrupted")
-            sys.exit(EXIT_INTERRUPTED)
+        if _Sigint.seen is not None:
+            _stderr_line(interrupt_word(_Sigint.seen()))
+            sys.exit(interrupt_status(_Sigint.seen()))
         if os.environ.get(DEBUG_ENV):
             raise
         _stderr_line(f"internal error: {one_line(f'{type(exc).__name__}: {exc}')} "

@@ -23,8 +23,10 @@ from flowmaker.entry import UserError
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
-                "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark"}
-OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", **ENGINE_FLAGS}
+                "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark",
+                "long_prefill_token_threshold": "--long-prefill-threshold"}
+OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", "rate_rps": "--rate",
+          "concurrency": "--concurrency", **ENGINE_FLAGS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,6 +58,7 @@ def resolve_trace_path(text: str) -> Path:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from harness.load import overload_warning
     from harness.simulate import OptionError, SimulateConfig, simulate
     from profiler.steps import UnknownName
     from harness.trace import TraceError, load_trace
@@ -85,6 +88,9 @@ def _simulate(args: argparse.Namespace) -> int:
     except OptionError as exc:
         raise UserError(f"{_option(exc.option)}: {str(exc).split(': ', 1)[1]}") from None
     s = result.summary
+    warning = overload_warning(s)
+    if warning:
+        print(warning, file=sys.stderr)
     print(json.dumps(s, indent=1) if args.json else format_summary(s))
     return 0
 
@@ -93,7 +99,9 @@ def format_summary(s: dict) -> str:
     from harness.metrics import fmt
     head = (f"{s['model']} on {s['replicas']}x {s['gpu']} tp{s['tp']} pp{s['pp']}, {s['scheduler']}, "
             f"trace {s['trace']}")
-    lines = [head,
+    served = f", served {fmt(s['served_rps'])} req/s" if s.get("served_rps") is not None else ""
+    load = f", {s['load']}" if s.get("load") else ""
+    lines = [head + load + served,
              f"  requests {s['requests']} (completed {s['completed']}, failed {s['failed']}), "
              f"simulated {fmt(s['simulated_s'])} s in {s['wall_s']:.2f} s wall "
              f"({fmt(s['requests_per_wall_s'])} req/s)",
@@ -128,10 +136,21 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--max-batch", dest="max_num_seqs", type=int, default=None,
                     help=f"sequences per iteration, vLLM max_num_seqs (default {d.max_num_seqs})")
     sp.add_argument("--max-batch-tokens", dest="max_num_batched_tokens", type=int, default=None,
-                    help=f"prefill tokens per pass, vLLM max_num_batched_tokens (default {d.max_num_batched_tokens})")
+                    help=f"tokens per step (vllm-v1; prefill tokens per pass for vllm/padded), vLLM "
+                         f"max_num_batched_tokens (default {d.max_num_batched_tokens})")
+    sp.add_argument("--long-prefill-threshold", dest="long_prefill_token_threshold", type=int, default=None,
+                    help="vllm-v1: most prompt tokens a request prefills per step, vLLM "
+                         f"long_prefill_token_threshold (default {d.long_prefill_token_threshold}: no cap)")
     sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
-    sp.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
+    sp.add_argument("--max-requests", type=int, default=None,
+                    help="replay only the first N requests (with --concurrency: the request count)")
+    sp.add_argument("--rate", dest="rate_rps", type=float, default=None,
+                    help="Poisson arrivals at R requests/s instead of the trace's times (the trace's requests "
+                         "in order)")
+    sp.add_argument("--concurrency", type=int, default=None,
+                    help="closed loop: N clients, each sending the trace's next request when its last returns")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the --rate arrivals (default 0)")
     sp.add_argument("--replicas", type=int, default=1, help="identical replicas behind the router (default 1)")
     sp.add_argument("--router", choices=("round-robin", "least-outstanding"), default="least-outstanding",
                     help="how requests are spread over replicas (default least-outstanding)")

@@ -15,8 +15,9 @@ and KV capacity, which the orchestrated runs (``harness.orchestration``) use too
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -55,8 +56,7 @@ class LeastOutstanding:
         return min(instances, key=_outstanding)
 
 
-def _outstanding(inst: LLMCore) -> int:
-    return inst.outstanding
+_outstanding = attrgetter("outstanding")
 
 
 Router = RoundRobin | LeastOutstanding
@@ -152,30 +152,6 @@ class _NoSlowdown(Colocation):
         return 1.0
 
 
-class _TrackedGpu(GpuSlot):
-    """A ``GpuSlot`` that also adds up the time during which ``busy > 0`` (up to ``until_s``)."""
-
-    __slots__ = ("_n", "clock", "until_s", "since", "busy_s")
-
-    def __init__(self, id: int, clock: Simulator, until_s: float) -> None:
-        self._n, self.clock, self.until_s, self.since, self.busy_s = 0, clock, until_s, 0.0, 0.0
-        super().__init__(id)
-
-    @property
-    def busy(self) -> int:
-        return self._n
-
-    @busy.setter
-    def busy(self, n: int) -> None:
-        if (self._n > 0) != (n > 0):
-            now = min(self.clock.now, self.until_s)
-            if n > 0:
-                self.since = now
-            else:
-                self.busy_s += now - self.since
-        self._n = n
-
-
 class _Req:
     __slots__ = ("i", "task", "stage", "left", "acc_ok", "diff", "ps", "os")
 
@@ -196,8 +172,7 @@ class ClusterSim:
         """``gpu``: the GPU type of every instance; ``colocation``: charge the slowdown of
         instances sharing a GPU (off: every instance runs as if alone, the sensitivity row of
         the paper experiment); ``busy_until_s``: GPU busy time (``gpu_busy_s``) is counted up to
-        this time; ``track_busy`` off: plain GPU slots, no busy time (``gpu_busy_s`` is empty)
-        and a ~1.7x faster run where instances share GPUs; ``share_gpus`` off: no GPU is shared
+        this time; ``track_busy`` off: ``gpu_busy_s`` is empty; ``share_gpus`` off: no GPU is shared
         (each instance owns its GPUs, as the what-if tool's replicas): no slots at all, nothing
         tracked; ``router``: default least outstanding; ``keep_calls``: keep every call
         (``calls``, in issue order)."""
@@ -205,8 +180,7 @@ class ClusterSim:
         self.engine = engine
         self.sim = Simulator()
         self.gpus: dict[int, GpuSlot] = {}
-        self._slot: Callable[[int], GpuSlot] = (lambda g: _TrackedGpu(g, self.sim, busy_until_s)) if track_busy \
-            else GpuSlot
+        self._busy_until_s = busy_until_s
         self._track_busy = track_busy and share_gpus
         self._share = share_gpus
         self._colo = Colocation() if colocation else _NoSlowdown()
@@ -234,10 +208,14 @@ class ClusterSim:
         self.failed = np.zeros(n, dtype=bool)
         self.acc_ok = np.ones(n, dtype=bool)
         if n:
-            self.sim.push(Arrivals(float(workload.arrival_s[0]), 0, self))
+            self._start()
         self.sim.run()
         self.wall_s = time.perf_counter() - t0
         return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
+
+    def _start(self) -> None:
+        """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
+        self.sim.push(Arrivals(float(self.w.arrival_s[0]), 0, self))
 
     @property
     def arrival_s(self):
@@ -297,7 +275,8 @@ class ClusterSim:
         instances on its GPUs); no call reaches it until a task's route lists it (:meth:`set_task`)."""
         if spec.id in self.instances:
             raise ValueError(f"instance {spec.id!r} already exists")
-        gs = [self.gpus.setdefault(g, self._slot(g)) for g in spec.gpus] if self._share else []
+        gs = [self.gpus.get(g) or self.gpus.setdefault(g, GpuSlot(g, until_s=self._busy_until_s))
+              for g in spec.gpus] if self._share else []
         inst = self.instances[spec.id] = build_core(spec, gpu=self._gpu, engine=self.engine, sink=self._done,
                                                     loop=self.sim, step=self._step, gpus=gs, colocation=self._colo)
         return inst

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload, instance_timing, make_router
+from harness.load import ClosedLoopSim, overload
 from harness.metrics import call_table, latency_summary
 from harness.trace import Trace
 from orchestrator.engines.llm_core import LLMCore
@@ -37,7 +38,21 @@ class SimulateConfig(BaseModel):
     router: Literal["round-robin", "least-outstanding"] = "least-outstanding"
     engine: EngineConfig = DEFAULT
     time_scale: float = Field(default=1.0, gt=0, le=1e6, description="inter-arrival stretch factor")
-    max_requests: int | None = Field(default=None, ge=1)
+    max_requests: int | None = Field(default=None, ge=1, description="the first N requests of the trace "
+                                     "(with concurrency: how many requests the clients send)")
+    rate_rps: float | None = Field(default=None, gt=0, le=1e9, description="Poisson arrivals at this rate "
+                                   "(requests/s) instead of the trace's times (harness.load)")
+    concurrency: int | None = Field(default=None, ge=1, le=1_000_000, description="closed loop: this many "
+                                    "clients, each sending the next request when its last returns")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="seed of the Poisson arrivals")
+
+    @model_validator(mode="after")
+    def _one_load(self) -> SimulateConfig:
+        if self.rate_rps is not None and self.concurrency is not None:
+            raise ValueError("concurrency: give --rate or --concurrency, not both")
+        if self.time_scale != 1.0 and (self.rate_rps is not None or self.concurrency is not None):
+            raise ValueError("time_scale: stretches the trace's own arrival times; not with --rate or --concurrency")
+        return self
 
 
 class OptionError(ValueError):
@@ -91,15 +106,18 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
         trace = trace.head(cfg.max_requests)
     if cfg.time_scale != 1.0:
         trace = trace.scaled(cfg.time_scale)
+    if cfg.rate_rps is not None:
+        trace = trace.poisson(cfg.rate_rps, cfg.seed)
     specs, step = replicas(cfg, step)
     # one call per request with the trace's own token counts (>= 1): sizes 1 x the counts
     stage = SimStage("call", 1, 1, 1, (Route(tuple(s.id for s in specs)),))
     n = len(trace)
     work = Workload(trace.arrived_at_s, np.zeros(n, dtype=np.int64), trace.prompt_tokens.astype(float),
                     trace.output_tokens.astype(float), np.zeros(n))
-    sim = ClusterSim(gpu=cfg.gpu, instances=specs, tasks=[SimTask(trace.name, float("inf"), (stage,))],
-                     engine=cfg.engine, step_override=step, router=make_router(cfg.router), share_gpus=False,
-                     keep_calls=True)
+    kw: dict[str, Any] = dict(gpu=cfg.gpu, instances=specs, tasks=[SimTask(trace.name, float("inf"), (stage,))],
+                              engine=cfg.engine, step_override=step, router=make_router(cfg.router),
+                              share_gpus=False, keep_calls=True)
+    sim = ClusterSim(**kw) if cfg.concurrency is None else ClosedLoopSim(concurrency=cfg.concurrency, **kw)
     sim.run(work)
     calls = sim.calls or []
     instances = list(sim.instances.values())
@@ -109,6 +127,7 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
     summary: dict[str, Any] = {
         "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "pp": cfg.pp, "replicas": cfg.replicas,
         "scheduler": cfg.engine.scheduler, "trace": trace.name,
+        "load": _load_name(cfg),
         "requests": len(calls), "completed": len(calls) - failed, "failed": failed,
         "simulated_s": sim.makespan_s, "wall_s": wall,
         "requests_per_wall_s": len(calls) / wall if wall > 0 else None,
@@ -118,4 +137,18 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
         "events": sim.events,
         **latency_summary(table),
     }
+    if cfg.concurrency is None:
+        summary.update(overload(table))
+    else:                                   # a closed loop: its throughput, no overload possible
+        done = table["done_s"][~table["failed"]]
+        summary.update(served_rps=(len(done) / sim.makespan_s if len(done) and sim.makespan_s > 0 else None),
+                       overloaded=False)
     return SimResult(summary, table, instances)
+
+
+def _load_name(cfg: SimulateConfig) -> str:
+    if cfg.concurrency is not None:
+        return f"closed loop, {cfg.concurrency} clients"
+    if cfg.rate_rps is not None:
+        return f"poisson {cfg.rate_rps:g} req/s (seed {cfg.seed})"
+    return "arrivals as in the trace" + (f" x{cfg.time_scale:g}" if cfg.time_scale != 1.0 else "")

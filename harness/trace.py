@@ -66,6 +66,12 @@ class Trace:
         """Inter-arrival times multiplied by ``time_scale`` (> 1 stretches: lighter load)."""
         return Trace(self.name, self.arrived_at_s * time_scale, self.prompt_tokens, self.output_tokens)
 
+    def poisson(self, rate_rps: float, seed: int = 0) -> Trace:
+        """The same requests in order at Poisson arrivals of ``rate_rps`` per second (the first at 0)."""
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, max(len(self) - 1, 0))
+        return Trace(self.name, np.concatenate([[0.0], np.cumsum(gaps)]),
+                     self.prompt_tokens, self.output_tokens)
+
     def window(self, start_s: float, end_s: float) -> Trace:
         """Requests arriving in ``[start_s, end_s)``, shifted to start at 0."""
         a = self.arrived_at_s

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: admission policies of the engine core (``orchestrator.engines.admission``)
-Scheduler = Literal["vllm", "sarathi", "padded"]
+Scheduler = Literal["vllm-v1", "vllm", "sarathi", "padded"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 
 
@@ -30,15 +30,22 @@ class EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scheduler: Scheduler = Field(
-        "vllm", description="admission policy: 'vllm' = vLLM v0 default (prefill-prioritised, a token budget "
+        "vllm-v1", description="admission policy: 'vllm-v1' = vLLM's V1 scheduler (one token budget per step "
+        "shared by running decodes and prefill chunks, running requests first, chunked prefill always, "
+        "recompute preemption of the newest running request, no watermark); 'vllm' = vLLM v0 default "
+        "(prefill-prioritised, a token budget "
         "per prefill pass, recompute preemption of the newest sequence); 'sarathi' = Sarathi-Serve chunked "
         "prefill (decodes and prefill chunks share a per-iteration budget); 'padded' = the vLLM v0 fork "
         "Ayo/Teola runs (a prefill pass is padded to its longest prompt: len(batch) x max(prompt) tokens)")
     max_num_seqs: int = Field(256, ge=1, le=65_536, description="sequences in one iteration (vLLM "
                               "max_num_seqs, default 256)")
-    max_num_batched_tokens: int = Field(4096, ge=1, le=1_048_576, description="prefill tokens in one "
-                                        "pass; a longer prompt is admitted alone (vLLM raises the budget "
+    max_num_batched_tokens: int = Field(4096, ge=1, le=1_048_576, description="vllm-v1: tokens in one "
+                                        "step (decodes one each, prefill chunks); vllm/padded: prefill tokens "
+                                        "in one pass, a longer prompt admitted alone (vLLM raises the budget "
                                         "to the model length)")
+    long_prefill_token_threshold: int = Field(0, ge=0, le=1_048_576, description="vllm-v1: most prompt "
+                                              "tokens one request prefills per step (0 = no cap; vLLM's "
+                                              "long_prefill_token_threshold)")
     block_size: int = Field(16, ge=1, le=4096, description="KV-cache block (page) size in tokens (vLLM 16)")
     chunk_size: int = Field(512, ge=1, le=1_048_576, description="sarathi: per-iteration token budget "
                             "(decodes count one each), min(chunk_size, max_num_batched_tokens)")
@@ -56,6 +63,9 @@ class EngineConfig(BaseModel):
         if self.scheduler == "sarathi" and self.max_num_seqs >= self.token_budget:
             raise ValueError("max_num_seqs: sarathi needs it below the token budget "
                              "min(chunk_size, max_num_batched_tokens)")
+        if self.scheduler == "vllm-v1" and self.max_num_seqs > self.max_num_batched_tokens:
+            raise ValueError("max_num_batched_tokens: vllm-v1 needs it >= max_num_seqs (vLLM's SchedulerConfig "
+                             "rule: every running request must get its token in a step)")
         return self
 
     @property

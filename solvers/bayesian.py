@@ -66,7 +66,9 @@ class BayesianSelector(Selector):
             ev = seen[w, choice]
             return ev.value if ev.feasible else big * (1.0 + _excess(cp, ev))
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # ERROR: optuna logs a failed trial (Ctrl-C included) as a warning with its traceback before it
+        # re-raises the error, which reaches the caller anyway: one line on Ctrl-C, not 46
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.TPESampler(seed=self.seed, multivariate=True, group=True,

@@ -144,15 +144,16 @@ def test_no_import_cycle_among_project_modules():
     assert cycles(graph) == []
 
 
-# What `python -m harness simulate` may load: the command and its error types, the what-if, the
-# cluster simulator, the engine core and its policies, the event loop, the step-time model, the
+# What `python -m harness simulate` may load: the command and its error types, the what-if and its
+# load options, the cluster simulator, the engine core and its policies, the event loop, the step-time model, the
 # catalog, and the instance spec (selector.deployment, with the problem model it is defined on).
 SIMULATE_MODULES = {
     "flowmaker", "flowmaker.entry", "flowmaker.inputs", "flowmaker.lazy", "harness", "harness.__main__",
     "harness.cli", "profiler.collectives", "selector.problem", "selector.errors", "selector.yamlio",
-    "harness.simulate", "harness.cluster", "harness.metrics", "harness.trace",
+    "harness.simulate", "harness.cluster", "harness.metrics", "harness.trace", "harness.load",
     "orchestrator", "orchestrator.engines", "orchestrator.engines.llm_core", "orchestrator.engines.llm_seq",
-    "orchestrator.engines.llm_timing", "orchestrator.engines.admission", "orchestrator.runtime",
+    "orchestrator.engines.llm_timing", "orchestrator.engines.admission", "orchestrator.engines.vllm_v1",
+    "orchestrator.runtime",
     "orchestrator.runtime.events", "profiler", "profiler.engine", "profiler.steps", "profiler.analytic",
     "profiler.catalog", "profiler.calibration", "profiler.ops", "selector", "selector.deployment",
 }
@@ -166,7 +167,8 @@ files = set()
 def tracer(frame, event, arg):
     if event == "call":
         f = frame.f_code.co_filename
-        if f.startswith(str(root)) and "/tests/" not in f:
+        # project files only: a virtual environment inside the checkout (make test's .venv) is not ours
+        if f.startswith(str(root)) and "/tests/" not in f and "site-packages" not in f:
             files.add(str(Path(f).relative_to(root)))
     return None
 import harness.cluster as cluster

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from experiments.context import atomic_write_text
+from experiments.context import Execution, atomic_write_text
 from experiments.kinds._reference import reference
 
 BANDS = (("low", (25, 50)), ("high", (75, 100)), ("overload", (200, 400)))
@@ -250,7 +250,7 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
 
 
 def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
-                 wall_s: float, cpu_s: float = float("nan")) -> None:
+                 wall_s: float, cpu_s: float = float("nan"), execution: Execution = Execution()) -> None:
     """``summary.md`` and the plots: the first scenario's as goodput.png and cost.png, every other
     scenario in ``params.plots`` (default: all) as goodput-<scenario>.png and cost-<scenario>.png."""
     from experiments.kinds._paper_differences import differences_md
@@ -263,12 +263,12 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
              f"{df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().min()}; arrivals "
              f"{params.arrivals} over a {params.window_s:g} s window; cost window = window + min(drain, "
              f"{drain_cap_s:.1f} s); trace source: {', '.join(sorted(set(df.trace_source)))}; "
-             f"wall time {wall_s:.0f} s (CPU {cpu_s:.0f} s, {params.workers} worker(s)).", "",
+             f"wall time {wall_s:.0f} s (CPU {cpu_s:.0f} s, {execution.describe()}).", "",
              "Peak-to-mean of the arrivals (10 s bins, mean over cells): "
              + "; ".join(f"{tr} {ld:g}% {v:.2f}" for (tr, ld), v in ptm.items()), "",
              "Intervals: 95% t intervals over seeds (paired ratios); `[lo, hi]` after each mean; spans in "
              "parentheses are min-max over (trace, load) cells. Paper figures: shared/reference/flowmaker.md.", "",
-             *targets_md(df, params, wall_s=wall_s, cpu_s=cpu_s),
+             *targets_md(df, params, wall_s=wall_s, cpu_s=cpu_s, workers=execution.describe()),
              "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
              "## Sensitivity rows (goodput ratio FlowMaker / baseline, window cost ratio baseline / FlowMaker)", "",
              *sensitivity_table(df, params, ref), ""]

@@ -105,7 +105,8 @@ def _word(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "missed")
 
 
-def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float) -> list[str]:
+def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float,
+               workers: str = "1 local worker(s)") -> list[str]:
     """The ``## Targets`` section: one line per target, met or missed, with the numbers."""
     ref, sc = params.reference, headline(params)
     lines = ["## Targets (issue 17; computed from this run's tables)", ""]
@@ -125,7 +126,7 @@ def targets_md(df: pd.DataFrame, params, *, wall_s: float, cpu_s: float) -> list
         lines.append(f"- Reuse saving larger at low load than at high load: **{_word(ok)}**: {text}.")
     la = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines += [f"- Whole experiment <= {TIME_LIMIT_S / 60:g} min: **{_word(wall_s <= TIME_LIMIT_S)}**: wall time "
-              f"{wall_s:.0f} s ({wall_s / 60:.1f} min; CPU {cpu_s:.0f} s; {params.workers} worker(s) on "
+              f"{wall_s:.0f} s ({wall_s / 60:.1f} min; CPU {cpu_s:.0f} s; {workers} on "
               f"{os.cpu_count()} CPUs; load average at the end {la} over 1/5/15 min).", ""]
     lines += _other_scenarios(df, params, ref, sc)
     return lines

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,10 +62,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
 
 
-def _child(conn: Any, name: str, limit_s: float, kwargs: dict, rlimit_mb: int | None) -> None:
+def _child(conn: Any, name: str, limit_s: float, kwargs: dict, rlimit_mb: int | None, parent_pid: int) -> None:
     import resource
     import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the parent's: it kills this child
+
+    from experiments.executor import die_with_parent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C (and SIGTERM) are the parent's: it kills this child
+    die_with_parent(parent_pid)                      # ... and kill -9 of the parent kills it too
     if rlimit_mb:
         resource.setrlimit(resource.RLIMIT_AS, (rlimit_mb << 20, rlimit_mb << 20))
     try:
@@ -79,7 +83,7 @@ def measure_isolated(name: str, limit_s: float, *, rlimit_mb: int | None = 6000,
     is killed and reported as an error."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, name, limit_s, kwargs, rlimit_mb), daemon=True)
+    proc = ctx.Process(target=_child, args=(child, name, limit_s, kwargs, rlimit_mb, os.getpid()), daemon=True)
     proc.start()
     child.close()
     try:

@@ -45,8 +45,8 @@ VIDUR_CONFIG = {"kv_capacity_tokens": VIDUR_KV_TOKENS, "max_num_seqs": 128, "sch
 #: case -> (inter-arrival stretch, engine settings, vidur's run it is compared with)
 CASES = {
     "x6/vidur-kv": (6.0, VIDUR_CONFIG, "x6/default"),
-    "x6/vllm-kv": (6.0, {}, "x6/num_blocks=2529"),
-    "x7/vllm-kv": (7.0, {}, "x7/num_blocks=2529"),
+    "x6/vllm-kv": (6.0, {"scheduler": "vllm"}, "x6/num_blocks=2529"),     # vidur's vllm scheduler is v0's
+    "x7/vllm-kv": (7.0, {"scheduler": "vllm"}, "x7/num_blocks=2529"),
 }
 #: vidur @ 7d47513 on the same requests (docs/harness.md has the commands): mean, p90 (s), restarts
 VIDUR = {

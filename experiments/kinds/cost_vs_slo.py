@@ -14,7 +14,8 @@ cost_gb_s, usd_per_hour, latency_s, new_mem_gb, workflow, choice, reason``; ``co
 objective: new GPU memory (GB) x end-to-end latency of one request (s); ``usd_per_hour`` the
 dollars per hour of the GPUs the plan reserves (spec section 10; NaN without prices). Outputs also
 ``summary.md`` (cost per selector and SLO, the optimum's first) and ``cost_vs_slo.png``, copied to
-``results/<experiment>/`` when ``publish`` is set.
+``results/<experiment>/`` when ``publish`` is set. One cell per task (``experiments.executor``:
+local processes or Ray; resumable with ``--run-id``).
 """
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
 from selector.taskspec import TaskList
+from experiments.executor import Cell, run_cells
 
 DEFAULT_SELECTORS = ["milp", "flowmaker", "flowmaker-plus", "bayesian", "langchain", "routellm", "murakkab"]
 
@@ -47,11 +48,10 @@ class Params(BaseModel):
 
 
 def run(params: Params, ctx: RunContext) -> None:
-    from selector.deploy import deploy_task
     from selector.errors import ProblemError
     from selector.clusterfile import load_cluster_file
     from selector.resolve import load_catalog, resolve_task
-    from solvers.registry import get_solver, names
+    from solvers.registry import names
 
     for s in params.selectors:
         if s not in names():
@@ -62,34 +62,9 @@ def run(params: Params, ctx: RunContext) -> None:
         problems = [resolve_task(t, catalog=catalog, cluster=cluster, gpu=gpu) for t in params.tasks]
     except ProblemError as exc:
         raise UserError(str(exc)) from None
-    from experiments.kinds.quickstart import _choice
-    rows = []
-    bar = tqdm(total=len(problems) * params.points * len(params.selectors), disable=not ctx.progress,
-               desc="cost vs SLO", unit="plan")
-    for p in problems:
-        ref = get_solver("milp").select(p, time_limit_s=params.time_limit_s)
-        if not ref.solved:
-            raise UserError(f"task {p.task.name}: no plan meets its own SLOs ({ref.reason}); nothing to tighten")
-        own = p.task.latency_slo_s
-        for slo in np.geomspace(own, params.tightest * ref.latency_s, params.points):
-            slo, scale = float(slo), float(slo / ref.latency_s)
-            q = p.model_copy(update={"task": p.task.model_copy(update={"latency_slo_s": slo})})
-            for name in params.selectors:
-                plan, _ = deploy_task(q, get_solver(name), time_limit_s=params.time_limit_s)
-                d = plan.to_dict()
-                rows.append({"task": p.task.name, "sharing": cluster.sharing, "scale": scale, "latency_slo_s": slo,
-                             "ref_latency_s": ref.latency_s,
-                             "selector": name, "status": plan.status,
-                             "cost_gb_s": plan.cost_gb_s if plan.solved else math.nan,
-                             "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None
-                             else math.nan,
-                             "latency_s": plan.latency_s if plan.solved else math.nan,
-                             "new_mem_gb": plan.new_mem_gb if plan.solved else math.nan,
-                             "workflow": plan.workflow or "", "choice": _choice(d.get("stages", [])),
-                             "reason": plan.reason or ""})
-                bar.update()
-    bar.close()
-    df = pd.DataFrame(rows)
+    cells = [Cell(f"{k:03d}-{p.task.name}", task_frame, (p, params), label=p.task.name)   # cell_path makes it a
+             for k, p in enumerate(problems)]                                              # safe file name
+    df = pd.concat(run_cells(ctx, cells, desc="cost vs SLO"), ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "cost_vs_slo.parquet", df)
     text = summary_md(df, params)
     atomic_write_text(ctx.run_dir / "summary.md", text)
@@ -100,6 +75,34 @@ def run(params: Params, ctx: RunContext) -> None:
             shutil.copyfile(f, dest / f.name)
     print(pivot(df).to_string(float_format=lambda v: f"{v:.4g}", na_rep="-"))
     print("\ncost_gb_s: new GPU memory (GB) x end-to-end latency (s); '-': no plan of that selector meets the SLO")
+
+
+def task_frame(p, params: Params) -> pd.DataFrame:
+    """One task's cell: ``milp``'s optimum under its own SLOs, then every selector at each SLO."""
+    from experiments.kinds.quickstart import _choice
+    from selector.deploy import deploy_task
+    from solvers.registry import get_solver
+    ref = get_solver("milp").select(p, time_limit_s=params.time_limit_s)
+    if not ref.solved:
+        raise UserError(f"task {p.task.name}: no plan meets its own SLOs ({ref.reason}); nothing to tighten")
+    rows = []
+    for slo in np.geomspace(p.task.latency_slo_s, params.tightest * ref.latency_s, params.points):
+        slo, scale = float(slo), float(slo / ref.latency_s)
+        q = p.model_copy(update={"task": p.task.model_copy(update={"latency_slo_s": slo})})
+        for name in params.selectors:
+            plan, _ = deploy_task(q, get_solver(name), time_limit_s=params.time_limit_s)
+            d = plan.to_dict()
+            rows.append({"task": p.task.name, "sharing": p.cluster.sharing, "scale": scale, "latency_slo_s": slo,
+                         "ref_latency_s": ref.latency_s,
+                         "selector": name, "status": plan.status,
+                         "cost_gb_s": plan.cost_gb_s if plan.solved else math.nan,
+                         "usd_per_hour": plan.usd_per_hour if plan.solved and plan.usd_per_hour is not None
+                         else math.nan,
+                         "latency_s": plan.latency_s if plan.solved else math.nan,
+                         "new_mem_gb": plan.new_mem_gb if plan.solved else math.nan,
+                         "workflow": plan.workflow or "", "choice": _choice(d.get("stages", [])),
+                         "reason": plan.reason or ""})
+    return pd.DataFrame(rows)
 
 
 def pivot(df: pd.DataFrame) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from experiments.kinds._paper_plan import CellKey, PlanKey, deploy_sequence, label, load_slo_set, run_cell
 from selector.taskspec import TaskList
 
@@ -71,7 +72,6 @@ class Params(BaseModel):
     scheduler: str = "vllm"
     reference: str = "flowmaker"
     scenarios: list[Scenario] = Field(default_factory=lambda: [Scenario(name="main")], min_length=1)
-    workers: int = Field(default=1, ge=1, description="processes replaying cells")
     publish: bool = Field(default=False, description="copy summary.md, the plots and the parquet tables to "
                                                      "results/<experiment>/ (the committed copy)")
     plots: list[str] | None = Field(default=None, description="scenarios to plot (default: all); the first "
@@ -189,30 +189,24 @@ def plan_all(params: Params, problems, seed: int = 0) -> tuple[dict, dict, list[
     return plans, cells, rows
 
 
-def _replay_cells(params: Params, ctx: RunContext, plans, cells, setting: dict) -> None:
-    """Run every cell whose file is missing (``params.workers`` processes), each written atomically."""
-    todo = [c for c in cells if not ctx.cell_path(c.name()).exists()]
-    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), disable=not ctx.progress, desc="cells", unit="cell")
+def cell_frame(cell: CellKey, seq: list, **setting) -> pd.DataFrame:
+    """One cell's replay (``_paper_plan.run_cell``) as a one-row table."""
+    return pd.DataFrame([run_cell(cell, seq, **setting)])
+
+
+def _replay_cells(ctx: RunContext, plans, cells, setting: dict) -> None:
+    """Run every cell whose file is missing (``experiments.executor``: the config's runtime and
+    workers), each written atomically."""
     simulated = 0
 
-    def done(cell: CellKey, row: dict) -> None:
+    def done(cell: Cell, row: pd.DataFrame) -> None:
         nonlocal simulated
-        atomic_write_parquet(ctx.cell_path(cell.name()), pd.DataFrame([row]))
-        simulated += row["requests"]
-        bar.set_postfix_str(f"{label(cell.plan.selector)} {cell.trace} {cell.load_pct:g}%: {simulated} requests")
-        bar.update()
+        simulated += int(row["requests"].iloc[0])
+        if ctx.progress:
+            key = cell.args[0]
+            tqdm.write(f"{label(key.plan.selector)} {key.trace} {key.load_pct:g}%: {simulated} requests simulated")
 
-    if params.workers == 1 or len(todo) < 2:
-        for cell in todo:
-            done(cell, run_cell(cell, plans[cell.plan], **setting))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        with ProcessPoolExecutor(params.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(run_cell, c, plans[c.plan], **setting): c for c in todo}
-            for f in as_completed(futures):
-                done(futures[f], f.result())
-    bar.close()
+    run_cells(ctx, [Cell(c.name(), cell_frame, (c, plans[c.plan]), setting) for c in cells], on_done=done)
 
 
 def _cpu_since(c0) -> float:
@@ -234,7 +228,7 @@ def run(params: Params, ctx: RunContext) -> None:
                    gpu_ids=[g.id for g in problems[0].cluster.gpus], engine=EngineConfig(scheduler=params.scheduler),
                    window_s=params.window_s, drain_cap_s=cap, price_per_gb_s=params.price_per_gb_s,
                    max_peak_to_mean=params.max_peak_to_mean, data_dir=params.data_dir)
-    _replay_cells(params, ctx, plans, cells, setting)
+    _replay_cells(ctx, plans, cells, setting)
     rows = [pd.read_parquet(ctx.cell_path(c.name())).assign(scenario=sc) for c, scs in cells.items() for sc in scs]
     df = pd.concat(rows, ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task", "gpu_busy_share"]))
@@ -246,7 +240,7 @@ def run(params: Params, ctx: RunContext) -> None:
             for g, v in json.loads(js).items()]
     atomic_write_parquet(ctx.run_dir / "gpus.parquet", pd.DataFrame(gpus))
     write_report(params, ctx.run_dir, df.drop(columns=["per_task"]), pd.DataFrame(dep_rows), pd.DataFrame(gpus),
-                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0))
+                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0), execution=ctx.execution)
     if params.publish:
         _publish(ctx.run_dir)
     print((ctx.run_dir / "summary.md").read_text())

@@ -4,8 +4,8 @@ experiment does), then run every request of the orchestrated tasks through the o
 from the task's trace replay (``harness.workload.cell_workload``, same cells as the paper
 experiment).
 
-Each cell (selector, trace, load, task, orchestration) is written atomically to ``cells/``
-(resumable with ``--run-id``). Outputs: ``results.parquet`` (one row per cell),
+Each cell (selector, trace, load, task, orchestration) is run by ``experiments.executor`` (local
+processes or Ray) and written atomically to ``cells/`` (resumable with ``--run-id``). Outputs: ``results.parquet`` (one row per cell),
 ``requests.parquet`` (per request), ``deployments.parquet``, ``summary.md`` (chain vs teola).
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from selector.problem import TOL
 from selector.taskspec import TaskList
 
@@ -56,34 +56,34 @@ def _check(params: Params) -> None:
             raise UserError(f"field 'params.requests': no request count for trace '{k}'")
 
 
-def _cell(ctx, params, bound, k, wl, gpu, slo, acc_ok, key, orch) -> pd.DataFrame:
+def cell_frame(params, bound, k, trace, rates, gpu, slo, acc_ok, key, orch, load_pct: float,
+               seed: int) -> pd.DataFrame:
+    """One (selector, trace, load, task, orchestration) cell: the task's requests of the cell's
+    workload run on its plan's instances."""
     from harness.orchestration import run_requests
-    path = ctx.cell_path("__".join(str(x) for x in key + (orch,)))
-    if path.exists():
-        return pd.read_parquet(path)
+    from harness.workload import cell_workload
+    sel, tr, load, task = key
+    wl = cell_workload(trace, rates, load=load_pct / 100.0, n_requests=params.requests[tr], seed=seed)
     mask = wl.task == k
     arrivals = wl.arrival_s[mask]
     if bound is None:   # the task was not placed: every request fails
         res, lat = [], np.full(len(arrivals), np.nan)
     else:
         res = run_requests(bound, arrivals, gpu=gpu, orchestration=orch, chain_scheme=params.chain_scheme,
-                           seed=ctx.seed, dispatch_overhead_s=params.dispatch_overhead_s)
+                           seed=seed, dispatch_overhead_s=params.dispatch_overhead_s)
         lat = np.array([r.latency_s for r in res])
-    sel, trace, load, task = key
-    df = pd.DataFrame({"selector": sel, "trace": trace, "load_pct": load, "task": task,
+    return pd.DataFrame({"selector": sel, "trace": tr, "load_pct": load, "task": task,
                        "workflow": bound.workflow if bound else "-", "app": bound.app.name if bound else "-",
                        "orchestration": orch, "request": np.flatnonzero(mask), "arrival_s": arrivals,
                        "latency_s": lat, "latency_slo_s": slo, "good": acc_ok & (lat <= slo + TOL),
                        "n_primitives": [r.n_primitives for r in res] if res else 0,
                        "output": [repr(sorted(r.outputs.items())) for r in res] if res else ""})
-    atomic_write_parquet(path, df)
-    return df
 
 
 def run(params: Params, ctx: RunContext) -> None:
     from experiments.kinds.paper_goodput_cost import deploy_all
     from harness.orchestration import OrchestrationError, bind
-    from harness.workload import azure_or_synthetic, cell_workload
+    from harness.workload import azure_or_synthetic
     from selector.errors import ProblemError
     from selector.clusterfile import load_cluster_file
     from selector.resolve import load_catalog, resolve_task
@@ -119,14 +119,17 @@ def run(params: Params, ctx: RunContext) -> None:
         except KeyError as exc:
             raise UserError(f"field 'params.traces': {exc.args[0]}") from None
     rates = [p.task.arrival_rate_rps for p in problems]
-    cells = [(s, tr, ld, t, o) for s in deps for tr in params.traces for ld in params.loads_pct
-             for t in params.orchestrated for o in params.orchestrations]
-    frames = []
-    for s, tr, ld, t, o in tqdm(cells, disable=not ctx.progress, desc="cells", unit="cell"):
-        wl = cell_workload(traces[tr][0], rates, load=ld / 100.0, n_requests=params.requests[tr], seed=ctx.seed)
-        k, b, slo, ok = bound[(s, t)]
-        frames.append(_cell(ctx, params, b, k, wl, gpu, slo, ok, (s, tr, f"{ld:g}", t), o))
-    req = pd.concat(frames, ignore_index=True)
+    cells = []
+    for s in deps:
+        for tr in params.traces:
+            for ld in params.loads_pct:
+                for t in params.orchestrated:
+                    k, b, slo, ok = bound[(s, t)]
+                    key = (s, tr, f"{ld:g}", t)
+                    cells += [Cell("__".join(key + (o,)), cell_frame,
+                                   (params, b, k, traces[tr][0], rates, gpu, slo, ok, key, o, ld, ctx.seed))
+                              for o in params.orchestrations]
+    req = pd.concat(run_cells(ctx, cells), ignore_index=True)
     req["load_pct"] = req.load_pct.astype(float)
     atomic_write_parquet(ctx.run_dir / "requests.parquet", req.drop(columns="output"))
     res = summarise(req, bound, problems[0].cluster.prices)

@@ -18,8 +18,9 @@ Outputs (docs/reselection.md): ``results.parquet`` (one row per policy and seed)
 drain, release), ``memory.parquet`` (GB held at every change), ``hourly.parquet`` (per profile
 hour: requests, goodput, mean GB), ``memory.png``, ``migrations.png``, ``goodput.png`` and
 ``summary.md``; with ``publish``, the summary, the figures and the small tables (:data:`PUBLISHED`)
-are copied to ``results/<experiment>/``. Each (policy, seed) cell is written atomically to
-``cells/`` and skipped on a rerun with ``--run-id``.
+are copied to ``results/<experiment>/``. Each (policy, seed) cell is run by
+``experiments.executor`` (local processes or Ray), written atomically to ``cells/`` and skipped
+on a rerun with ``--run-id``.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList
@@ -62,7 +64,7 @@ class Params(BaseModel):
     seeds: list[int] | None = Field(None, min_length=1, description="workload seeds (default: the run's seed)")
     price_per_gb_s: float = Field(1e-6, ge=0, description="USD per GB-second of reserved memory")
     data_dir: str | None = Field(None, description="shared data folder (Azure traces)")
-    scheduler: Literal["vllm", "padded", "sarathi"] = "vllm"
+    scheduler: Literal["vllm-v1", "vllm", "padded", "sarathi"] = "vllm"
     publish: bool = Field(False, description="copy the summary, figures and small tables to results/<experiment>/")
 
 
@@ -175,35 +177,36 @@ PUBLISHED = ("summary.md", "memory.png", "migrations.png", "goodput.png", "resul
              "hourly.parquet", "memory.parquet", "decisions.parquet")
 
 
+def policy_cell(policy: str, seed: int, params: Params, problems, tokens, cluster, gpu: str, trace,
+                source: str) -> dict[str, pd.DataFrame]:
+    """One (policy, seed) cell: the seed's day of requests replayed under ``policy``; its tables."""
+    from harness.adaptive.diurnal import diurnal_workload
+    wl = diurnal_workload(trace, [p.task.arrival_rate_rps for p in problems], params.profile, seed=seed)
+    t0 = time.perf_counter()
+    res = run_policy(policy, params, problems, tokens, cluster, gpu, wl)
+    cell = _cell(policy, seed, params, res, wl)
+    cell["results"]["trace_source"] = source
+    cell["results"]["cell_wall_s"] = time.perf_counter() - t0
+    return cell
+
+
+def _report(cell, tables: dict[str, pd.DataFrame]) -> None:
+    r = tables["results"].iloc[0]
+    print(f"{r.policy} seed {r.seed}: goodput {r.goodput:.4f}, cost {r.reserved_gb_s:.4g} GB*s, "
+          f"migrations {int(r.migrations)}, {r.wall_s:.1f} s", flush=True)
+
+
 def run(params: Params, ctx: RunContext) -> None:
     from harness.workload import azure_or_synthetic
-    from harness.adaptive.diurnal import diurnal_workload
     from experiments.kinds._reselection_report import plots, summary_md
     problems, tokens, cluster, gpu = setup(params)
     trace, source = azure_or_synthetic(params.trace, data_dir=params.data_dir, seed=ctx.seed)
     source = Path(source).name if Path(source).is_file() else source
-    seeds = params.seeds or [ctx.seed]
-    base = [p.task.arrival_rate_rps for p in problems]
-    out: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
-    for seed in seeds:
-        wl = diurnal_workload(trace, base, params.profile, seed=seed)
-        for policy in params.policies:
-            paths = {t: ctx.cell_path(f"{policy}__{seed}__{t}") for t in TABLES}
-            if not all(p.exists() for p in paths.values()):
-                t0 = time.perf_counter()
-                res = run_policy(policy, params, problems, tokens, cluster, gpu, wl)
-                cell = _cell(policy, seed, params, res, wl)
-                cell["results"]["trace_source"] = source
-                cell["results"]["cell_wall_s"] = time.perf_counter() - t0
-                for t in TABLES[::-1]:                   # results last: its presence marks the cell done
-                    atomic_write_parquet(paths[t], cell[t])
-                if ctx.progress:
-                    r = cell["results"].iloc[0]
-                    print(f"{policy} seed {seed}: goodput {r.goodput:.4f}, cost {r.reserved_gb_s:.4g} GB*s, "
-                          f"migrations {int(r.migrations)}, {r.wall_s:.1f} s", flush=True)
-            for t in TABLES:
-                out[t].append(pd.read_parquet(paths[t]))
-    frames = {t: _concat(v) for t, v in out.items()}
+    cells = [Cell(f"{policy}__{seed}", policy_cell, (policy, seed, params, problems, tokens, cluster, gpu, trace,
+                                                       source), tables=TABLES)
+             for seed in params.seeds or [ctx.seed] for policy in params.policies]
+    results = run_cells(ctx, cells, desc="reselection", on_done=_report if ctx.progress else None)
+    frames = {t: _concat([r[t] for r in results]) for t in TABLES}
     for t, df in frames.items():
         atomic_write_parquet(ctx.run_dir / f"{t}.parquet", df)
     plots(frames, params, ctx.run_dir)

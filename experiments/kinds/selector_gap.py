@@ -20,7 +20,8 @@ every solver then answers and gets a row::
 or when ``opt = 0`` and the answer costs more); ``match``: the solver's cost is within 1e-6
 relative of the optimum (an infeasible problem matches when the solver says infeasible);
 ``same_variant``: the plan's variant, placement and numbers equal the reference's.
-Cells are per problem, so an interrupted run resumes. Outputs: ``gap.parquet``,
+Cells are per problem (``experiments.executor``: local processes or Ray), so an interrupted run
+resumes. Outputs: ``gap.parquet``,
 ``summary.parquet`` and ``summary.md`` (also by family and by sharing mode), copied to
 ``results/<experiment>/`` when ``publish`` is set (the notebook reads that copy on a fresh clone).
 
@@ -41,6 +42,7 @@ from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from flowmaker.entry import show_progress
 from flowmaker.inputs import InputError
 from flowmaker.names import check_distinct
@@ -272,13 +274,8 @@ def run(params: Params, ctx: RunContext) -> None:
         if s not in names():
             raise UserError(f"field 'params.solvers': unknown solver '{s}'; known: {', '.join(names())}")
     members = load_suite(params.suite, max_random=params.max_random)
-    frames = []
-    for pid, family, problem in tqdm(members, disable=not ctx.progress, desc="selector gap", unit="problem"):
-        cell = ctx.cell_path(pid)
-        if not cell.exists():
-            atomic_write_parquet(cell, solve_problem(pid, family, problem, params))
-        frames.append(pd.read_parquet(cell))
-    df = pd.concat(frames, ignore_index=True)
+    cells = [Cell(pid, solve_problem, (pid, family, problem, params), label=pid) for pid, family, problem in members]
+    df = pd.concat(run_cells(ctx, cells, desc="selector gap"), ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "gap.parquet", df)
     summary = summarise(df)
     atomic_write_parquet(ctx.run_dir / "summary.parquet", summary)

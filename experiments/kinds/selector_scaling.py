@@ -13,7 +13,7 @@ any solver found (``reference`` column).
 
 Rows: ``axis, depth, n_models, seed, sharing, variant_space, solver, status, cost_gb_s,
 elapsed_s, capped, ref_cost_gb_s, reference, gap_pct``. Cells are per (axis, size, seed,
-sharing), so a run resumes. Outputs: ``scaling.parquet``, ``summary.md`` and PNGs (time and gap
+sharing), run by ``experiments.executor`` (local processes or Ray), so a run resumes. Outputs: ``scaling.parquet``, ``summary.md`` and PNGs (time and gap
 vs depth, vs the deepest of three workflows and vs catalog size; per sharing mode), also copied
 to ``results/selector_scaling/`` when ``publish`` is set.
 """
@@ -25,10 +25,10 @@ from typing import Annotated, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm import tqdm
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 
 EXACT = ("milp", "milp-pulp", "exhaustive")
 
@@ -215,15 +215,9 @@ def run(params: Params, ctx: RunContext) -> None:
     for s in params.solvers:
         if s not in names():
             raise UserError(f"field 'params.solvers': unknown solver '{s}'; known: {', '.join(names())}")
-    frames = []
-    cells = _cells(params)
-    for axis, depth, n_models, seed, mode in tqdm(cells, disable=not ctx.progress, desc="selector scaling",
-                                                  unit="cell"):
-        cell = ctx.cell_path(f"{axis}-d{depth}-m{n_models}-s{seed}" + ("" if mode == "memory" else f"-{mode}"))
-        if not cell.exists():
-            atomic_write_parquet(cell, solve_cell(axis, depth, n_models, seed, params, mode))
-        frames.append(pd.read_parquet(cell))
-    df = pd.concat(frames, ignore_index=True)
+    cells = [Cell(f"{axis}-d{depth}-m{n_models}-s{seed}" + ("" if mode == "memory" else f"-{mode}"), solve_cell,
+                  (axis, depth, n_models, seed, params, mode)) for axis, depth, n_models, seed, mode in _cells(params)]
+    df = pd.concat(run_cells(ctx, cells, desc="selector scaling"), ignore_index=True)
     atomic_write_parquet(ctx.run_dir / "scaling.parquet", df)
     table = summary_table(df)
     try:

@@ -1,7 +1,8 @@
 """Teola apps experiment: apps x Poisson rates x schemes x seeds in simulation, plus ablations and
 a batch-cap experiment (topology-aware vs blind batching where the cap binds).
 
-Writes per-request latencies (one parquet cell per app/rate/scheme/seed, resumable),
+Writes per-request latencies (one parquet cell per app/rate/scheme/seed, run by
+``experiments.executor``: local processes or Ray; resumable),
 ``summary.parquet`` (mean/p99 per cell), ``speedups.parquet`` (Teola vs the best baseline, mean
 and spread over seeds, the rate regime by the saturation rule), ``ablation.parquet``,
 ``batch_cap.parquet``, PNG plots and ``summary.md`` with the paper's figures beside ours
@@ -14,11 +15,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from tqdm import tqdm
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
 from experiments.kinds import _teola_passes as by_pass
 from flowmaker.entry import UserError
+from experiments.executor import Cell, run_cells
 from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
@@ -125,24 +126,24 @@ def _engines(app, scheme, p: Params):
     return app.build_engines(prefix_caching=scheme.prefix_caching, overrides=over)
 
 
-def _cell(ctx: RunContext, p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
-          cap: dict[str, int] | None = None) -> pd.DataFrame:
+def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, cap: dict[str, int] | None) -> str:
     tag = "" if not cap else "__cap" + "-".join(f"{k}{v}" for k, v in sorted(cap.items()))
-    path = ctx.cell_path(f"{app_name}__{rate:g}rps__{scheme_name}__n{n}__s{seed}{tag}")
-    if path.exists():
-        return pd.read_parquet(path)
+    return f"{app_name}__{rate:g}rps__{scheme_name}__n{n}__s{seed}{tag}"
+
+
+def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
+               cap: dict[str, int] | None = None) -> pd.DataFrame:
+    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
     app, scheme = _app(p, app_name), get_scheme(scheme_name)
     rng = np.random.default_rng([seed, abs(int(rate * 1000)), len(app_name)])
     cfgs = app.query_configs(n, rng)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
     res = simulate(app.template(), cfgs, arrivals, _engines(app, scheme, p), scheme=scheme, seed=seed,
                    dispatch_overhead_s=p.dispatch_overhead_s, max_batch=cap)
-    df = pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
-                       "qid": [r.qid for r in res], "arrival_s": [r.arrival_s for r in res],
-                       "latency_s": [r.latency_s for r in res], "n_primitives": [r.n_primitives for r in res],
-                       "doc_tokens": [c.doc_tokens for c in cfgs]})
-    atomic_write_parquet(path, df)
-    return df
+    return pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
+                         "qid": [r.qid for r in res], "arrival_s": [r.arrival_s for r in res],
+                         "latency_s": [r.latency_s for r in res], "n_primitives": [r.n_primitives for r in res],
+                         "doc_tokens": [c.doc_tokens for c in cfgs]})
 
 
 def _decompose_reps(p: Params, app_name: str) -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -182,17 +183,13 @@ def _jobs(p: Params) -> dict[str, list[tuple]]:
 
 def run(params: Params, ctx: RunContext) -> None:
     jobs = _jobs(params)
-    bar = tqdm(total=sum(map(len, jobs.values())), disable=not ctx.progress, desc="teola cells")
+    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job), label=f"{job[0]} {job[1]:g}rps {job[2]} "
+                         f"s{job[4]}") for job in part_jobs] for part, part_jobs in jobs.items()}
+    results = iter(run_cells(ctx, [c for part in cells.values() for c in part], desc="teola cells"))
     frames: dict[str, pd.DataFrame] = {}
-    for part, cells in jobs.items():
-        out = []
-        for a, r, s, n, seed, cap in cells:
-            bar.set_postfix_str(f"{a} {r:g}rps {s} s{seed}")
-            df = _cell(ctx, params, a, r, s, n, seed, cap)
-            out.append(df.assign(capped=bool(cap), n_queries=n))
-            bar.update()
+    for part, part_jobs in jobs.items():
+        out = [next(results).assign(capped=bool(job[5]), n_queries=job[3]) for job in part_jobs]
         frames[part] = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-    bar.close()
     summary = report.summarise(frames["main"])
     sp = report.speedups(summary, report.summarise(frames["isolated"]), params)
     ab = report.ablation(frames["ablation"])

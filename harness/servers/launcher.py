@@ -23,7 +23,8 @@ How :class:`EngineConfig` maps to each backend (``-`` = no flag; the backend's o
 | gpu_memory_utilization | ``--gpu-memory-utilization`` | ``kv_free_fraction`` (converted: see deploy.py) | - |
 | kv_capacity_tokens | ``--num-gpu-blocks-override`` | ``kv_cache_config.max_tokens`` | ``--cb-num-blocks`` (continuous batching) |
 | prefix_caching | ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` | ``kv_cache_config.enable_block_reuse`` | - (refused when asked for) |
-| scheduler sarathi / vllm | ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill`` | ``--enable_chunked_prefill`` / - | - |
+| scheduler vllm-v1, sarathi / vllm | ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill`` | ``--enable_chunked_prefill`` / - | - |
+| long_prefill_token_threshold (> 0) | ``--long-prefill-token-threshold`` | - | - |
 
 A fourth backend, ``torch`` (``harness/servers/torchserve.py``: the profiler's decoder behind a
 stdlib HTTP server, PyTorch only), takes ``model`` = an architecture JSON and serves one
@@ -156,7 +157,9 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
                "--max-num-batched-tokens", str(e.token_budget), "--block-size", str(e.block_size),
                "--gpu-memory-utilization", _num(e.gpu_memory_utilization),
                "--enable-prefix-caching" if e.prefix_caching else "--no-enable-prefix-caching",
-               "--enable-chunked-prefill" if e.scheduler == "sarathi" else "--no-enable-chunked-prefill"]
+               "--enable-chunked-prefill" if e.scheduler in CHUNKED else "--no-enable-chunked-prefill"]
+        if e.long_prefill_token_threshold:
+            cmd += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
         if e.kv_capacity_tokens is not None:
             cmd += ["--num-gpu-blocks-override", str(math.ceil(e.kv_capacity_tokens / e.block_size))]
         if spec.served_model_name:
@@ -175,7 +178,7 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
                "--max_batch_size", str(e.max_num_seqs), "--max_num_tokens", str(e.token_budget)]
         if spec.kv_free_fraction is not None:
             cmd += ["--kv_cache_free_gpu_memory_fraction", _num(spec.kv_free_fraction)]
-        if e.scheduler == "sarathi":
+        if e.scheduler in CHUNKED:
             cmd.append("--enable_chunked_prefill")
         cmd += ["--config", str(Path(config_dir) / trtllm_config_name(spec))]
         if spec.api_key_env:
@@ -204,6 +207,8 @@ def _transformers(spec: ServerSpec) -> list[str]:
     return cmd
 
 
+#: admission policies whose servers run chunked prefill
+CHUNKED = ("vllm-v1", "sarathi")
 BACKENDS = ("transformers", "vllm", "trtllm", "torch")
 
 

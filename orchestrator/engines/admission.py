@@ -1,5 +1,8 @@
 """Admission policies of the engine core: which sequences run in an instance's next iteration.
 
+``vllm-v1`` (:class:`~orchestrator.engines.vllm_v1.VllmV1`, the default): vLLM's V1 scheduler
+(its own module). The three below are the older ones, selectable by name.
+
 ``vllm`` (:class:`VllmV0`): vLLM (v0) default scheduling. Prefill-prioritised: while sequences
 wait, the next iteration is a prefill-only pass over waiting sequences taken in order while the
 pass stays within ``max_num_batched_tokens`` prompt tokens, ``max_num_seqs`` sequences (running
@@ -43,22 +46,23 @@ background sequences every policy behaves exactly as described above.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from itertools import chain
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.vllm_v1 import VllmV1, preempt_newest
 from profiler.engine import SCHEDULERS, EngineConfig
 
 Chunk = tuple[Seq, int]
 
 
-def _queue(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq]) -> Iterator[tuple[Seq, int, int]]:
-    """(sequence, prefill tokens, new blocks) in queue order once ``requeued`` (preempted in this
-    plan, in preemption order) went to the head of ``queue``."""
-    for s in reversed(requeued):
-        n = v.recompute_tokens(s)
-        yield s, n, v.blocks(n)
-    for s in queue:
-        yield s, s.eff, v.new_blocks(s)
+def _prefill_cost(v: CoreView, s: Seq) -> tuple[int, int]:
+    """(tokens to prefill, new blocks) of admitting ``s``: a waiting sequence, or one this plan
+    preempts (not applied yet: still admitted), which prefills its whole context again."""
+    if s.state == WAITING:
+        return s.eff, v.new_blocks(s)
+    n = v.recompute_tokens(s)
+    return n, v.blocks(n)
 
 
 class VllmV0:
@@ -73,12 +77,12 @@ class VllmV0:
         if v.waiting and (v.waiting[0] is not self._blocked[0] or free > self._blocked[1] or not running):
             chunks = self._prefill(v, (), free, running)
             if chunks:
-                return IterationPlan(chunks=chunks)
+                return IterationPlan((), False, chunks)
             self._blocked = (v.waiting[0], free)
         elif v.background and not running and not v.waiting:   # idle: background may run
             chunks = self._prefill(v, (), free, running)
             if chunks:
-                return IterationPlan(chunks=chunks)
+                return IterationPlan((), False, chunks)
         if not running:
             return IDLE
         need = v.need_blocks()
@@ -108,20 +112,23 @@ class VllmV0:
         """A prefill pass over the queue (``requeued`` at its head): ``free`` blocks, ``running``
         decoding sequences."""
         chunks: list[Chunk] = []
-        acc = self._admit(v, _queue(v, requeued, v.waiting), chunks, (0, 0, free), running)
+        acc = self._admit(v, requeued, v.waiting, chunks, (0, 0, free), running)
         waited = len(requeued) + len(v.waiting)
         if v.background and len(chunks) == waited and (chunks or not running):
-            self._admit(v, _queue(v, (), v.background), chunks, acc, running)
+            self._admit(v, (), v.background, chunks, acc, running)
         return tuple(chunks)
 
-    def _admit(self, v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk],
+    def _admit(self, v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq], chunks: list[Chunk],
                acc: tuple[int, int, int], running: int) -> tuple[int, int, int]:
-        """Admit from the head of ``queue`` into this pass; ``acc`` = (tokens, longest prompt,
-        free blocks) of the pass so far."""
+        """Admit from the head of ``queue`` into this pass; ``requeued``: sequences this plan
+        preempts (still admitted until it is applied), which go to the queue's head in reverse
+        order and prefill their whole context again; ``acc`` = (tokens, longest prompt, free
+        blocks) of the pass so far."""
         tokens, longest, free = acc
         seats = v.max_batch - running
         limit, watermark = v.max_batch_tokens, v.watermark
-        for c, n, nb in queue:
+        for c in chain(reversed(requeued), queue) if requeued else queue:
+            n, nb = _prefill_cost(v, c)
             if len(chunks) >= seats or (chunks and self.over_budget(tokens, longest, len(chunks), n, limit)) \
                     or free - nb < watermark:
                 break
@@ -151,23 +158,15 @@ class Sarathi:
         return min(self.chunk_size, v.max_batch_tokens)
 
     def schedule(self, v: CoreView) -> IterationPlan:
-        budget = self.budget(v)
-        free, n, prefilling = v.free, len(v.running), list(v.prefilling)
+        budget = min(self.chunk_size, v.max_batch_tokens)     # self.budget(v)
+        free, n, prefilling = v.free, len(v.running), v.prefilling
         victims: list[Seq] = []
         if n:
             need = v.need_blocks()
             if free < need:     # the newest partial prefill goes first, then the newest decode
-                decodes = list(v.running.values())
-                while free < need and (prefilling or decodes):
-                    if prefilling:
-                        s = prefilling.pop()
-                    else:
-                        s = decodes.pop()
-                        need -= v.needs_block(s)
-                    victims.append(s)
-                    free += v.held_blocks(s)
-                n = len(decodes)
-            free -= need
+                prefilling, n, free = preempt_newest(v, need, victims)
+            else:
+                free -= need
         chunks: list[Chunk] = []
         tokens = n
         for c in prefilling:
@@ -176,25 +175,27 @@ class Sarathi:
             m = min(c.eff - c.filled, budget - tokens)
             chunks.append((c, m))
             tokens += m
-        seats = v.max_batch - n - len(prefilling)
-        pre = len(chunks)
-        acc = self._admit(v, _queue(v, victims, v.waiting), chunks, budget, (tokens, free, seats))
-        if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
-            self._admit(v, _queue(v, (), v.background), chunks, budget, acc)
+        if (victims or v.waiting or v.background) and tokens < budget:
+            seats = v.max_batch - n - len(prefilling)
+            pre = len(chunks)
+            acc = self._admit(v, victims, v.waiting, chunks, budget, (tokens, free, seats))
+            if v.background and len(chunks) - pre == len(victims) + len(v.waiting) and (chunks or not n):
+                self._admit(v, (), v.background, chunks, budget, acc)
         if chunks:
-            return IterationPlan(preempt=tuple(victims), decode=n > 0, chunks=tuple(chunks))
+            return IterationPlan(tuple(victims) if victims else (), n > 0, tuple(chunks))
         if victims:
             return IterationPlan(preempt=tuple(victims), decode=n > 0)
         return DECODE_ONLY if n else IDLE
 
     @staticmethod
-    def _admit(v: CoreView, queue: Iterator[tuple[Seq, int, int]], chunks: list[Chunk], budget: int,
+    def _admit(v: CoreView, requeued: Sequence[Seq], queue: Iterable[Seq], chunks: list[Chunk], budget: int,
                acc: tuple[int, int, int]) -> tuple[int, int, int]:
-        """Admit from the head of ``queue`` while budget, seats and blocks allow; ``acc`` =
-        (tokens, free blocks, free seats) of the iteration so far."""
+        """Admit from the head of ``queue`` (``requeued`` at its head) while budget, seats and
+        blocks allow; ``acc`` = (tokens, free blocks, free seats) of the iteration so far."""
         tokens, free, seats = acc
         watermark = v.watermark
-        for c, eff, nb in queue:
+        for c in chain(reversed(requeued), queue) if requeued else queue:
+            eff, nb = _prefill_cost(v, c)
             if tokens >= budget or seats <= 0 or free - nb < watermark:
                 break
             free -= nb
@@ -208,6 +209,8 @@ class Sarathi:
 def make_admission(config: EngineConfig) -> Policy:
     """The policy ``config.scheduler`` names (one object per core)."""
     name = config.scheduler
+    if name == "vllm-v1":
+        return VllmV1()
     if name == "vllm":
         return VllmV0()
     if name == "padded":

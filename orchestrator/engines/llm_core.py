@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE, DONE, FAILED, PREFILL, WAITING, IterationPlan, PieceSink,
-                                          Policy, Seq, Sink)
+from orchestrator.engines.llm_seq import (DECODE, DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+                                          PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig
@@ -41,8 +41,7 @@ class IterationEnd(Event):
     priority = P_DONE
 
     def __init__(self, time: float, inst: LLMCore) -> None:
-        super().__init__(time)
-        self.inst = inst
+        self.time, self.inst = time, inst     # Event.__init__ inlined: one per iteration
 
     def handle(self, sim: Simulator) -> list[Event]:
         return self.inst.end_iteration(self.time)
@@ -91,6 +90,7 @@ class LLMCore:
         self.busy_s = 0.0
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
+        self._end = IterationEnd(0.0, self)
 
     def bind(self, loop: Simulator) -> None:
         """Run on ``loop`` from now on (where it defers its next iteration's start)."""
@@ -193,11 +193,6 @@ class LLMCore:
             self.kicked = True
             self.loop.defer(self)
 
-    def at_instant_end(self, now: float) -> list[Event] | None:
-        """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
-        self.kicked = False
-        return None if self.busy else self.start_iteration(now)
-
     def _finish_now(self, s: Seq, now: float) -> list[Event]:
         """A sequence with nothing to compute: a continued prompt with no new tokens parks its
         KV again; a decode whose token came from the parked prefill ends."""
@@ -254,6 +249,14 @@ class LLMCore:
 
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
+        if plan is DECODE_ONLY and self.running:      # most iterations: the whole batch decodes
+            self.free -= self.groups[-self.dit % self.block_size]
+            self.n_decode = n = len(self.running)
+            self.chunks = ()
+            if self.free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
+            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         preempt, decode, chunks = plan
         if preempt:
             for s in preempt:
@@ -267,7 +270,10 @@ class LLMCore:
         if not chunks:
             if self.free < 0:
                 raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
-            return self.decode_s(n, self.ctx_sum) if n else 0.0
+            if not n:
+                return 0.0
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined: most iterations
+            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         tokens, attn, finishing = 0, 0.0, 0
         for s, m in chunks:
             if s.state == WAITING:
@@ -292,9 +298,14 @@ class LLMCore:
         return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
 
     # ---- iterations ----------------------------------------------------------------
-    def start_iteration(self, now: float) -> list[Event]:
-        events: list[Event] = []
+    def at_instant_end(self, now: float) -> Sequence[Event] | None:
+        """Start the next iteration unless one runs (the loop calls this once the instant is over)."""
+        self.kicked = False
+        if self.busy:
+            return None
+        events: list[Event] | None = None
         if self.ready:
+            events = []
             self._admit_ready(now, events)
         dur = self._apply(self.policy.schedule(self), now)
         if dur <= 0.0:
@@ -302,25 +313,39 @@ class LLMCore:
             return events
         if self.colocation is not None:
             for g in self.gpus:
+                if not g.busy:          # the GPU turns busy: its busy time runs from now (to until_s)
+                    g.since = now if now < g.until_s else g.until_s
                 g.busy += 1
             dur *= self.colocation.factor(self.gpus)
         self.busy = True
         self.iter_start = now
         self.iterations += 1
-        self.prefill_iterations += bool(self.chunks)
-        events.append(IterationEnd(now + dur, self))
-        return events
+        if self.chunks:
+            self.prefill_iterations += 1
+        end = self._end                 # one iteration at a time: its end event is reused
+        end.time = now + dur
+        if events:
+            events.append(end)
+            return events
+        return (end,)
 
     def end_iteration(self, now: float) -> list[Event]:
         if self.colocation is not None:
             for g in self.gpus:
                 g.busy -= 1
+                if not g.busy:
+                    g.busy_s += (now if now < g.until_s else g.until_s) - g.since
         self.busy_s += now - self.iter_start
         done: list[Seq] = []
         events: list[Event] = []
-        if self.n_decode:
-            self.tokens += self.n_decode
-            self._advance_decode(done, events, now)
+        n = self.n_decode
+        if n:
+            self.tokens += n
+            k = self.dit
+            self.ctx_sum += n
+            self.dit = k + 1
+            if self.mark_buckets or k in self.buckets:
+                self._advance_decode(k, done, events, now)
         for s, n in self.chunks:
             self.tokens += n
             s.filled += n
@@ -352,8 +377,9 @@ class LLMCore:
             if new:
                 events.extend(new)
         self.busy = False
-        if self.waiting or self.running or self.ready or self.prefilling or self.background:
-            self._wake()
+        if (self.waiting or self.running or self.ready or self.prefilling or self.background) and not self.kicked:
+            self.kicked = True                  # _wake() inlined: once per iteration
+            self.loop.defer(self)               # type: ignore[union-attr] - an iteration ran, so it has a loop
         return events
 
     def _park(self, s: Seq) -> None:
@@ -398,10 +424,8 @@ class LLMCore:
             for m in s.marks[s.mark_i:]:
                 self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
 
-    def _advance_decode(self, done: list[Seq], events: list[Event], now: float) -> None:
-        k = self.dit
-        self.ctx_sum += self.n_decode
-        self.dit = k + 1
+    def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
+        """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
         if self.mark_buckets:
             for s in self.mark_buckets.pop(k, ()):
                 # stale entries (a preempted and readmitted sequence) do not match

@@ -1,5 +1,6 @@
-"""Ray as the distributed runtime: each engine's scheduler and instances run in a Ray actor,
-experiment cells run as Ray tasks. The in-process runtime (:mod:`orchestrator.runtime.realtime`)
+"""Ray as the distributed runtime: each engine's scheduler and instances run in a Ray actor
+(experiment cells run as Ray tasks through ``experiments.executor``, which starts Ray here;
+:func:`map_cells` is what ``teola_real_cpu``'s interleaved blocks still use). The in-process runtime (:mod:`orchestrator.runtime.realtime`)
 stays the default; this module reuses it whole and only moves each :class:`EngineHost` into an
 actor: the graph scheduler stays in the driver, ``enqueue`` / ``dispatch`` become actor calls,
 and completions come back through a long-poll (one thread per actor feeds the driver's event
@@ -79,19 +80,26 @@ def runtime_env() -> dict[str, Any]:
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
-             log_to_driver: bool = True) -> Any:
+             log_to_driver: bool = True, logging_level: int = 20) -> Any:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray listening on loopback
     only, with token authentication (module docstring); idempotent. Code ships as
-    :func:`runtime_env`; worker output is printed here unless ``log_to_driver`` is False."""
+    :func:`runtime_env`; worker output is printed here unless ``log_to_driver`` is False;
+    ``logging_level``: Ray's own log records shown here (default 20, INFO)."""
     address = address or os.environ.get("RAY_ADDRESS")
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     if address is None and not running:
         _private_local_defaults()
+    elif address is not None and address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost") and not running:
+        # a cluster on this machine's loopback (`ray start --node-ip-address 127.0.0.1`): without this Ray
+        # rewrites 127.0.0.1 to the machine's address and never reaches it
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
     if ray.is_initialized():
         return ray
-    ray.init(address=address, num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
+    # "local": a new instance of our own, never a `ray start` cluster that ray.init(None) would join
+    ray.init(address=address or "local", num_cpus=num_cpus, num_gpus=num_gpus if address is None else None,
              include_dashboard=False, log_to_driver=log_to_driver, ignore_reinit_error=True,
+             logging_level=logging_level,
              runtime_env=runtime_env())
     if address is None and ray.util.get_node_ip_address() != LOOPBACK:
         ip = ray.util.get_node_ip_address()

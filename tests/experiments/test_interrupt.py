@@ -16,9 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
-def _interrupt(args: list[str], ready, *, within_s: float = 60.0, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """Start ``args``, send SIGINT once ``ready()`` is true, return the finished process."""
-    proc = subprocess.Popen(args, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _interrupt(args: list[str], ready, *, within_s: float = 60.0, cwd: Path = REPO,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """Start ``args`` (environment: ``ENV`` updated with ``env``), send SIGINT once ``ready(proc)``
+    is true, return the finished process."""
+    proc = subprocess.Popen(args, cwd=cwd, env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         t_end = time.monotonic() + within_s
         while not ready(proc) and proc.poll() is None:

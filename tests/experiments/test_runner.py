@@ -135,3 +135,51 @@ def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path, fake_kind, capsys) 
     err = capsys.readouterr().err.strip()
     assert err.startswith("interrupted") and "--run-id r" in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in (res / "e" / "r" / "cells").iterdir()) == ["c0.parquet", "c1.parquet"]
+
+
+def test_resume_of_a_folder_with_cells_but_no_record_of_its_config_needs_force(tmp_path, fake_kind, capsys) -> None:
+    """Issue 28, item 6. Before: a folder with cells and neither meta.json nor config.yaml was
+    resumed under any config, mixing its cells with the new ones."""
+    res = tmp_path / "results"
+    cells = res / "e" / "r" / "cells"
+    cells.mkdir(parents=True)
+    context.atomic_write_parquet(cells / "c0.parquet", pd.DataFrame({"cell": [0], "scale": [9.0]}))
+    cfg = _cfg(tmp_path, "experiment: e\nkind: fake\nparams: {cells: 2}\n")
+    assert _main(cfg, res, "--run-id", "r") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has cells but no meta.json or config.yaml" in err[0] and "--force" in err[0]
+    assert sorted(p.name for p in cells.iterdir()) == ["c0.parquet"]
+    assert _main(cfg, res, "--run-id", "r", "--force") == 0
+    assert sorted(p.name for p in cells.iterdir()) == ["c0.parquet", "c1.parquet"]
+    empty = res / "e" / "fresh"
+    empty.mkdir()                                        # a folder without cells (e.g. made by hand) is fine
+    assert _main(cfg, res, "--run-id", "fresh") == 0
+
+
+def test_a_second_process_on_the_same_run_id_is_refused(tmp_path) -> None:
+    """Issue 28, item 6. Before: two processes on one run id wrote into the same cells."""
+    import os
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[2]
+    cfg = _cfg(tmp_path, "experiment: e\nkind: selector_scaling\nparams: {depths: [1], catalog_sizes: [], "
+                         "solvers: [flowmaker], publish: false}\n")
+    run = tmp_path / "results" / "e" / "r"
+    run.mkdir(parents=True)
+    lock = context.RunLock(run)                          # this test process is the first one
+    try:
+        done = subprocess.run([sys.executable, "-m", "experiments.run", str(cfg), "--results", str(tmp_path / "results"),
+                               "--run-id", "r", "--no-progress"], cwd=repo, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(repo)}, timeout=120)
+    finally:
+        lock.release()
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == (f"error: {run}: in use by another process (pid {os.getpid()}); wait for it to "
+                                   f"finish, or start a new run (no --run-id)")
+    assert not (run / "cells").exists()
+    with pytest.raises(context.UserError, match="in use"):   # the same in one process (a second open file)
+        with_lock = context.RunLock(run)
+        try:
+            context.RunLock(run)
+        finally:
+            with_lock.release()

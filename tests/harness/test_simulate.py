@@ -21,7 +21,7 @@ def _queue_growth(res) -> float:
     return float(np.polyfit(res.table["arrival_s"], q, 1)[0])
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm", "sarathi"])
 def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler):
     cfg = SimulateConfig(**A100_7B, engine=EngineConfig(scheduler=scheduler))
     low = simulate(poisson_trace(2.0, 600, 512, 128), cfg)
@@ -31,6 +31,7 @@ def test_saturation_queue_grows_above_capacity_and_stays_bounded_below(scheduler
     # above it (D/D/1-like fluid limit): waiting grows linearly, by lambda/mu - 1 per second
     assert _queue_growth(high) > 1.0
     assert high.summary["queue_s"]["p99"] > 0.3 * high.summary["simulated_s"]
+    assert high.summary["overloaded"] and not low.summary["overloaded"]      # harness.load's verdict
 
 
 @pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
@@ -76,8 +77,8 @@ def test_vllm_prefill_batches_respect_limits_and_every_call_ends(reqs, kv, max_b
     reqs.sort()
     trace = make_trace([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs])
     step = LinearStep()
-    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(max_num_batched_tokens=2048, max_num_seqs=max_batch,
-                                                                 kv_capacity_tokens=kv))
+    cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(scheduler="vllm", max_num_batched_tokens=2048,
+                                                                 max_num_seqs=max_batch, kv_capacity_tokens=kv))
     res = simulate(trace, cfg, step=step)
     for p, _, d, _, seqs in step.calls:
         assert (p == 0) != (d == 0)          # prefill-only or decode-only iterations

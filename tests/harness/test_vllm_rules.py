@@ -1,5 +1,7 @@
-"""Issue 13 item 4: the vLLM rules behind TTFT, each checked on a small case
-(KV capacity, watermark, which sequence is preempted and how it resumes, TTFT across preemption)."""
+"""Issue 13 item 4: the vLLM (v0) rules behind TTFT, each checked on a small case
+(KV capacity, watermark, which sequence is preempted and how it resumes, TTFT across preemption).
+The policy is pinned to ``scheduler="vllm"`` (v0) since ``vllm-v1`` became the default (issue 23);
+V1's rules: tests/harness/test_vllm_v1_rules.py."""
 from __future__ import annotations
 
 import math
@@ -21,6 +23,7 @@ GIB = 2**30
 
 
 def _run(arrivals, prompt, output, **engine):
+    engine.setdefault("scheduler", "vllm")
     step = LinearStep()
     cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(**engine))
     res = simulate(make_trace(arrivals, prompt, output), cfg, step=step)
@@ -87,7 +90,7 @@ def test_readmission_needs_blocks_for_prompt_and_generated_tokens_above_the_wate
     """vLLM ``can_allocate`` on a recomputed sequence counts all its tokens (``get_token_ids``:
     prompt + output); vidur's ``restart`` makes them its prefill tokens. 10 blocks, watermark 1."""
     inst = LLMCore(name="x", step=LinearStep(), kv_tokens=160, sink=lambda s, t: None,
-                   config=EngineConfig(watermark=0.1))
+                   config=EngineConfig(scheduler="vllm", watermark=0.1))
     s = Seq(0, 16, 40, 0.0)
     inst.waiting.append(s)
     inst._apply(IterationPlan(chunks=((s, 16),)), 0.0)       # admitted, then preempted mid-prefill
@@ -138,7 +141,7 @@ def test_victim_is_the_most_recently_admitted_which_is_the_most_recently_arrived
 
     LLMCore._preempt = check
     try:
-        cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(kv_capacity_tokens=16 * blocks))
+        cfg = SimulateConfig(model="x", gpu="y", engine=EngineConfig(scheduler="vllm", kv_capacity_tokens=16 * blocks))
         res = simulate(trace, cfg, step=LinearStep())
     finally:
         LLMCore._preempt = orig

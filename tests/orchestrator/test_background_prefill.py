@@ -46,7 +46,7 @@ def _submit(core, seq):
     return lambda now: core.submit(seq, now)
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "padded", "sarathi"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm", "padded", "sarathi"])
 def test_background_runs_on_an_idle_instance(scheduler):
     core, done = _core(scheduler)
     _run(core, [(0.0, _submit(core, Seq(1, 20, 0, park="k", final=False, background=True)))])

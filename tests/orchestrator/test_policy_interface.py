@@ -43,7 +43,7 @@ class _Spy:
         return plan
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "padded", "sarathi"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm", "padded", "sarathi"])
 @settings(max_examples=15, deadline=None)
 @given(reqs=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 400), st.integers(1, 120)), min_size=1, max_size=40),
        blocks=st.integers(30, 120))

@@ -28,7 +28,11 @@ def test_vllm_renders_the_engine_configuration():
         ("128", "2048", "32")
     assert flag(cmd, "--gpu-memory-utilization") == "0.9"          # EngineConfig's default
     assert "--no-enable-prefix-caching" in cmd and "--enable-prefix-caching" not in cmd   # off for load runs
-    assert "--no-enable-chunked-prefill" in cmd
+    assert "--enable-chunked-prefill" in cmd          # vllm-v1, the default, always chunks (issue 23)
+    v0 = build_command(v.model_copy(update={"engine": ENGINE.model_copy(update={"scheduler": "vllm"})}))
+    assert "--no-enable-chunked-prefill" in v0 and "--long-prefill-token-threshold" not in v0
+    cap = build_command(v.model_copy(update={"engine": ENGINE.model_copy(update={"long_prefill_token_threshold": 256})}))
+    assert flag(cap, "--long-prefill-token-threshold") == "256"
     on = build_command(v.model_copy(update={"engine": ENGINE.model_copy(update={"prefix_caching": True,
                                                                                   "kv_capacity_tokens": 1000})}))
     assert "--enable-prefix-caching" in on and flag(on, "--num-gpu-blocks-override") == "32"

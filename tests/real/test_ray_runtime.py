@@ -1,5 +1,5 @@
 """Ray runtime on a local Ray instance: engine schedulers and engines in actors give the same
-outputs as the in-process simulation; experiment cells run as Ray tasks."""
+outputs as the in-process simulation (experiment cells as Ray tasks: tests/experiments/test_executor.py)."""
 from __future__ import annotations
 
 import functools
@@ -20,6 +20,11 @@ def _square(x: int) -> int:
     return x * x
 
 
+def test_cells_run_as_ray_tasks_in_order(ray_local):
+    from orchestrator.runtime.ray_runtime import map_cells
+    assert map_cells(_square, [(i,) for i in range(5)], max_parallel=2) == [0, 1, 4, 9, 16]
+
+
 def test_engines_in_actors_match_simulation(ray_local):
     from orchestrator import load_app, simulate
     from orchestrator.engines.factory import build_instances, load_engine_spec
@@ -32,11 +37,6 @@ def test_engines_in_actors_match_simulation(ray_local):
     rep = run_ray(app.template(), cfgs, [0.0, 0.05], builders=builders, scheme="teola", seed=2,
                   time_scale=0.02, timeout_s=120)
     assert not rep.failed and [r.outputs for r in rep.results] == [r.outputs for r in sim]
-
-
-def test_cells_run_as_ray_tasks_in_order(ray_local):
-    from orchestrator.runtime.ray_runtime import map_cells
-    assert map_cells(_square, [(i,) for i in range(5)], max_parallel=2) == [0, 1, 4, 9, 16]
 
 
 @pytest.mark.slow
