@@ -6,6 +6,7 @@ and the what-if replay on live endpoints (the subcommands of ``harness.cli``).
 
     python -m harness launch PLAN.json --backend vllm --gpu a6000 [--model-path MODEL=DIR ...]
         [--stand-in DIR] [--base-port 8100] [--args 'ID=--flag value' ...] [engine flags]
+        [--host 127.0.0.1] [--api-key-env VAR | --allow-unauthenticated-remote]
         [--endpoints-out FILE] [--dry-run] [--check]
     python -m harness replay --endpoints URL[,URL...] | --endpoints-file FILE --trace T
         [--backend B] [--tokenizer DIR] [--chat] [--api-key-env VAR] [--max-concurrency N]
@@ -14,7 +15,8 @@ and the what-if replay on live endpoints (the subcommands of ``harness.cli``).
 ``launch`` starts one server per instance of the plan (``python -m selector solve --json``,
 ``deploy --json``), each with its TP/PP, GPUs, engine flags and planned memory share, waits until
 all are healthy, prints ``{instance id: URL}`` (one JSON line) and keeps them up until Ctrl-C
-or SIGTERM (``--check``: stop at once; ``--dry-run``: print the command lines only). ``replay``
+or SIGTERM (``--check``: stop at once; ``--dry-run``: print the command lines only). A ``--host``
+other than loopback needs ``--api-key-env`` or ``--allow-unauthenticated-remote`` (exit 2 otherwise). ``replay``
 sends each trace row as one streamed call to the endpoints (replicas, least outstanding calls)
 and prints the same summary as ``simulate`` (``queue_s`` is not observable on a server: null).
 """
@@ -114,13 +116,34 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
+    import ipaddress
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_exposure(args: argparse.Namespace) -> None:
+    """Servers reachable from other machines need a key, or the user's word that they need none."""
+    if is_loopback(args.host) or args.api_key_env or args.allow_unauthenticated_remote:
+        return
+    raise _user_error(f"--host {args.host}: servers reachable from other machines need --api-key-env VAR "
+                      "(or --allow-unauthenticated-remote)")
+
+
 def _launch(args: argparse.Namespace) -> int:
+    from harness.servers.export import comment_line
     from harness.servers.launcher import Fleet, ServerStartError, build_command
+    _check_exposure(args)
     specs = _specs(args)
     if args.dry_run:
         for iid, s in specs.items():
             env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, s.gpus))}"
-            print(f"# {iid}\n{env} {shlex.join(build_command(s, config_dir=args.log_dir))}")
+            print(f"{comment_line(iid)}\n{env} {shlex.join(build_command(s, config_dir=args.log_dir))}")
         return 0
     endpoints = {iid: s.base_url for iid, s in specs.items()}
     fleet = Fleet(list(specs.values()), log_dir=args.log_dir)
@@ -270,6 +293,8 @@ def add_launch(sub) -> None:
     lp.add_argument("--host", default="127.0.0.1", help="address the servers bind (default loopback)")
     lp.add_argument("--dtype", default="auto", help="weights' dtype flag passed to the engine (default auto)")
     lp.add_argument("--api-key-env", default=None, help="servers require the key in this variable")
+    lp.add_argument("--allow-unauthenticated-remote", action="store_true",
+                    help="let --host be a non-loopback address without --api-key-env (anyone who reaches it can use it)")
     lp.add_argument("--startup-timeout", type=float, default=900.0,
                     help="seconds to wait for every server to become healthy (default 900)")
     lp.add_argument("--log-dir", default="logs/servers", help="one log file per server here (default logs/servers)")

@@ -28,10 +28,21 @@ across hosts.
 
 Model paths default to the catalog's ``hf_id`` (the servers resolve them from the Hugging Face
 cache or hub), or come from ``--model-path MODEL=DIR``.
+
+Quoting: a plan's ids and names, model paths and per-instance arguments are data, never code.
+The script shell-quotes every word it writes (``shlex.quote``) and escapes comments onto one line;
+compose and Kubernetes files are emitted by ``yaml.safe_dump`` with ``$`` doubled where compose
+(``${VAR}``) or Kubernetes (``$(VAR)`` in ``command`` and ``env``) would expand it; compose service
+names keep ``[A-Za-z0-9._-]`` and Kubernetes object names are DNS-1123 labels that also start with a
+letter (a ``Service`` name is an RFC 1035 label), with a short hash of the instance id where the
+name had to change beyond ``._@#`` -> ``-``. The namespace must be a DNS-1123 label and environment
+variable names identifiers (ValueError otherwise); ``--image`` is written as given.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,8 +57,74 @@ FORMATS = ("sh", "compose", "k8s")
 IMAGES = {"vllm": "vllm/vllm-openai:latest", "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest",
           "transformers": "huggingface/transformers-pytorch-gpu:latest"}
 CONFIG_DIR = "/etc/flowmaker"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 #: the node label NVIDIA GPU Feature Discovery sets to the GPU's product name
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def comment_line(text: str) -> str:
+    """``text`` as one shell/YAML comment line: newlines and other control characters escaped."""
+    return "# " + json.dumps(text)[1:-1]
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
+
+def _sh_word(arg: str) -> str:
+    """``arg`` shell-quoted; a leading ``$LOG_DIR/`` (the config files' folder) stays expandable."""
+    head = "$LOG_DIR/"
+    return f'"$LOG_DIR"/{shlex.quote(arg[len(head):])}' if arg.startswith(head) else shlex.quote(arg)
+
+
+def _no_expand(obj: Any) -> Any:
+    """``obj`` with every ``$`` doubled in its strings: compose's ``${VAR}`` interpolation and
+    Kubernetes' ``$(VAR)`` expansion both read ``$$`` as ``$``, so they give the text back."""
+    if isinstance(obj, str):
+        return obj.replace("$", "$$")
+    if isinstance(obj, list):
+        return [_no_expand(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _no_expand(v) for k, v in obj.items()}
+    return obj
+
+
+def _unique(names: dict[str, str], iid: str, name: str) -> str:
+    """``name`` for instance ``iid``, with a hash of ``iid`` where another instance has it."""
+    if name in names.values():
+        name = f"{name[:54].rstrip('-')}-{_short_hash(iid)}"
+    if name in names.values():
+        raise ValueError(f"instance {iid!r}: its exported name {name!r} is taken by another instance")
+    names[iid] = name
+    return name
+
+
+def compose_service(name: str) -> str:
+    """A server name as a compose service name (``[A-Za-z0-9._-]``, starting with a letter or digit)."""
+    out = re.sub(r"[^A-Za-z0-9._-]", "-", name)
+    return out if out[:1].isalnum() else f"s{out}"
+
+
+def dns_label(name: str, iid: str) -> str:
+    """``name`` as a Kubernetes object name: a DNS-1123 label that starts with a letter (RFC 1035,
+    what a ``Service`` needs), at most 63 characters; a hash of ``iid`` is added where the name
+    changed beyond lower-casing and ``._@#`` -> ``-``."""
+    plain = re.sub(r"[._@#]", "-", name.lower())
+    label = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", plain)).strip("-")
+    if not label[:1].isalpha():
+        label = f"i-{label}".rstrip("-")
+    if label != plain or len(label) > 63:
+        label = f"{label[:54].rstrip('-')}-{_short_hash(iid)}"
+    assert _DNS_LABEL.match(label), label
+    return label
+
+
+def _check_env(specs: Mapping[str, ServerSpec]) -> None:
+    for s in specs.values():
+        bad = [k for k in s.env if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"environment variable name {bad[0]!r}: expected letters, digits and _")
 
 
 def deployments_from_json(obj: Any) -> list[Deployment]:
@@ -65,19 +142,38 @@ def deployments_from_json(obj: Any) -> list[Deployment]:
         elif "status" in it or "deployment" in it:
             if it.get("deployment") is not None:
                 out.append(Deployment.from_dict(it["deployment"]))
+        elif _is_problem(it):
+            raise ValueError(RESOLVED_NOT_PLAN)
         else:
             raise ValueError("expected a plan (python -m selector solve --json) or a deployment; "
                              f"got keys {', '.join(sorted(it)) or 'none'}")
     return out
 
 
+RESOLVED_NOT_PLAN = ("a resolved problem, not a plan: run `python -m selector solve FILE --json > plan.json` "
+                     "first and export plan.json")
+
+
+def _is_problem(obj: Any) -> bool:
+    """Whether ``obj`` looks like what ``python -m selector resolve`` writes (a task and its workflows)."""
+    return isinstance(obj, Mapping) and "task" in obj and "workflows" in obj
+
+
 def load_deployments(path: str | Path) -> list[Deployment]:
+    """The deployments in the plan file ``path``; ValueError with a message that does not repeat
+    the path (the callers name it), e.g. :data:`RESOLVED_NOT_PLAN` for a resolved problem (YAML or JSON)."""
     from flowmaker.inputs import InputError, parse_text, read_text
     p = Path(path)
     try:         # bounded: size, nesting (flowmaker.inputs)
-        obj = parse_text(read_text(p), json_syntax=True, where=str(p))
+        text = read_text(p)
+        obj = parse_text(text, json_syntax=True, where=str(p))
     except InputError as exc:
-        raise ValueError(str(exc)) from None
+        try:     # resolve writes YAML: say what the file is instead of where its JSON breaks
+            problem = exc.message.startswith("malformed JSON") and _is_problem(parse_text(text, json_syntax=False,
+                                                                                          where=str(p)))
+        except InputError:
+            problem = False
+        raise ValueError(RESOLVED_NOT_PLAN if problem else exc.message) from None
     return deployments_from_json(obj)
 
 
@@ -87,8 +183,12 @@ def _portable(cmd: list[str]) -> list[str]:
 
 def render(specs: Mapping[str, ServerSpec], fmt: str, *, image: str | None = None, namespace: str = "default",
            gpus: Mapping[str, Any] | None = None) -> str:
-    """``specs`` ({instance id: spec}) as ``fmt`` (:data:`FORMATS`); ValueError for another.
+    """``specs`` ({instance id: spec}) as ``fmt`` (:data:`FORMATS`); ValueError for another, for a
+    namespace that is not a DNS-1123 label or an environment variable name that is not an identifier.
     ``gpus``: {instance id: the catalog ``GpuSpec`` it runs on} (missing: not known)."""
+    _check_env(specs)
+    if fmt == "k8s" and not _DNS_LABEL.match(namespace):
+        raise ValueError(f"namespace {namespace!r}: expected a DNS-1123 label (a-z, 0-9, '-', at most 63)")
     gpus = dict(gpus or {})
     if fmt == "sh":
         return _sh(specs, gpus)
@@ -114,25 +214,27 @@ def _sh(specs: Mapping[str, ServerSpec], gpus: Mapping[str, Any]) -> str:
     pending: list[ServerSpec] = []
     for iid, s in specs.items():
         for other in [o for o in pending if set(o.gpus) & set(s.gpus)]:
-            lines.append(f"wait_healthy {other.base_url} {other.name}  # shares a GPU with {s.name}")
+            lines += [comment_line(f"{other.name} shares a GPU with {s.name}"),
+                      f"wait_healthy {shlex.quote(other.base_url)} {shlex.quote(other.name)}"]
             pending.remove(other)
         for name, text in config_files(s).items():
-            lines += [f"cat > \"$LOG_DIR/{name}\" <<'EOF'", text.rstrip("\n"), "EOF"]
-        cmd = " ".join(shlex.quote(a) for a in _portable(build_command(s, config_dir="$LOG_DIR")))
-        cmd = cmd.replace("'$LOG_DIR/", '"$LOG_DIR"\'/')      # keep the variable expandable
+            end = f"FLOWMAKER_EOF_{_short_hash(text)}"     # a line of the text cannot end the here-document
+            lines += [f"cat > {_sh_word('$LOG_DIR/' + name)} <<'{end}'", text.rstrip("\n"), end]
+        cmd = " ".join(_sh_word(a) for a in _portable(build_command(s, config_dir="$LOG_DIR")))
         env = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, s.gpus))}", "HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-0}",
                *(f"{k}={shlex.quote(v)}" for k, v in s.env.items())]
         if s.api_key_env:
             env.append(f'VLLM_API_KEY="${{{s.api_key_env}:?set {s.api_key_env}}}"')
-        start = [f"env {' '.join(env)} {cmd} > \"$LOG_DIR/{s.name}.log\" 2>&1 &", "pids+=($!)"]
+        log = _sh_word(f"$LOG_DIR/{s.name}.log")
+        start = [f"env {' '.join(env)} {cmd} > {log} 2>&1 &", "pids+=($!)"]
         gpu = gpus.get(iid)
-        lines.append(f"# {iid}" + (f" on {gpu.name} ({gpu.product or gpu.description})" if gpu else ""))
+        lines.append(comment_line(iid + (f" on {gpu.name} ({gpu.product or gpu.description})" if gpu else "")))
         if _mixed(gpus):     # one host per GPU type: GPU_TYPE picks this host's servers
-            lines += [f'if [[ -z "${{GPU_TYPE:-}}" || "$GPU_TYPE" == {gpu.name} ]]; then', *start, "fi"]
+            lines += [f'if [[ -z "${{GPU_TYPE:-}}" || "$GPU_TYPE" == {shlex.quote(gpu.name)} ]]; then', *start, "fi"]
         else:
             lines += start
         pending.append(s)
-    lines += ["", *(f"wait_healthy {s.base_url} {s.name}" for s in pending)]
+    lines += ["", *(f"wait_healthy {shlex.quote(s.base_url)} {shlex.quote(s.name)}" for s in pending)]
     endpoints = json.dumps({iid: s.base_url for iid, s in specs.items()})
     lines += [f"echo {shlex.quote(endpoints)}", "wait", ""]
     return "\n".join(lines)
@@ -143,17 +245,18 @@ def _container_spec(s: ServerSpec) -> ServerSpec:
 
 
 def _compose(specs: Mapping[str, ServerSpec], image: str | None, gpus: Mapping[str, Any]) -> str:
-    services, configs = {}, {}
+    services, configs, names = {}, {}, {}
     for iid, s in specs.items():
         c = _container_spec(s)
         svc: dict[str, Any] = {
             "image": image or IMAGES[s.backend], "entrypoint": _portable(build_command(c, config_dir=CONFIG_DIR)),
             "ports": [f"{s.port}:{s.port}"], "ipc": "host",
             "volumes": ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
-            "environment": {**s.env, **({"VLLM_API_KEY": "${" + s.api_key_env + "}"} if s.api_key_env else {})},
+            "environment": _no_expand(s.env),
             "healthcheck": {"test": ["CMD", "curl", "-sf", f"http://localhost:{s.port}/health"],
                             "interval": "10s", "retries": 180},
-            "labels": {"flowmaker.instance": iid, **({"flowmaker.gpu-type": gpus[iid].name} if iid in gpus else {})},
+            "labels": _no_expand({"flowmaker.instance": iid,
+                                  **({"flowmaker.gpu-type": gpus[iid].name} if iid in gpus else {})}),
         }
         if _mixed(gpus):
             svc["profiles"] = [gpus[iid].name]
@@ -161,9 +264,12 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None, gpus: Mapping[s
             svc["deploy"] = {"resources": {"reservations": {"devices": [
                 {"driver": "nvidia", "device_ids": [str(g) for g in s.gpus], "capabilities": ["gpu"]}]}}}
         for name, text in config_files(s).items():
-            configs[name] = {"content": text}
+            configs[name] = {"content": _no_expand(text)}
             svc["configs"] = [{"source": name, "target": f"{CONFIG_DIR}/{name}"}]
-        services[s.name] = svc
+        svc["entrypoint"] = _no_expand(svc["entrypoint"])
+        if s.api_key_env:      # the one value compose is meant to fill in
+            svc["environment"]["VLLM_API_KEY"] = "${" + s.api_key_env + "}"
+        services[_unique(names, iid, compose_service(s.name))] = svc
     doc: dict[str, Any] = {"services": services}
     if configs:
         doc["configs"] = configs
@@ -173,15 +279,16 @@ def _compose(specs: Mapping[str, ServerSpec], image: str | None, gpus: Mapping[s
 
 def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str, gpus: Mapping[str, Any]) -> str:
     docs: list[dict] = []
+    names: dict[str, str] = {}
     for iid, s in specs.items():
         c = _container_spec(s)
-        app = s.name.lower().replace(".", "-").replace("_", "-").replace("@", "-").replace("#", "-")
+        app = _unique(names, iid, dns_label(s.name, iid))
         files = config_files(s)
         container: dict[str, Any] = {
             "name": "server", "image": image or IMAGES[s.backend],
-            "command": _portable(build_command(c, config_dir=CONFIG_DIR)),
+            "command": _no_expand(_portable(build_command(c, config_dir=CONFIG_DIR))),
             "ports": [{"containerPort": s.port}],
-            "env": [{"name": k, "value": v} for k, v in s.env.items()],
+            "env": [{"name": k, "value": _no_expand(v)} for k, v in s.env.items()],
             "readinessProbe": {"httpGet": {"path": "/health", "port": s.port}, "periodSeconds": 10,
                                "failureThreshold": 180},
             "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],

@@ -39,6 +39,7 @@ the whole ``kv_cache_config``, so the fraction is repeated there); ``transformer
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -133,7 +134,7 @@ def config_files(spec: ServerSpec) -> dict[str, str]:
     lines = ["# written by harness.servers.launcher: merged into trtllm-serve's LLM arguments",
              "kv_cache_config:"] + [f"  {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in kv.items()]
     if spec.dtype != "auto":
-        lines.append(f"dtype: {spec.dtype}")
+        lines.append(f"dtype: {json.dumps(spec.dtype)}")  # a YAML string, whatever --dtype holds
     return {trtllm_config_name(spec): "\n".join(lines) + "\n"}
 
 

@@ -42,7 +42,7 @@ def test_export_sh_is_a_valid_script_with_each_instances_flags(tmp_path, capsys)
     # C shares GPU 0 with A: it starts once A is healthy
     assert out.index("wait_healthy http://127.0.0.1:8100") < out.index("# chat/polish/1")
     rc, out, _ = _export(capsys, _plan(tmp_path), "--format", "sh", "--gpu", "a6000", "--backend", "trtllm")
-    assert rc == 0 and "<<'EOF'" in out and "enable_block_reuse: false" in out and '"$LOG_DIR"' in out
+    assert rc == 0 and "<<'FLOWMAKER_EOF_" in out and "enable_block_reuse: false" in out and '"$LOG_DIR"' in out
     script.write_text(out)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
@@ -75,6 +75,17 @@ def test_export_errors_are_one_line(tmp_path, capsys):
     assert rc == 2 and "unknown GPU 'b9000'" in err
 
 
+def test_exporting_a_resolved_problem_says_solve_first(tmp_path, capsys):
+    from selector.cli import main
+    for name, flags in (("problem.yaml", []), ("problem.json", ["--json"])):
+        path = tmp_path / name
+        assert main(["resolve", "chat", "--out", str(path), *flags]) == 0
+        capsys.readouterr()
+        rc, _, err = _export(capsys, str(path), "--format", "sh", "--gpu", "a6000")
+        assert rc == 2 and err.count("\n") == 1 and err.count(str(path)) == 1, err
+        assert "a resolved problem, not a plan" in err and "selector solve" in err and "malformed" not in err
+
+
 def test_launch_dry_run_and_user_errors(tmp_path, capsys):
     from harness.cli import main
     assert main(["launch", _plan(tmp_path), "--gpu", "a6000", "--dry-run", "--args", f"{A}=--seed 1",
@@ -85,6 +96,21 @@ def test_launch_dry_run_and_user_errors(tmp_path, capsys):
     assert "--gpu" in capsys.readouterr().err
     assert main(["launch", _plan(tmp_path), "--gpu", "a6000", "--dry-run", "--max-batch", "0"]) == 2
     assert "max_num_seqs" in capsys.readouterr().err
+
+
+def test_launch_refuses_a_remote_host_without_a_key(tmp_path, capsys):
+    from harness.cli import main
+    plan = _plan(tmp_path)
+    for host in ("0.0.0.0", "10.0.0.5", "::", "gpu-box.example"):
+        for mode in ("--dry-run", "--check"):      # refused before anything starts
+            assert main(["launch", plan, "--gpu", "a6000", "--host", host, mode]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"--host {host}" in err and "--api-key-env" in err
+    for ok in (["--host", "localhost"], ["--host", "127.0.0.2"], ["--host", "::1"],
+               ["--host", "0.0.0.0", "--api-key-env", "FM_KEY"],
+               ["--host", "0.0.0.0", "--allow-unauthenticated-remote"]):
+        assert main(["launch", plan, "--gpu", "a6000", "--dry-run", *ok]) == 0, ok
+        assert "--host" in capsys.readouterr().out
 
 
 def test_launch_then_replay_on_a_stand_in(tiny_llama_dir, tmp_path, capsys):
