@@ -67,8 +67,9 @@ def cluster_from_spec(raw: dict, *, where: str = "cluster", sharing: str | None 
     if len(types) == 1:      # one type: the problem of sections 1-9, its price under the default type
         free = {i: g.model_copy(update={"type": DEFAULT_GPU_TYPE}) for i, g in free.items()}
         prices = None if prices is None else {DEFAULT_GPU_TYPE: prices[types[0]]}
+    priced = {} if prices is None else {"prices": prices}     # no prices: the key is absent (null is bad input)
     cluster = Cluster(gpus=tuple(g.model_copy(update={"used_gb": used.get(g.id, 0.0)}) for g in free.values()),
-                      instances=tuple(inst for inst, _ in instances), sharing=mode, prices=prices)
+                      instances=tuple(inst for inst, _ in instances), sharing=mode, **priced)
     return cluster, (types[0] if len(types) == 1 else None)
 
 

@@ -189,7 +189,7 @@ def selector_cases(c: Corpus) -> None:
     for label, cl in [
         ("mem-80000", _set(CLUSTER, ("nodes", 0, "gpus", 0, "mem_gb"), 80000)),
         ("mem-negative", _set(CLUSTER, ("nodes", 0, "gpus", 0, "mem_gb"), -48)),
-        ("mixed-gpus", _set(CLUSTER, ("nodes", 0, "gpus", 1, "gpu"), "h200")),
+        ("mixed-unknown-gpu", _set(CLUSTER, ("nodes", 0, "gpus", 1, "gpu"), "h300")),   # a mixed fleet is valid (spec 10)
         ("unknown-gpu", _set(_set(CLUSTER, ("nodes", 0, "gpus", 0, "gpu"), "tpu"), ("nodes", 0, "gpus", 1, "gpu"), "tpu")),
         ("no-nodes", {k: v for k, v in CLUSTER.items() if k != "nodes"}),
         ("nodes-string", {**CLUSTER, "nodes": "all"}),
@@ -432,7 +432,7 @@ def experiment_cases(c: Corpus) -> None:
 
 def bench_cases(c: Corpus) -> None:
     """The benchmark kinds (``python -m experiments.run bench_*``) given bad parameters."""
-    res = ["--results", c.out, "--no-progress"]
+    res = ["--results", c.out + "/results", "--no-progress"]
     for label, kind, params in [
         ("bench_selectors/time-limit-nan", "bench_selectors", {"time_limit_s": float("nan")}),
         ("bench_selectors/unknown-solver", "bench_selectors", {"solvers": ["nope"]}),
@@ -446,7 +446,7 @@ def bench_cases(c: Corpus) -> None:
         ("bench_vidur/metrics-columns", "bench_vidur", {"vidur_metrics": c.file("vidur/cols.csv", "a,b\n1,2\n")}),
         ("bench_prefill_split/split-zero", "bench_prefill_split", {"splits": [[0, 8]]}),
     ]:
-        cfg = {"experiment": "fuzz", "kind": kind, "seed": 0, "params": params}
+        cfg = {"experiment": "fz", "kind": kind, "seed": 0, "params": params}
         c.add(label, "experiments", [c.file(f"experiments/{label.replace('/', '-')}.yaml", cfg)] + res)
 
 

@@ -83,7 +83,7 @@ def special_file_cases(c) -> None:
         ("resolve-models", "selector", ["resolve", "chat", "--models"], [], ".yaml"),
         ("resolve-accuracy", "selector", ["resolve", "chat", "--accuracy"], [], ".yaml"),
         ("resolve-profile", "selector", ["resolve", "chat", "--profile"], [], ".parquet"),
-        ("export", "selector", ["export"], ["--format", "sh", "--gpu", "a6000"], ".json"),
+        ("export", "harness", ["export"], ["--format", "sh", "--gpu", "a6000"], ".json"),
         ("simulate-trace", "harness", sim, [], ".csv"),
         ("replay-endpoints", "harness", ["replay", "--trace", ok_trace, "--endpoints-file"], [], ".json"),
         ("replay-trace", "harness", ["replay", "--endpoints", "i0=http://127.0.0.1:9", "--trace"], [], ".csv"),
@@ -95,7 +95,6 @@ def special_file_cases(c) -> None:
         ("convert", "profiler", ["convert"], ["--out", c.out + "/r.parquet"], ".jsonl"),
         ("profile-run", "profiler", ["run"], ["--out", c.out + "/m.parquet"], ".yaml"),
         ("run-config", "experiments", [], ["--results", c.out + "/results", "--no-progress"], ".yaml"),
-        ("vidur-metrics", "bench_vidur", ["--vidur-metrics"], [], ".csv"),
     ]
     specials = _special_files(c)
     for fid, face, before, after, suffix in faces:
@@ -103,6 +102,12 @@ def special_file_cases(c) -> None:
             if label.endswith(tuple(s for s in (".yaml", ".json", ".csv", ".parquet", ".jsonl") if s != suffix)):
                 continue
             c.add(f"special/{fid}/{label.removesuffix(suffix)}", face, [*before, path, *after])
+    # the vidur benchmark's metrics file (an experiment kind's parameter)
+    for label, path in specials:
+        if label.endswith((".yaml", ".json", ".parquet", ".jsonl")):
+            continue
+        _run(c, f"special/vidur-metrics/{label.removesuffix('.csv')}",
+             {"experiment": "fz", "kind": "bench_vidur", "params": {"vidur_metrics": path}})
     # files named inside an experiment config
     fifo_yaml = str(c.root / "special" / "fifo.yaml")
     q = {"experiment": "fz", "kind": "quickstart", "params": {"tasks": ["chat"], "selectors": ["flowmaker"]}}
