@@ -10,10 +10,16 @@ COLUMNS = """\
 - `usd_per_hour`: US dollars per hour of the GPUs a plan newly reserves (spec section 10's `U`):
   a whole GPU per shard, `replicas x tp x pp` GPUs per stage, each at its type's price.
 - `cost_gb_s`: the paper's objective, new GPU memory (GB) x end-to-end latency of one request (s).
-- `pool`: the GPUs the plan may use: one type alone, or `mixed` (the same number of every type).
+- `pool`: the GPUs the plan may use: one type alone (`gpus_per_type` of it); `mixed@T`, the
+  equal-price mixed pool of type T (T's pool price split equally in dollars over the types,
+  `n_t = floor(gpus_per_type x price_T / (types x price_t))`, 0-GPU types absent); or `mixed`,
+  every GPU of every type (the upper reference, priced as all single pools together).
+- `pool_usd_per_hour`: the pool's price, every GPU it offers at its type's price.
 - `choice`: per stage `model@tpTppP:type xR` (R new replicas on GPUs of that type).
 - `saving_pct`: `100 (best single - mixed) / best single`; best single = the cheapest single-type
-  pool that serves every task of the row (fleet), or per task the cheapest type for that task.
+  pool that serves every task of the row (fleet), or per task the cheapest type for that task;
+  `mixed` is the equal-price pool `mixed@T*` of that best type T* in the equal-price table and the
+  all-GPU reference elsewhere.
 """
 
 
@@ -39,7 +45,8 @@ def totals(df: pd.DataFrame, objective: str = "usd_per_hour") -> pd.DataFrame:
 
 
 def fleet_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
-    """Per family and rate: each pool's total, the best single type, the mixed pool, the saving."""
+    """Per family and rate: each single pool's total, the best single type, the all-GPU mixed pool
+    (the upper reference), the saving."""
     t = totals(df)
     single = t[[c for c in types if c in t]]
     out = single.copy()
@@ -51,6 +58,81 @@ def fleet_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
     out["mixed"] = t["mixed"]
     out["saving_pct"] = 100 * (out["best_single"] - out["mixed"]) / out["best_single"]
     return out.reset_index()
+
+
+def pool_table(params, prices: dict[str, float]) -> pd.DataFrame:
+    """Each pool's GPUs per type and price ($/h of every GPU it offers)."""
+    from experiments.kinds.fleet_mix import pools
+    rows = [{"pool": name, **{t: counts.get(t, 0) for t in params.types},
+             "pool_usd_per_hour": sum(n * prices[t] for t, n in counts.items())}
+            for name, counts in pools(list(params.types), params.gpus_per_type, prices)]
+    return pd.DataFrame(rows)
+
+
+def equal_price_table(fleet: pd.DataFrame, df: pd.DataFrame, pool_price: dict[str, float]) -> pd.DataFrame:
+    """Per family and rate: the best single type T*, its total $/h, the total of ``mixed@T*`` (the
+    mixed pool at T*'s pool price), the saving, and the tasks ``mixed@T*`` has no plan for."""
+    t = totals(df)
+    d = _solved(df, "usd_per_hour").merge(served(df), on="task")
+    rows = []
+    for r in fleet.itertuples():
+        eq = f"mixed@{r.best_type}"
+        m = t.loc[(r.family, r.rate_rps), eq] if eq in t else math.nan
+        here = d[(d["family"] == r.family) & (d["rate_rps"] == r.rate_rps)]
+        lost = here[(here["pool"] == eq) & here["usd_per_hour"].isna()]
+        kept = here[~here["task"].isin(lost["task"])]
+        s_best = kept[kept["pool"] == r.best_type]["usd_per_hour"].sum()
+        s_eq = kept[kept["pool"] == eq]["usd_per_hour"].sum()
+        rows.append({"family": r.family, "rate_rps": r.rate_rps, "tasks": r.tasks, "best_type": r.best_type,
+                     "best_single": r.best_single, "equal_price_pool": eq if r.best_type != "-" else "-",
+                     "mixed_eq": m, "saving_pct": 100 * (r.best_single - m) / r.best_single,
+                     "pool_price_single": pool_price.get(r.best_type, math.nan),
+                     "pool_price_mixed_eq": pool_price.get(eq, math.nan),
+                     "saving_pct_where_served": 100 * (s_best - s_eq) / s_best if s_best > 0 else math.nan,
+                     "no_plan": ", ".join(f"{x.task} ({x.reason.split(':')[0].strip()})" for x in lost.itertuples())})
+    return pd.DataFrame(rows)
+
+
+def equal_price_per_task(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
+    """Per (task, rate) some single type serves: its cheapest type T, that $/h and ``mixed@T``'s
+    (NaN: no plan on the equal-price pool, with the solver's reason)."""
+    d = _solved(df, "usd_per_hour")
+    piv = d.pivot_table(index=["family", "task", "rate_rps"], columns="pool", values="usd_per_hour", aggfunc="first")
+    reason = d.set_index(["task", "rate_rps", "pool"])["reason"]
+    single = piv[[c for c in types if c in piv]].dropna(how="all")
+    rows = []
+    for (fam, task, rate), r in single.iterrows():
+        bt = r.idxmin()
+        eq = piv.loc[(fam, task, rate)].get(f"mixed@{bt}", math.nan)
+        rows.append({"family": fam, "task": task, "rate_rps": rate, "best_type": bt, "best": r.min(), "mixed_eq": eq,
+                     "reason": reason.get((task, rate, f"mixed@{bt}"), "") if math.isnan(eq) else ""})
+    return pd.DataFrame(rows)
+
+
+def equal_price_lines(eq: pd.DataFrame, per_task: pd.DataFrame) -> list[str]:
+    """The target measured on the equal-price pools: per family and rate, then per task."""
+    out = []
+    for r in eq.itertuples():
+        head = f"- {r.family} @ {r.rate_rps:g} rps:"
+        if r.best_type == "-":
+            out.append(f"{head} no single type serves every task (no equal-price pool to compare)")
+        elif math.isnan(r.mixed_eq):
+            out.append(f"{head} {r.equal_price_pool} (${r.pool_price_mixed_eq:.4g}/h pool) has no plan for "
+                       f"{r.no_plan} (first violated constraint in brackets); best single {r.best_type} "
+                       f"${r.best_single:.4g}/h: MISSED")
+        else:
+            ok = "met" if r.mixed_eq <= r.best_single * (1 + 1e-9) + 1e-9 else "MISSED"
+            out.append(f"{head} {r.equal_price_pool} ${r.mixed_eq:.4g}/h vs best single {r.best_type} "
+                       f"${r.best_single:.4g}/h: {r.saving_pct:.3g}% less ({ok})")
+    if len(per_task):
+        none = per_task[per_task["mixed_eq"].isna()]
+        dear = per_task[per_task["mixed_eq"] > per_task["best"] * (1 + 1e-9) + 1e-9]
+        out.append(f"- per task (against `mixed@T` of the task's own cheapest type T): no plan in {len(none)}, "
+                   f"dearer in {len(dear)}, of {len(per_task)} (task, rate) pairs some single type serves")
+        for r in [*none.itertuples(), *dear.itertuples()][:20]:
+            what = f"no plan ({r.reason[:110]})" if math.isnan(r.mixed_eq) else f"${r.mixed_eq:.4g}/h"
+            out.append(f"  - {r.task} @ {r.rate_rps:g} rps: {r.best_type} ${r.best:.4g}/h; mixed@{r.best_type} {what}")
+    return out
 
 
 def per_task_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
@@ -182,6 +264,9 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
     mixes = mix_lines(df[df["family"] == "seven"], types)
     rest = mix_lines(df[df["family"] == "random"], types)
     use = type_use(df)
+    ptab = pool_table(params, prices)
+    eq = equal_price_table(fleet, df, dict(zip(ptab["pool"], ptab["pool_usd_per_hour"])))
+    eq_task = equal_price_per_task(df, types)
     return "\n".join([
         f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
         f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
@@ -189,13 +274,24 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         f"{params.gpus_per_type} GPUs of each type per pool; `{params.solver}` minimises `usd_per_hour`; "
         f"latency SLOs from the standalone latency on {params.reference_gpu}.", "",
         "## Prices", "", _prices_md(prices), "",
-        "## Total $/h per pool", "",
+        "## Pools (GPUs per type, pool price)", "",
+        "`mixed@T`: T's pool price split equally in dollars over the types, `n_t = floor(B / (types x price_t))` "
+        "with `B` = T's pool price (a 0-GPU type is absent), so it never costs more than T's pool; `mixed`: "
+        "every GPU of every type, the upper reference (its pool price is all single pools' together).", "",
+        _md(ptab), "",
+        "## Equal price: best single type against the mixed pool at its price", "",
+        "Per family and rate, the cheapest single type T* (total over the `tasks` that the all-GPU `mixed` pool "
+        "serves at every rate) against `mixed@T*`; `saving_pct_where_served`: the same over the tasks `mixed@T*` "
+        "has a plan for (all but `no_plan`'s).", "", _md(eq), "",
+        "## Target: the equal-price mixed pool never costs more per hour than the best single type", "",
+        *equal_price_lines(eq, eq_task), "",
+        "## Total $/h per pool (`mixed`: all GPUs, upper reference)", "",
         "Each task alone on the empty pool; the total over the `tasks` of the family that the mixed pool serves at "
-        "every rate (`-`: the type alone cannot serve one of them).", "", _md(fleet), "",
-        "## Each task against its own cheapest single type", "", _md(tasks), "",
+        "every rate (`-`: the pool cannot serve one of them).", "", _md(fleet), "",
+        "## Each task against its own cheapest single type (`mixed`: all GPUs, upper reference)", "", _md(tasks), "",
         "## Answers without a plan, per pool and first violated constraint (spec section 6)", "",
         _md(why_not(df)) if len(why_not(df)) else "- none", "",
-        "## Target: the mixed pool never costs more per hour than the best single type", "",
+        "## Upper reference: the all-GPU mixed pool never costs more per hour than the best single type", "",
         *target_lines(fleet, tasks), "",
         "## GPUs the mixed pool's plans reserve, per type (all tasks)", "", _md(use) if len(use) else "-", "",
         "## The mix chosen (where it uses several types or beats every single type)", "",
@@ -224,9 +320,15 @@ def plot(df: pd.DataFrame, path):
             ax.text(0.5, 0.5, f"{fam}: no task has a plan at every rate", ha="center", transform=ax.transAxes)
             continue
         t = usd.loc[fam]
-        for i, pool in enumerate(c for c in t.columns if c != "mixed"):
+        singles = [c for c in t.columns if not c.startswith("mixed")]
+        for i, pool in enumerate(singles):
             ax.plot(t.index, t[pool], marker="os^vDP"[i % 6], lw=1.2, label=f"{pool} alone")
-        ax.plot(t.index, t["mixed"], color="black", lw=3.2, alpha=0.6, marker="o", label="mixed pool (usd_per_hour)")
+        best = {r: row.idxmin() for r, row in t[singles].iterrows() if row.notna().any()}
+        eq = [t.loc[r, f"mixed@{best[r]}"] if r in best and f"mixed@{best[r]}" in t else math.nan for r in t.index]
+        ax.plot(t.index, eq, color="tab:red", lw=2.4, marker="*", ms=9,
+                label="mixed pool at the best single type's price")
+        ax.plot(t.index, t["mixed"], color="black", lw=3.2, alpha=0.6, marker="o",
+                label="mixed pool, all GPUs (upper reference)")
         if fam in gbs.index and "mixed" in gbs.loc[fam]:
             ax.plot(t.index, gbs.loc[fam]["mixed"], color="black", ls="--", lw=1.2,
                     label="mixed pool, FlowMaker GB*s plan in $")

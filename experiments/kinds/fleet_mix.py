@@ -12,12 +12,19 @@ planned on the empty pool
 - with ``objective: gb_s`` by ``gb_s_solver`` (FlowMaker, the paper's objective), whose plan is
   priced in dollars too (``usd_per_hour`` of the GPUs it reserves).
 
-A pool lists availability: a plan pays only for the GPUs it reserves (``usd_per_hour``), so the
-mixed pool, which offers every type in the same numbers, can only match or beat each single
-type, and by how much tells what mixing types is worth per task and rate.
+A pool lists availability: a plan pays only for the GPUs it reserves (``usd_per_hour``). Pools:
 
-Rows (``fleet_mix.parquet``): ``task, family (seven | random), rate_rps, pool, objective, solver,
-status, usd_per_hour, cost_gb_s, latency_s, new_gpus, workflow, choice, types, reason,
+- ``T`` (one per type): ``gpus_per_type`` GPUs of type T; its *pool price* is
+  ``gpus_per_type x price_T`` dollars per hour.
+- ``mixed@T`` (one per type, the equal-price comparison): a mixed pool whose pool price is at most
+  T's. The budget ``B = gpus_per_type x price_T`` is split equally in dollars over the types:
+  ``n_t = floor(B / (len(types) x price_t))`` GPUs of each type t (the first ``n_t`` of the
+  resolved pool's); a type with ``n_t = 0`` is absent. So ``sum_t n_t price_t <= B``.
+- ``mixed`` (upper reference): all ``gpus_per_type`` GPUs of every type; its pool price is the
+  sum of all single pools', so it can only match or beat each single type.
+
+Rows (``fleet_mix.parquet``): ``task, family (seven | random), rate_rps, pool, pool_usd_per_hour
+(the pool's price: every GPU it offers), objective, solver, status, usd_per_hour, cost_gb_s, latency_s, new_gpus, workflow, choice, types, reason,
 elapsed_s``; ``choice`` names every stage as ``model@tpTppP:type xR``. The report
 (``summary.md``, ``fleet_mix.png``) is ``experiments/kinds/_fleet_report.py``'s.
 """
@@ -121,17 +128,40 @@ def mixed_pool(types: list[str], per_type: int, pricing: str):
     return cluster
 
 
-def pool_problem(problem, types: set[str], rate: float, objective: str):
-    """``problem`` on the GPUs of ``types`` only (their configs, rows and prices), at ``rate``
-    requests per second, minimising ``objective``."""
+def equal_price_counts(types: list[str], budget: float, prices: dict[str, float]) -> dict[str, int]:
+    """GPUs per type of the mixed pool priced at most ``budget`` $/h: the budget split equally in
+    dollars over ``types``, ``n_t = floor(budget / (len(types) x price_t))``; 0-GPU types left out."""
+    counts = {t: math.floor(budget / (len(types) * prices[t]) + 1e-9) for t in types}
+    return {t: n for t, n in counts.items() if n > 0}
+
+
+def pools(types: list[str], per_type: int, prices: dict[str, float]) -> list[tuple[str, dict[str, int]]]:
+    """Every pool as (name, GPUs per type): each type alone, ``mixed@T`` at T's pool price, and
+    ``mixed`` (all GPUs, the upper reference)."""
+    out: list[tuple[str, dict[str, int]]] = [(t, {t: per_type}) for t in types]
+    out += [(f"mixed@{t}", equal_price_counts(types, per_type * prices[t], prices)) for t in types]
+    return out + [("mixed", {t: per_type for t in types})]
+
+
+def pool_problem(problem, counts: dict[str, int], rate: float, objective: str):
+    """``problem`` on the first ``counts[t]`` GPUs of each type t only (the configs, rows and
+    prices of those types), at ``rate`` requests per second, minimising ``objective``."""
     from selector.problem import parse_problem
     d = problem.to_dict()
-    keep = lambda row: row.get("gpu_type", "gpu") in types          # noqa: E731
+    keep = lambda row: row.get("gpu_type", "gpu") in counts          # noqa: E731
     d["configs"] = [c for c in d["configs"] if keep(c)]
     d["deployments"] = [x for x in d["deployments"] if keep(x)]
     d["perf"] = [r for r in d["perf"] if keep(r)]
     c = d["cluster"]
-    c["gpus"] = [g for g in c["gpus"] if g.get("type", "gpu") in types]
+    seen: dict[str, int] = {}
+    gpus = []
+    for g in c["gpus"]:
+        t = g.get("type", "gpu")
+        seen[t] = seen.get(t, 0) + 1
+        if seen[t] <= counts.get(t, 0):
+            gpus.append(g)
+    c["gpus"] = gpus
+    types = set(counts)
     c["prices"] = {t: usd for t, usd in c["prices"].items() if t in types}
     d["task"]["arrival_rate_rps"] = rate
     d["objective"] = objective
@@ -142,16 +172,17 @@ def _task_rows(spec, family: str, catalog, cluster, settings, params: Params) ->
     from selector.resolve import resolve_task
     from solvers.registry import get_solver
     base = resolve_task(spec, catalog=catalog, cluster=cluster, settings=settings)
-    pools = [(t, {t}) for t in params.types] + [("mixed", set(params.types))]
+    prices = cluster.prices or {}
     rows = []
     for rate in params.rates_rps:
-        for pool, types in pools:
+        for pool, counts in pools(params.types, params.gpus_per_type, prices):
+            price = sum(n * prices[t] for t, n in counts.items())
             for objective, solver in (("usd_per_hour", params.solver), ("gb_s", params.gb_s_solver)):
-                p = pool_problem(base, types, rate, objective)
+                p = pool_problem(base, counts, rate, objective)
                 t0 = time.perf_counter()
                 plan = get_solver(solver).select(p, time_limit_s=params.time_limit_s)
-                rows.append(_row(spec.name, family, rate, pool, objective, solver, plan,
-                                 time.perf_counter() - t0))
+                rows.append({**_row(spec.name, family, rate, pool, objective, solver, plan,
+                                    time.perf_counter() - t0), "pool_usd_per_hour": price})
     return pd.DataFrame(rows)
 
 

@@ -1,6 +1,8 @@
 """The small fleet_mix experiment (issue 24 item 5) runs end to end through ``python -m
-experiments.run``: on every task and rate the mixed pool's plan costs no more per hour than the
-cheapest single type (it offers every type), it is cheaper somewhere, FlowMaker's GB*s plan is
+experiments.run``: each equal-price pool ``mixed@T`` is priced at most T's single pool and has
+rows for every task, rate and objective; on every task and rate the all-GPU mixed pool's plan
+costs no more per hour than the cheapest single type (it offers every type), it is cheaper
+somewhere, FlowMaker's GB*s plan is
 never cheaper in dollars than the usd_per_hour optimum, and the outputs are written, published
 and resumed."""
 from __future__ import annotations
@@ -24,7 +26,17 @@ def test_small_fleet_mix(tmp_path, capsys):
     top = tmp_path / "results" / "fleet_mix_small"
     run = top / "t"
     df = pd.read_parquet(run / "fleet_mix.parquet")
-    assert set(df["pool"]) == {"a6000", "l40s", "h100-sxm", "mixed"} and df["task"].nunique() == 2
+    singles = ["a6000", "l40s", "h100-sxm"]
+    assert set(df["pool"]) == {*singles, *(f"mixed@{t}" for t in singles), "mixed"} and df["task"].nunique() == 2
+    price = df.groupby("pool")["pool_usd_per_hour"].agg(["min", "max"])
+    assert (price["min"] == price["max"]).all()                                # one price per pool
+    price = price["max"]
+    for t in singles:                                                          # equal or lower total price
+        assert 0 < price[f"mixed@{t}"] <= price[t] * (1 + 1e-12)
+        assert len(df[df["pool"] == f"mixed@{t}"]) == 2 * 2 * 2                # tasks x rates x objectives
+    assert price["mixed"] == sum(price[t] for t in singles)                    # the upper reference
+    # 4 A6000 at $1.09 = $4.36 split in three: one A6000, no L40S ($1.88) and no H100 ($3.99)
+    assert df[df["pool"] == "mixed@a6000"]["pool_usd_per_hour"].iloc[0] == 1.09
     usd = df[df["objective"] == "usd_per_hour"].pivot_table(index=["task", "rate_rps"], columns="pool",
                                                             values="usd_per_hour", aggfunc="first")
     best = usd[["a6000", "l40s", "h100-sxm"]].min(axis=1)
@@ -38,7 +50,10 @@ def test_small_fleet_mix(tmp_path, capsys):
                           aggfunc="first").dropna()
     assert (both["gb_s"] >= both["usd_per_hour"] * (1 - 1e-9)).all()
     md = (top / "summary.md").read_text()
-    assert md == (run / "summary.md").read_text() and "(met)" in md and "MISSED" not in md
+    assert md == (run / "summary.md").read_text() and "(met)" in md
+    assert "## Equal price" in md and "mixed@" in md
+    reference = md.split("## Upper reference")[1].split("\n## ")[0]
+    assert "(met)" in reference and "MISSED" not in reference
     assert (top / "fleet_mix.png").stat().st_size > 10_000
     assert "## Target" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
