@@ -149,7 +149,7 @@ def deployments_table(deps: pd.DataFrame) -> list[str]:
 
 def _step(task: str, dep: str | None) -> str:
     """One task's deployment in a sequence: the new instances (model, TP, count) and the owners of reused ones."""
-    if dep is None:
+    if not isinstance(dep, str):       # None, or NaN: pandas 3 stores a missing string as NaN
         return f"{task}: not placed"
     d = json.loads(dep)
     new: dict[str, int] = {}
