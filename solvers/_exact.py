@@ -38,8 +38,11 @@ The driver turns these into the spec's unique optimum:
    variants (checked: any new stage costs more than 1e-9), so the window is taken on latency
    among all-reuse variants instead.
 
-Status ``optimal`` only when every solve proved its answer and the window enumeration was
-complete; otherwise the best exact-feasible variant found is returned as ``feasible``, and
+The window's evaluation is inside the limit: the enumeration keeps ``reserve_s`` per variant
+found (:meth:`_State.reserve_s`) and :func:`_evaluate_until` stops at the deadline.
+
+Status ``optimal`` only when every solve proved its answer and the window enumeration (and its
+evaluation) was complete; otherwise the best exact-feasible variant found is returned as ``feasible``, and
 when none was found and nothing was proved, ``unknown`` (spec section 6), never ``infeasible``.
 """
 from __future__ import annotations
@@ -82,7 +85,8 @@ class Answer:
 
 
 class Backend(Protocol):
-    """``usd_cap`` (section 10): only variants whose ``U`` is at most it (widened like ``cap``)."""
+    """``usd_cap`` (section 10): only variants whose ``U`` is at most it (widened like ``cap``);
+    ``reserve_s``: seconds per variant found to leave before ``deadline`` for evaluating it."""
 
     def minimise(self, *, objective: Objective, reuse_only: bool, cap: float | None, cuts: list[Cut],
                  hint: Variant | None, deadline: float, workflows: tuple[int, ...],
@@ -90,7 +94,8 @@ class Backend(Protocol):
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]: ...
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None,
+                  reserve_s: float = 0.0) -> tuple[list[Variant], bool]: ...
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,22 @@ class _State:
     proved: bool = True
     evaluated: int = 0
     pruned: int = 0          # workflows skipped because their bound could not tie the incumbent
+    eval_min_s: float = math.inf   # the quickest exact evaluation so far, for the enumeration's reserve
+
+    def evaluate(self, cp: Compiled, variant: Variant) -> Evaluation:
+        """``selector.evaluate.evaluate``, counted and timed."""
+        t = time.perf_counter()
+        ev = evaluate(cp, *variant)
+        self.eval_min_s = min(self.eval_min_s, time.perf_counter() - t)
+        self.evaluated += 1
+        return ev
+
+    def reserve_s(self) -> float:
+        """Seconds to keep per enumerated variant for evaluating it before the deadline: the
+        quickest evaluation so far, an estimate from below, so the enumeration stops early only
+        where evaluating everything it found would have ended past the deadline anyway (no answer
+        given within the limit changes); :func:`_evaluate_until` stops at the deadline itself."""
+        return self.eval_min_s if math.isfinite(self.eval_min_s) else 0.0
 
 
 def _incumbent(data: Prepared, backend: Backend, st: _State, *, objective: Objective, reuse_only: bool,
@@ -253,8 +274,7 @@ def _incumbent(data: Prepared, backend: Backend, st: _State, *, objective: Objec
             st.proved = False
         if ans.variant is None:
             return None
-        ev = evaluate(data.cp, *ans.variant)
-        st.evaluated += 1
+        ev = st.evaluate(data.cp, ans.variant)
         if ev.feasible:
             return ev
         st.cuts.extend(placement_cuts(data, ev) if ev.violated == PLACEMENT else [no_good(ans.variant)])
@@ -317,8 +337,7 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
             deadline: float) -> Evaluation | None:
     found: list[Evaluation] = []
     if warm is not None:
-        ev = evaluate(cp, *warm)
-        st.evaluated += 1
+        ev = st.evaluate(cp, warm)
         if ev.feasible:
             found.append(ev)
     everything = tuple(range(len(cp.workflows)))
@@ -348,7 +367,8 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
                              deadline=deadline, workflows=everything)
         lat = min(best.latency_s, lat_inc.latency_s if lat_inc is not None else best.latency_s)
         variants, complete = backend.enumerate(objective="latency", reuse_only=True, cap=_window(lat),
-                                               cuts=st.cuts, deadline=deadline, workflows=everything)
+                                               cuts=st.cuts, deadline=deadline, workflows=everything,
+                                               reserve_s=st.reserve_s())
     elif cp.usd:
         variants, complete = _usd_window(data, backend, st, best, deadline)
     else:
@@ -356,11 +376,20 @@ def _search(cp: Compiled, data: Prepared, backend: Backend, st: _State, warm: Va
         live = tuple(w for w in everything if math.isfinite(bounds[w]))
         variants, complete = backend.enumerate(objective="cost", reuse_only=False, cap=_window(c), cuts=st.cuts,
                                                deadline=deadline, workflows=live,
-                                               bounds={w: bounds[w] for w in live})
-    st.proved &= complete
-    evs = [evaluate(cp, *v) for v in variants]
-    st.evaluated += len(evs)
+                                               bounds={w: bounds[w] for w in live}, reserve_s=st.reserve_s())
+    evs, evaluated_all = _evaluate_until(cp, st, variants, deadline)
+    st.proved &= complete and evaluated_all
     return choose(found + [e for e in evs if e.feasible])
+
+
+def _evaluate_until(cp: Compiled, st: _State, variants: list[Variant], deadline: float) -> tuple[list[Evaluation], bool]:
+    """Evaluate the window's variants in order until the deadline; True when all were."""
+    evs = []
+    for v in variants:
+        if time.perf_counter() > deadline:
+            return evs, False
+        evs.append(st.evaluate(cp, v))
+    return evs, True
 
 
 def _usd_window(data: Prepared, backend: Backend, st: _State, best: Evaluation,
@@ -376,4 +405,4 @@ def _usd_window(data: Prepared, backend: Backend, st: _State, best: Evaluation,
                       deadline=deadline, workflows=live, usd_cap=cap)
     lat = best.latency_s if fast is None else min(best.latency_s, fast.latency_s)
     return backend.enumerate(objective="latency", reuse_only=False, cap=_window(lat), cuts=st.cuts,
-                             deadline=deadline, workflows=live, usd_cap=cap)
+                             deadline=deadline, workflows=live, usd_cap=cap, reserve_s=st.reserve_s())

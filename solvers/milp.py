@@ -273,7 +273,10 @@ class CpSatBackend:
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]:
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None,
+                  reserve_s: float = 0.0) -> tuple[list[Variant], bool]:
+        """Every variant of the window; the search stops once evaluating what it found
+        (``reserve_s`` seconds each, the driver's estimate) would end past ``deadline``."""
         from ortools.sat.python import cp_model
 
         if not workflows:
@@ -285,7 +288,7 @@ class CpSatBackend:
         class Collect(cp_model.CpSolverSolutionCallback):
             def on_solution_callback(self) -> None:
                 found.append(CpSatBackend._variant(self.boolean_value, x, y))
-                if time.perf_counter() > deadline:
+                if time.perf_counter() + len(found) * reserve_s > deadline:
                     self.stop_search()
 
         solver = self._solver(deadline, 1)

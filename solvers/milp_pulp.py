@@ -255,7 +255,10 @@ class PulpBackend:
 
     def enumerate(self, *, objective: Objective, reuse_only: bool, cap: float, cuts: list[Cut],
                   deadline: float, workflows: tuple[int, ...],
-                  bounds: dict[int, float] | None = None, usd_cap: float | None = None) -> tuple[list[Variant], bool]:
+                  bounds: dict[int, float] | None = None, usd_cap: float | None = None,
+                  reserve_s: float = 0.0) -> tuple[list[Variant], bool]:
+        # reserve_s (the driver's evaluation cost per variant) is not needed: one HiGHS solve per
+        # variant finds a handful, never thousands, and the driver stops evaluating at the deadline
         found: list[Variant] = []
         if not workflows:
             return found, True

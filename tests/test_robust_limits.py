@@ -243,3 +243,38 @@ def test_baseline_copies_equal_the_parsed_ones_and_are_not_compiled_again(sharin
             inst["model"] = "(deployed)"
     assert noreuse == parse_problem(ref)
     _copy_equals_compiled(noreuse, compiled_copy(cp, noreuse, range(len(cp.workflows)), reuse=False))
+
+
+def test_milp_evaluates_the_tie_window_only_until_the_deadline() -> None:
+    """Before: after an enumeration that ran to the deadline, the driver evaluated every variant
+    of the tie window (7,467 on instances-24-low, 0.2-0.3 s) past a 2 s limit."""
+    import time
+
+    from selector.stress import many_instances_problem
+    from solvers._exact import _evaluate_until, _State
+    cp = compile_problem(many_instances_problem(n_instances=3, n_stages=3, n_models=11, utilization=0.1))
+    variants = [(0, (0, 0, 0)), (0, (0, 0, 1)), (0, (1, 0, 0))]
+    st = _State()
+    evs, complete = _evaluate_until(cp, st, variants, time.perf_counter() + 60)
+    assert complete and [(e.workflow, e.choice) for e in evs] == variants
+    assert st.evaluated == 3 and 0 < st.reserve_s() == st.eval_min_s and _State().reserve_s() == 0.0
+    assert _evaluate_until(cp, _State(), variants, time.perf_counter() - 1.0) == ([], False)
+
+
+def test_milp_enumeration_keeps_time_to_evaluate_what_it_found() -> None:
+    """The CP-SAT enumeration stops once ``len(found) * reserve_s`` would end past the deadline,
+    so the driver can still evaluate (and choose among) the variants before it."""
+    import time
+
+    from selector.synthetic import synthetic_problem
+    from solvers._exact import prepare
+    from solvers.milp import CpSatBackend
+    cp = compile_problem(synthetic_problem(n_stages=2, n_models=4))
+    backend = CpSatBackend(prepare(cp), workers=1, seed=0)
+    kw = dict(objective="latency", reuse_only=False, cap=cp.problem.task.latency_slo_s, cuts=[], workflows=(0,))
+    every, complete = backend.enumerate(deadline=time.perf_counter() + 60, **kw)
+    assert complete and len(every) > 1
+    t0 = time.perf_counter()
+    some, complete = backend.enumerate(deadline=t0 + 60, reserve_s=59.0 / 1.5, **kw)   # room for one
+    assert not complete and len(some) in (1, 2) and set(some) < set(every)
+    assert time.perf_counter() - t0 < 30
