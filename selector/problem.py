@@ -11,6 +11,7 @@ hold their defaults, so an untyped problem dumps exactly as before section 10.
 from __future__ import annotations
 
 import math
+import struct
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,9 +37,17 @@ def _number(v: Any) -> float:
         raise ValueError(f"must be at most {MAX_NUMBER:g} in size")
     if not math.isfinite(v):
         raise ValueError("must be finite")
-    if abs(v) > MAX_NUMBER or 0 < abs(v) < MIN_NONZERO:
+    if abs(v) > MAX_NUMBER or _tiny(float(v)):
         raise ValueError(f"must be 0 or between {MIN_NONZERO:g} and {MAX_NUMBER:g} in size")
     return float(v)
+
+
+def _tiny(v: float) -> bool:
+    """Nonzero and below MIN_NONZERO. A subnormal is recognised from its bits: a library that
+    sets the CPU's denormals-are-zero mode (some numeric extensions do, process-wide) makes every
+    comparison read it as 0."""
+    bits = struct.unpack("<Q", struct.pack("<d", v))[0] & ~(1 << 63)
+    return bits != 0 and (bits >> 52 == 0 or abs(v) < MIN_NONZERO)
 
 
 def _whole(v: Any) -> int:
