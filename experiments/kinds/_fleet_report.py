@@ -3,6 +3,7 @@ FlowMaker's GB*s plan costs in dollars, and the cost-vs-rate figure."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -132,6 +133,64 @@ def equal_price_lines(eq: pd.DataFrame, per_task: pd.DataFrame) -> list[str]:
         for r in [*none.itertuples(), *dear.itertuples()][:20]:
             what = f"no plan ({r.reason[:110]})" if math.isnan(r.mixed_eq) else f"${r.mixed_eq:.4g}/h"
             out.append(f"  - {r.task} @ {r.rate_rps:g} rps: {r.best_type} ${r.best:.4g}/h; mixed@{r.best_type} {what}")
+    return out
+
+
+STAGE = re.compile(r"@tp(\d+)pp(\d+):(\S+) x(\d+)")
+
+
+def plan_gpus(choice: str) -> dict[str, int]:
+    """GPUs per type a plan reserves, from its ``choice`` (``model@tpTppP:type xR > ...``)."""
+    out: dict[str, int] = {}
+    for tp, pp, gtype, reps in STAGE.findall(choice):
+        out[gtype] = out.get(gtype, 0) + int(tp) * int(pp) * int(reps)
+    return out
+
+
+def sized_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
+                     prices: dict[str, float]) -> pd.DataFrame:
+    """Per family and rate, the mixed pool sized to the workload: of each type, the most GPUs any
+    one task's plan on the all-GPU pool reserves (each task is planned alone on the empty pool).
+    Every such plan still places on it, and a smaller pool only removes variants, so each task's
+    optimum and its $/h are the all-GPU pool's (the small config's test re-plans to check). Its
+    price beside the best single type's pool price (``per_type`` GPUs of T*)."""
+    d = _solved(df, "usd_per_hour").merge(served(df), on="task")
+    d = d[d["pool"] == "mixed"]
+    rows = []
+    for r in fleet.itertuples():
+        if r.best_type == "-":
+            continue
+        counts: dict[str, int] = {}
+        for c in d[(d["family"] == r.family) & (d["rate_rps"] == r.rate_rps)]["choice"]:
+            for t, n in plan_gpus(c).items():
+                counts[t] = max(counts.get(t, 0), n)
+        price = sum(n * prices[t] for t, n in counts.items())
+        single = per_type * prices[r.best_type]
+        rows.append({"family": r.family, "rate_rps": r.rate_rps, "best_type": r.best_type,
+                     "best_single": r.best_single, "single_pool_usd_per_hour": single,
+                     "sized_pool": ", ".join(f"{n} {t}" for t, n in sorted(counts.items())),
+                     "sized_pool_usd_per_hour": round(price, 4), "pool_price_ok": price <= single + 1e-9,
+                     "mixed": r.mixed, "saving_pct": r.saving_pct})
+    return pd.DataFrame(rows)
+
+
+def sized_pool_lines(sized: pd.DataFrame) -> list[str]:
+    """The target, judged on the workload-sized pool (at most the best single type's pool price)."""
+    if not len(sized):
+        return ["- no (family, rate) with a single type that serves every task"]
+    dear = sized[~sized["pool_price_ok"]]
+    worse = sized[sized["mixed"] > sized["best_single"] + 1e-9]
+    out = [f"- the workload-sized mixed pool costs at most the best single type's pool in {len(sized) - len(dear)} "
+           f"of {len(sized)} (family, rate) rows"
+           + ("" if dear.empty else "; dearer in: " + ", ".join(f"{r.family} {r.rate_rps:g} rps"
+                                                               for r in dear.itertuples()))]
+    ok = sized[sized["pool_price_ok"]]
+    if worse.empty and len(ok):
+        out.append(f"- met: its plans never cost more per hour than the best single type's; cheaper by "
+                   f"{ok['saving_pct'].min():.1f}-{ok['saving_pct'].max():.1f}% in those rows (Mélange reports up "
+                   f"to 77% for one model's request-size mix; docs/fleet.md)")
+    else:
+        out.append("- MISSED in: " + ", ".join(f"{r.family} {r.rate_rps:g} rps" for r in worse.itertuples()))
     return out
 
 
@@ -267,6 +326,7 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
     ptab = pool_table(params, prices)
     eq = equal_price_table(fleet, df, dict(zip(ptab["pool"], ptab["pool_usd_per_hour"])))
     eq_task = equal_price_per_task(df, types)
+    sized = sized_pool_table(fleet, df, params.gpus_per_type, prices)
     return "\n".join([
         f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
         f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
@@ -285,6 +345,11 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         "has a plan for (all but `no_plan`'s).", "", _md(eq), "",
         "## Target: the equal-price mixed pool never costs more per hour than the best single type", "",
         *equal_price_lines(eq, eq_task), "",
+        "## Mixed pool sized to the workload, at most the best single type's price", "",
+        "Of each type, the most GPUs one task's plan on the all-GPU pool reserves (each task is planned alone "
+        "on the empty pool): every such plan places on it and a smaller pool only removes variants, so its "
+        "$/h are the all-GPU pool's (`mixed`); its price beside `best_type`'s pool.", "", _md(sized), "",
+        *sized_pool_lines(sized), "",
         "## Total $/h per pool (`mixed`: all GPUs, upper reference)", "",
         "Each task alone on the empty pool; the total over the `tasks` of the family that the mixed pool serves at "
         "every rate (`-`: the pool cannot serve one of them).", "", _md(fleet), "",

@@ -60,3 +60,29 @@ def test_small_fleet_mix(tmp_path, capsys):
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert len(cells) == 2 and main(args) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp                    # finished cells are skipped
+
+
+def test_plan_gpus_counts_shards_per_type_from_the_choice() -> None:
+    from experiments.kinds._fleet_report import plan_gpus
+    assert plan_gpus("qwen2.5-32b@tp2pp1:h100-sxm x2 > qwen2.5-3b@tp1pp1:a6000 x1 > m@tp1pp2:h100-sxm x1") == \
+        {"h100-sxm": 6, "a6000": 1}
+    assert plan_gpus("") == {}
+
+
+def test_a_task_planned_on_the_workload_sized_pool_costs_what_it_costs_on_the_whole_pool() -> None:
+    """The sized pool's claim: a smaller pool that still holds the GPUs the plan reserves keeps the
+    plan (its feasible set only shrinks), so the summary may quote the all-GPU pool's $/h."""
+    from experiments.kinds._fleet_report import plan_gpus
+    from experiments.kinds.fleet_mix import choice, mixed_pool, pool_problem
+    from selector.resolve import ResolveSettings, load_catalog, resolve_task
+    from selector.taskspec import load_task
+    from solvers.registry import get_solver
+    types = ["a6000", "h100-sxm"]
+    cluster = mixed_pool(types, 8, "on_demand")
+    base = resolve_task(load_task("rag-qa"), catalog=load_catalog(), cluster=cluster,
+                        settings=ResolveSettings(reference_gpu="a6000"), objective="usd_per_hour")
+    whole = get_solver("exhaustive").select(pool_problem(base, {t: 8 for t in types}, 4.0, "usd_per_hour"))
+    used = plan_gpus(choice(whole.to_dict()["stages"]))
+    assert 0 < sum(used.values()) < 16                      # a strictly smaller pool
+    sized = get_solver("exhaustive").select(pool_problem(base, used, 4.0, "usd_per_hour"))
+    assert whole.solved and sized.solved and abs(sized.usd_per_hour - whole.usd_per_hour) < 1e-9
