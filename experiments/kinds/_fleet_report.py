@@ -194,6 +194,53 @@ def sized_pool_lines(sized: pd.DataFrame) -> list[str]:
     return out
 
 
+def budget_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
+                      prices: dict[str, float]) -> pd.DataFrame:
+    """Per family and rate, a mixed pool at most the best single type T*'s pool price, chosen
+    greedily from the plans both pools gave: every task starts on its T*-only plan (that pool
+    holds them all), then tasks move to their all-GPU-pool plan, largest saving first, while the
+    pool (per type, the most GPUs one picked plan reserves) stays within T*'s pool price. Each
+    picked plan places on that pool, so its total is an upper bound of what the solver finds there."""
+    d = _solved(df, "usd_per_hour").merge(served(df), on="task")
+    rows = []
+    for r in fleet.itertuples():
+        if r.best_type == "-":
+            continue
+        here = d[(d["family"] == r.family) & (d["rate_rps"] == r.rate_rps)]
+        single = here[here["pool"] == r.best_type].set_index("task")
+        mixed = here[here["pool"] == "mixed"].set_index("task")
+        budget = per_type * prices[r.best_type]
+        pick = {t: single.loc[t] for t in single.index}
+        order = sorted(single.index, key=lambda t: mixed.loc[t, "usd_per_hour"] - single.loc[t, "usd_per_hour"])
+        for t in order:
+            if mixed.loc[t, "usd_per_hour"] >= single.loc[t, "usd_per_hour"] - 1e-9:
+                break
+            trial = {**pick, t: mixed.loc[t]}
+            if _pool_price(trial, prices) <= budget + 1e-9:
+                pick = trial
+        counts = _pool_counts(pick)
+        cost = float(sum(p["usd_per_hour"] for p in pick.values()))
+        rows.append({"family": r.family, "rate_rps": r.rate_rps, "best_type": r.best_type,
+                     "best_single": r.best_single, "single_pool_usd_per_hour": budget,
+                     "pool": ", ".join(f"{n} {t}" for t, n in sorted(counts.items())),
+                     "pool_usd_per_hour": round(_pool_price(pick, prices), 4),
+                     "tasks_moved": sum(pick[t]["pool"] == "mixed" for t in pick), "usd_per_hour": cost,
+                     "saving_pct": 100 * (r.best_single - cost) / r.best_single})
+    return pd.DataFrame(rows)
+
+
+def _pool_counts(pick: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for plan in pick.values():
+        for t, n in plan_gpus(plan["choice"]).items():
+            counts[t] = max(counts.get(t, 0), n)
+    return counts
+
+
+def _pool_price(pick: dict, prices: dict[str, float]) -> float:
+    return sum(n * prices[t] for t, n in _pool_counts(pick).items())
+
+
 def per_task_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
     """Per family and rate, each task against its own cheapest single type: summed, and the largest
     per-task saving (with its task)."""
@@ -327,6 +374,7 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
     eq = equal_price_table(fleet, df, dict(zip(ptab["pool"], ptab["pool_usd_per_hour"])))
     eq_task = equal_price_per_task(df, types)
     sized = sized_pool_table(fleet, df, params.gpus_per_type, prices)
+    budget = budget_pool_table(fleet, df, params.gpus_per_type, prices)
     return "\n".join([
         f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
         f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
@@ -350,6 +398,14 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         "on the empty pool): every such plan places on it and a smaller pool only removes variants, so its "
         "$/h are the all-GPU pool's (`mixed`); its price beside `best_type`'s pool.", "", _md(sized), "",
         *sized_pool_lines(sized), "",
+        "## Mixed pool within the best single type's price, chosen from both pools' plans", "",
+        "Every task starts on its plan from `best_type`'s pool; tasks then move to their all-GPU-pool plan, "
+        "largest saving first, while the pool (per type, the most GPUs one picked plan reserves) stays within "
+        "`best_type`'s pool price. It never costs more than `best_type` by construction: the evidence is the "
+        "saving. `usd_per_hour` is the picked plans' total, an upper bound of the solver's on that pool.", "",
+        _md(budget), "",
+        *([f"- cheaper than the best single type by {budget['saving_pct'].min():.1f}-{budget['saving_pct'].max():.1f}% "
+           f"per hour at a pool price of at most the best single type's pool in every row"] if len(budget) else []), "",
         "## Total $/h per pool (`mixed`: all GPUs, upper reference)", "",
         "Each task alone on the empty pool; the total over the `tasks` of the family that the mixed pool serves at "
         "every rate (`-`: the pool cannot serve one of them).", "", _md(fleet), "",

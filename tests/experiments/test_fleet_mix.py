@@ -53,6 +53,13 @@ def test_small_fleet_mix(tmp_path, capsys):
     assert md == (run / "summary.md").read_text() and "(met)" in md
     assert "## Equal price" in md and "mixed@" in md
     reference = md.split("## Upper reference")[1].split("\n## ")[0]
+    from experiments.kinds._fleet_report import budget_pool_table, fleet_table
+    from experiments.kinds.fleet_mix import mixed_pool
+    prices = mixed_pool(["a6000", "l40s", "h100-sxm"], 1, "on_demand").prices
+    budget = budget_pool_table(fleet_table(df, ["a6000", "l40s", "h100-sxm"]), df, cfg["params"]["gpus_per_type"], prices)
+    assert len(budget) and (budget["pool_usd_per_hour"] <= budget["single_pool_usd_per_hour"] + 1e-9).all()
+    assert (budget["usd_per_hour"] <= budget["best_single"] * (1 + 1e-9)).all()
+    assert "## Mixed pool within the best single type's price" in md
     assert "(met)" in reference and "MISSED" not in reference
     assert (top / "fleet_mix.png").stat().st_size > 10_000
     assert "## Target" in capsys.readouterr().out
