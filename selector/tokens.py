@@ -19,7 +19,9 @@ def default_data_dir() -> Path:
 def trace_stats(csv: Path) -> dict[str, float]:
     import pandas as pd
 
-    df = pd.read_csv(csv)
+    from flowmaker.inputs import open_input
+    with open_input(csv) as fh:          # a FIFO or device is refused, never read (issue 28 item 2)
+        df = pd.read_csv(fh)
     t = pd.to_datetime(df["TIMESTAMP"])
     dur = (t.max() - t.min()).total_seconds()
     return {"requests": len(df), "duration_s": round(dur, 2), "rate_rps": round(len(df) / dur, 4),
@@ -42,8 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stored = load_trace_stats()
     bad = 0
+    from flowmaker.inputs import InputError
     for name, fname in FILES.items():
-        got = trace_stats(args.data / fname)
+        try:
+            got = trace_stats(args.data / fname)
+        except InputError as exc:
+            print(f"error: --data: {exc}", file=sys.stderr)
+            return 2
         print(f"{name}: {got}")
         for k, v in got.items():
             ref = getattr(stored[name], k)
