@@ -152,8 +152,11 @@ def profile(cfg: LoopConfig, spec: Any) -> list[dict]:
                              threads=cfg.threads if cfg.device == "cpu" else None, cpu_timer="wall")
     dev = Device(cfg.device, settings)
     points = [(1, p, cfg.profile_output) for p in cfg.profile_prompts]
-    return list(measure_grid(Arch.from_mapping(spec.model_dump()), model_name=spec.name, gpu_name=cfg.gpu,
-                             device=dev, settings=settings, points=points))
+    try:
+        return list(measure_grid(Arch.from_mapping(spec.model_dump()), model_name=spec.name, gpu_name=cfg.gpu,
+                                 device=dev, settings=settings, points=points))
+    finally:
+        dev.close()
 
 
 @dataclass(frozen=True)

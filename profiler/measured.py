@@ -208,13 +208,16 @@ def _measure(cfg: ProfileConfig, models: dict[str, ModelSpec], todo: list[tuple]
                              min_time_s=cfg.min_time_s, dtype=cfg.dtype, threads=cfg.threads,
                              cpu_timer=cfg.cpu_timer)
     device = Device(cfg.device, settings)
-    for name, depth, _, _, pts in todo:
-        if not pts:
-            continue
-        arch = Arch.from_mapping(models[name].model_dump()).with_layers(depth)
-        for row in measure_grid(arch, model_name=name, gpu_name=cfg.gpu, device=device,
-                                settings=settings, points=pts[:budget]):
-            yield row
-            budget -= 1
-        if budget <= 0:
-            return
+    try:
+        for name, depth, _, _, pts in todo:
+            if not pts:
+                continue
+            arch = Arch.from_mapping(models[name].model_dump()).with_layers(depth)
+            for row in measure_grid(arch, model_name=name, gpu_name=cfg.gpu, device=device,
+                                    settings=settings, points=pts[:budget]):
+                yield row
+                budget -= 1
+            if budget <= 0:
+                return
+    finally:
+        device.close()

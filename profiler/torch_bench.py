@@ -101,6 +101,7 @@ class Device:
     """Where measurements run: timers, synchronisation, memory probes and provenance."""
 
     def __init__(self, name: str, settings: BenchSettings) -> None:
+        self._flushed = False
         self.torch_device = torch.device(name)
         self.is_cuda = self.torch_device.type == "cuda"
         self.thread_timer = False
@@ -128,7 +129,7 @@ class Device:
             self.thread_timer = settings.cpu_timer == "thread"
             if settings.threads:
                 torch.set_num_threads(settings.threads)
-            torch.set_flush_denormal(True)
+            self._flushed = torch.set_flush_denormal(True)      # undone by close(): it is process-wide
             self.device_name = f"{_cpu_name()} ({torch.get_num_threads()} threads)"
             self.driver = f"{platform.system()} {platform.release()}"
             self.rss_peak_ok = (_mmap_threshold(MMAP_HIGH) and reset_peak_rss()
@@ -139,6 +140,13 @@ class Device:
         extra = f"; cuda {torch.version.cuda}" if self.is_cuda else (
             "; timer thread_time" if self.thread_timer else "; timer perf_counter")
         self.library_versions = f"torch {torch.__version__}{extra}; python {platform.python_version()}"
+
+    def close(self) -> None:
+        """Undo the CPU's flush-denormal mode set for the measurements: it holds for the whole
+        process, and later code (a problem's validation) would read a subnormal number as 0."""
+        if self._flushed:
+            torch.set_flush_denormal(False)
+            self._flushed = False
 
     def sync(self) -> None:
         if self.is_cuda:

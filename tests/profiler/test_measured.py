@@ -171,3 +171,14 @@ def test_device_plan_is_current():
     stored = json.loads(PLAN_PATH.read_text())
     fresh = json.loads(json.dumps(build_plan()))
     assert stored == fresh, "stale plan: run python -m profiler device-plan"
+
+
+def test_a_profile_leaves_the_process_float_mode_as_it_found_it() -> None:
+    """The torch backend flushes denormals while it measures; afterwards a subnormal number must
+    read as itself again (it read as 0 in the rest of the test process, and a problem's
+    validation then accepted 5e-324 as 0: issue 28's fuzz cases)."""
+    from profiler.torch_bench import BenchSettings, Device
+    dev = Device("cpu", BenchSettings(threads=1))
+    assert float("5e-324") == 0.0                       # the mode the measurements run in
+    dev.close()
+    assert float("5e-324") > 0.0
