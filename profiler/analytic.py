@@ -216,11 +216,6 @@ class StepModel:
         rows, plus the fixed runtime overhead of every GPU (GB, all GPUs)."""
         return self.activation_peak_gb(max_batch_tokens, max_seqs) + self.runtime_overhead_gb
 
-    def mem_gb(self, kv_tokens: float, max_batch_tokens: int, max_seqs: int = 1) -> float:
-        """Total memory (GB, all GPUs): weights + KV of `kv_tokens` + activation_gb."""
-        return self.weights_gb + kv_tokens * self.kv_gb_per_token + self.activation_gb(
-            max_batch_tokens, max_seqs)
-
 
 @dataclass(frozen=True)
 class Prediction:

@@ -88,15 +88,50 @@ def memory_budget_gb(cfg: EngineConfig, *, gpu_capacity_gb: float, n_gpus: int,
     return cfg.gpu_memory_utilization * gpu_capacity_gb * n_gpus
 
 
+#: vLLM's sampler warm-up peak per (row x vocabulary entry): bf16 logits, their fp32 copy,
+#: softmax/log-softmax and the top-k/top-p sort (fp32 values + int64 indices) coexist. Derived
+#: from Qwen3-0.6B's logged peak activation (5.56 GiB at max_num_seqs 1024, vocab 151,936;
+#: llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md, H100, vLLM V1), where
+#: the forward workspace is < 0.3 GB; checked on Llama-3.1-8B and Qwen3-32B in tests/profiler.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 38.0
+
+
+def peak_activation_gb(step: Any, *, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """vLLM's profiled peak activation (GB, all GPUs): a forward pass at ``max_num_batched_tokens``
+    (its workspace split over the GPUs), then a sampler warm-up over ``max_num_seqs`` rows on one
+    GPU (the last stage's first TP rank); the two do not coexist, so each GPU reserves the larger
+    and every GPU gets the binding GPU's KV blocks (``vllm/v1/worker/gpu_worker.py``
+    determine_available_memory)."""
+    g = step.gpus
+    return g * max(step.workspace_gb(max_num_batched_tokens) / g,
+                   step.logits_gb(max_num_seqs, VLLM_SAMPLER_BYTES_PER_LOGIT))
+
+
+def kv_gb(step: Any, *, mem_gb: float, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """The one KV-cache rule, vLLM's (GB, all GPUs; negative when nothing is left): the memory the
+    instance may use minus its weights, :func:`peak_activation_gb` and the runtime overhead of
+    every GPU (CUDA context, NCCL buffers). ``step`` is the profiler's step model."""
+    peak = peak_activation_gb(step, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    return mem_gb - step.weights_gb - peak - step.runtime_overhead_gb
+
+
+def reserved_mem_gb(step: Any, cfg: EngineConfig, *, kv_tokens: int) -> float:
+    """The memory an instance needs to hold ``kv_tokens`` under :func:`kv_gb` (its inverse; GB,
+    all GPUs): what ``selector.resolve`` allocates, so the simulated instance holds the reserve."""
+    peak = peak_activation_gb(step, max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs)
+    return step.weights_gb + kv_tokens * step.kv_gb_per_token + peak + step.runtime_overhead_gb
+
+
 def kv_capacity_tokens(step: Any, cfg: EngineConfig, *, mem_gb: float) -> int:
-    """KV tokens an instance holds: ``(mem_gb - weights - peak activation) / KV per token``
-    (vLLM's rule; ``cfg.kv_capacity_tokens`` overrides). ``step`` is the profiler's step model
-    (``weights_gb``, ``activation_gb(tokens, seqs)`` incl. the per-GPU runtime overhead,
-    ``kv_gb_per_token``). 0 when nothing is left. Llama-2-70B on 2x A100-80GB at the defaults:
-    40,464 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its 45.8k ceiling
-    (no activation at all); vidur's planner, which leaves activations and the embedding out,
-    says 53,248 (docs/harness.md, "What-if against vidur"; tests/harness/test_vllm_rules.py)."""
+    """KV tokens an instance holds with ``mem_gb`` to use: :func:`kv_gb` / KV bytes of one token
+    (``cfg.kv_capacity_tokens`` overrides); 0 when nothing is left. Llama-2-70B on 2x A100-80GB at
+    the defaults: 40,568 tokens, inside the 36.3k-41.6k vLLM's own profiling gives and below its
+    45.8k ceiling (no activation at all); vidur's planner, which leaves activations and the
+    embedding out, says 53,248 (docs/harness.md, "What-if against vidur";
+    tests/harness/test_vllm_rules.py). The same rule sizes ``python -m profiler memory --engine
+    vllm`` (``profiler.memory.plan_memory``)."""
     if cfg.kv_capacity_tokens is not None:
         return cfg.kv_capacity_tokens
-    free = mem_gb - step.weights_gb - step.activation_gb(cfg.max_num_batched_tokens, cfg.max_num_seqs)
+    free = kv_gb(step, mem_gb=mem_gb, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                 max_num_seqs=cfg.max_num_seqs)
     return max(0, int(free / step.kv_gb_per_token))

@@ -23,14 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from profiler.engine import DEFAULT
+from profiler.engine import DEFAULT, kv_gb, peak_activation_gb
 
-#: vLLM's sampler warm-up peak per (row x vocabulary entry): bf16 logits, their fp32 copy,
-#: softmax/log-softmax and the top-k/top-p sort (fp32 values + int64 indices) coexist. Derived
-#: from Qwen3-0.6B's logged peak activation (5.56 GiB at max_num_seqs 1024, vocab 151,936;
-#: llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md, H100, vLLM V1), where
-#: the forward workspace is < 0.3 GB; checked on Llama-3.1-8B and Qwen3-32B in tests/profiler.
-VLLM_SAMPLER_BYTES_PER_LOGIT = 38.0
 TRTLLM_LOGIT_BYTES = 4.0  # fp32 logits buffer of the runtime (logits_dtype float32)
 ENGINES = ("vllm", "trtllm")
 #: TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction default
@@ -67,8 +61,9 @@ def plan_memory(step: Any, engine: Literal["vllm", "trtllm"], *, gpu_capacity_gb
     workspace = step.workspace_gb(max_num_batched_tokens) / g
     if engine == "vllm":
         weights = step.weights_gb / g
-        act = max(workspace, step.logits_gb(max_num_seqs, VLLM_SAMPLER_BYTES_PER_LOGIT))
-        kv = gpu_memory_utilization * gpu_capacity_gb - weights - act - runtime
+        act = peak_activation_gb(step, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs) / g
+        kv = kv_gb(step, mem_gb=gpu_memory_utilization * gpu_capacity_gb * g,
+                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs) / g
         unused = (1.0 - gpu_memory_utilization) * gpu_capacity_gb
     elif engine == "trtllm":
         replicas = 0 if parallel_embedding else step.tp - 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from profiler.engine import DEFAULT, EngineConfig
+from profiler.engine import DEFAULT, EngineConfig, reserved_mem_gb
 from selector.errors import ProblemError
 from selector.problem import DEFAULT_GPU_TYPE, OBJECTIVES, Cluster, Problem, parse_problem
 from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
@@ -73,7 +73,7 @@ class AnalyticPerf:
             sm = self.model.step_model(model, gpu, tp, pp)
         except ValueError:
             return None
-        return sm.mem_gb(s.kv_reserve_tokens, s.engine.max_num_batched_tokens, s.engine.max_num_seqs)
+        return reserved_mem_gb(sm, s.engine, kv_tokens=s.kv_reserve_tokens)
 
 
 class TablePerf(AnalyticPerf):

@@ -50,7 +50,7 @@ def cluster() -> list[dict]:
     import numpy as np
 
     from harness.cluster import ClusterSim, SimStage, SimTask, Workload
-    from profiler.engine import DEFAULT
+    from profiler.engine import DEFAULT, reserved_mem_gb
     from profiler.steps import step_model
     from harness.trace import azure_trace_path, load_trace
     from selector.deployment import InstanceSpec, Route
@@ -60,7 +60,7 @@ def cluster() -> list[dict]:
     insts = []
     for g in range(8):
         model = "qwen2.5-3b" if g < 2 else "llama-3.1-8b"
-        mem = step_model(model, "a6000", 1, 1).mem_gb(16384, DEFAULT.max_num_batched_tokens, DEFAULT.max_num_seqs)
+        mem = reserved_mem_gb(step_model(model, "a6000", 1, 1), DEFAULT, kv_tokens=16384)
         insts.append(InstanceSpec(f"{model}/{g}", model, 1, 1, (g,), mem))
     p, o = int(trace.prompt_tokens.mean()), int(trace.output_tokens.mean())
     stages = (SimStage("classify", 1, p, 16, (Route(tuple(i.id for i in insts[:2])),)),

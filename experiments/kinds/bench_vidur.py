@@ -12,7 +12,7 @@ the ratio ours / vidur of the mean and p90 of each metric against vidur's record
 - ``x6/vidur-kv``: inter-arrival x6 (the issue's load), our simulator set up like vidur's defaults:
   KV 53,248 tokens (vidur's ``MemoryPlanner``), 128 sequences, vidur's padded prefill budget
   (``len x max <= 4096``); against vidur's defaults;
-- ``x6/vllm-kv``: x6, our what-if as it runs (vLLM's KV rule, 40,464 tokens; 256 sequences;
+- ``x6/vllm-kv``: x6, our what-if as it runs (vLLM's KV rule, 40,560 tokens; 256 sequences;
   vLLM's unpadded budget); against vidur given the same capacity (``num_blocks 2529``). At this
   capacity x6 is at the edge of memory saturation (25-32 preemptions), where TTFT moves by a
   fifth for a 1.8% change of the decode time (docs/harness.md);

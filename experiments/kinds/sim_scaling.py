@@ -65,7 +65,7 @@ def run_size(params: Params, gpus: int, seed: int) -> dict:
 
     from harness.cluster import ClusterSim, SimStage, SimTask
     from harness.workload import azure_or_synthetic, poisson_workload
-    from profiler.engine import DEFAULT
+    from profiler.engine import DEFAULT, reserved_mem_gb
     from profiler.steps import step_model
     from selector.deployment import InstanceSpec, Route
 
@@ -74,8 +74,8 @@ def run_size(params: Params, gpus: int, seed: int) -> dict:
     t0 = time.perf_counter()
     trace, source = azure_or_synthetic(params.trace, data_dir=params.data_dir, seed=seed)
     p, o = int(trace.prompt_tokens.mean()), int(trace.output_tokens.mean())
-    mem = {m: step_model(m, params.gpu, 1, 1).mem_gb(params.kv_reserve_tokens, DEFAULT.max_num_batched_tokens,
-                                                     DEFAULT.max_num_seqs) for _, m, _, _ in GROUP}
+    mem = {m: reserved_mem_gb(step_model(m, params.gpu, 1, 1), DEFAULT, kv_tokens=params.kv_reserve_tokens)
+           for _, m, _, _ in GROUP}
     insts, tasks = [], []
     for k in range(gpus // 8):
         stages, g0, prompt = [], 8 * k, p

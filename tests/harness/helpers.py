@@ -20,6 +20,16 @@ class LinearStep:
                            prefill_seqs))
         return self.fixed_s + self.per_token_s * (prefill_tokens + decode_batch)
 
+    # memory interface of profiler.analytic.StepModel that profiler.engine.kv_gb reads: one GPU,
+    # 0.5 GB of activation in all (workspace), nothing for logits or runtime overhead
+    gpus, runtime_overhead_gb = 1, 0.0
+
+    def workspace_gb(self, max_batch_tokens):
+        return 0.5
+
+    def logits_gb(self, max_seqs, bytes_per_logit=4.0):
+        return 0.0
+
     def activation_gb(self, max_batch_tokens, max_seqs=1):
         return 0.5
 

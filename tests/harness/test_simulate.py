@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from harness.simulate import SimulateConfig, simulate
 from orchestrator.engines.llm_core import LLMCore
-from profiler.engine import EngineConfig, kv_capacity_tokens
+from profiler.engine import VLLM_SAMPLER_BYTES_PER_LOGIT, EngineConfig, kv_capacity_tokens
 from profiler.steps import step_model
 from tests.harness.helpers import LinearStep, make_trace, poisson_trace
 
@@ -98,8 +98,12 @@ def test_kv_capacity_is_memory_left_after_weights_and_activations():
     usable = 2 * 80 * 2**30 / 1e9 * 0.9          # two "80 GB" (80 GiB) GPUs at gpu_mem_util 0.9, in GB
     cfg = EngineConfig()
     kv = kv_capacity_tokens(sm, cfg, mem_gb=usable)
-    expect = (usable - sm.weights_gb - sm.activation_gb(cfg.max_num_batched_tokens, cfg.max_num_seqs)) / sm.kv_gb_per_token
-    assert kv == int(expect) and kv > 0
+    # vLLM's rule: the forward workspace (split over the GPUs) and the sampler warm-up on one GPU do
+    # not coexist, so each GPU reserves the larger of the two
+    peak = 2 * max(sm.workspace_gb(cfg.max_num_batched_tokens) / 2,
+                   sm.logits_gb(cfg.max_num_seqs, VLLM_SAMPLER_BYTES_PER_LOGIT))
+    expect = (usable - sm.weights_gb - peak - sm.runtime_overhead_gb) / sm.kv_gb_per_token
+    assert kv == int(expect) == 40_568
     res = simulate(make_trace([0.0], 10, 2), SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2))
     assert res.summary["kv_capacity_tokens"] == kv // 16 * 16
 

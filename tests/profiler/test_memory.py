@@ -38,8 +38,6 @@ def test_memory_terms_add_up():
     assert sm.gpus == 4 and sm.runtime_overhead_gb_per_gpu * 4 == pytest.approx(sm.runtime_overhead_gb)
     assert sm.activation_peak_gb(4096, 64) == pytest.approx(sm.workspace_gb(4096) + sm.logits_gb(64))
     assert sm.activation_gb(4096, 64) == pytest.approx(sm.activation_peak_gb(4096, 64) + sm.runtime_overhead_gb)
-    assert sm.mem_gb(1000, 4096, 64) == pytest.approx(sm.weights_gb + 1000 * sm.kv_gb_per_token
-                                                      + sm.activation_gb(4096, 64))
     assert sm.embedding_gb == pytest.approx(32000 * 8192 * 2 / 1e9)
     assert sm.logits_gb(10, 8.0) == pytest.approx(2 * sm.logits_gb(10))
 

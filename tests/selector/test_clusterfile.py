@@ -34,7 +34,8 @@ def test_a_deployed_instance_reserves_what_resolve_gives_a_new_one() -> None:
 
 
 def test_the_plan_only_uses_the_memory_the_instance_leaves() -> None:
-    cluster, gpu = cluster_from_spec(_h100x2(BIG))
+    # a 70B instance with a 144 GB footprint leaves 8 GB per GPU: room for an 8B instance at TP2
+    cluster, gpu = cluster_from_spec(_h100x2({**BIG, "mem_gb": 144.0}))
     p = resolve_task("chat", catalog=load_catalog(), cluster=cluster, gpu=gpu)
     plan = get_solver("milp").select(p, time_limit_s=30)
     assert plan.solved
