@@ -64,6 +64,9 @@ class Params(BaseModel):
     reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
+    simulation_vs_best: dict[str, float] = Field(
+        default_factory=dict, description="per app, the simulation's Teola / best-baseline speedup (its source named "
+                                          "in the config), set beside the real run's direction in summary.md")
     runtime: Literal["inprocess", "ray"] = Field(
         "inprocess", description="how a cell runs its engines: in this process, or as Ray actors (run_ray); where the "
                                  "cells run is the config's top-level runtime (experiments.executor)")
@@ -191,6 +194,31 @@ def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | Non
     return pd.DataFrame(rows)
 
 
+def _side(x: float, lo: float, hi: float) -> str:
+    """Which way a speedup points over the repeats: ``faster`` / ``slower`` when every repeat agrees."""
+    return "faster" if lo > 1 else "slower" if hi < 1 else ("mixed, mean faster" if x >= 1 else "mixed, mean slower")
+
+
+def _directions(summary: pd.DataFrame, params: Params) -> list[str]:
+    """Per unsaturated (app, rate): which way Teola's speedup over the best baseline points over the
+    repeats, beside the simulation's (``params.simulation_vs_best``)."""
+    out = ["", "Direction per unsaturated (app, rate): Teola against the best baseline over the repeats, beside the "
+               "simulation's speedup (`params.simulation_vs_best`, the GPU-engine simulation, `results/teola_apps`):", ""]
+    for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
+        b = g.iloc[0]
+        if b.saturated:
+            continue
+        real = _side(b.teola_vs_best, b.teola_vs_best_min, b.teola_vs_best_max)
+        sim = params.simulation_vs_best.get(app)
+        verdict = "" if sim is None else (
+            f"; simulation {sim:.2f}x ({'faster' if sim >= 1 else 'slower'}): " +
+            ("agrees" if real.split(",")[0] == ("faster" if sim >= 1 else "slower") else
+             "mixed over the repeats" if real.startswith("mixed") else "disagrees"))
+        out.append(f"- {app} at {rate:g} req/s: {b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-"
+                   f"{b.teola_vs_best_max:.2f}] against {b.best_baseline}, {real}{verdict}")
+    return out
+
+
 def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s: float, blocks_s: float) -> str:
     t = params.schemes[0]
     lines = ["# Teola on real engines (CPU, wall clock)", "",
@@ -211,6 +239,7 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
         lines.append(f"| {app} | {rate:g} | {'saturated' if b.saturated else 'unsaturated'} | {b.best_baseline} | "
                      f"{r.loc[b.best_baseline].mean_latency_s:.3f} | {r.loc[t].mean_latency_s:.3f} | "
                      f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | {same} |")
+    lines += _directions(summary, params)
     lines += ["", "| app | rate (req/s) | scheme | mean (s) | [range over repeats] | p99 (s) | Teola's speedup over it |",
               "|---|---|---|---|---|---|---|"]
     for r in summary.itertuples():
