@@ -22,7 +22,7 @@ def test_config_validates_against_its_kind(path) -> None:
 
 def test_benchmarks_are_experiment_kinds() -> None:
     bench = {p.stem for p in CONFIGS if p.stem.startswith("bench_")}
-    assert bench == {"bench_measured", "bench_nonllm", "bench_pgvector", "bench_prefill_split", "bench_selectors",
+    assert bench == {"bench_measured", "bench_nonllm", "bench_nonllm_paired", "bench_pgvector", "bench_prefill_split", "bench_selectors",
                      "bench_sim", "bench_time_limits", "bench_vidur"}
 
 
