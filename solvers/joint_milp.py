@@ -65,6 +65,11 @@ def better(a: JointRun, b: JointRun | None) -> bool:
     return a.total_cost < b.total_cost
 
 
+#: time kept from the limit for the answer: a fixed part and a part per task (at most 10% of the limit)
+ANSWER_S = 0.2
+ANSWER_PER_TASK_S = 0.03
+
+
 class MilpJoint(JointSelector):
     name = "milp"
     exact = True
@@ -80,23 +85,45 @@ class MilpJoint(JointSelector):
 
     def _select(self, task_set: TaskSet, time_limit_s: float) -> JointPlan:
         t0 = time.perf_counter()
-        deadline = t0 + time_limit_s
+        end = t0 + time_limit_s
+        # the searches stop at `deadline`; what is left is kept for the answer (plans, skip reasons)
+        deadline = end - min(0.1 * time_limit_s, ANSWER_S + ANSWER_PER_TASK_S * len(task_set.tasks))
         ts = task_set
         inc = run_choice(ts, [None] * len(ts.tasks))
         if self.warm_start:
             from solvers.joint_registry import get_joint_solver
             warm = get_joint_solver("sequential").select(ts, time_limit_s=time_limit_s * self.warm_share)
             inc = run_choice(ts, choice_from_plan(ts, warm))
-        data = prepare_joint(ts)
-        model = JointModel(data, workers=self.workers, seed=self.seed)
-        proved, solves, cuts = True, 0, []
+        extra: dict = {"solves": 0, "cuts": 0}
+        model = None
+        if time.perf_counter() < deadline:
+            model = JointModel(prepare_joint(ts), workers=self.workers, seed=self.seed)
+        if model is None or time.perf_counter() >= deadline:
+            extra.update(model.gap(inc) if model else {"gap": None})
+            return finish(ts, inc, solver=self.name, t0=t0, proved=False, extra=extra, end=end)
+        proved, inc = self._search(ts, model, inc, deadline, extra)
+        if proved:
+            runs, complete = self._window(ts, model, extra.pop("_cuts"), inc, deadline)
+            inc = choose_joint([inc, *runs])
+            proved = complete
+            if not complete:        # served and total proved; the tie-breaks among equals not settled
+                extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
+        else:
+            extra.pop("_cuts")
+            extra.update(model.gap(inc))
+        return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra, end=end)
+
+    def _search(self, ts: TaskSet, model: JointModel, inc: JointRun, deadline: float,
+                extra: dict) -> tuple[bool, JointRun]:
+        """The lazy-cut rounds: (proved, the best exact run); counts and the cuts go to ``extra``."""
+        proved, cuts = True, []
         while True:
             most = model.most_served(cuts=cuts, incumbent=inc, deadline=deadline)
             if most is None:
                 proved = False
                 break
             ans = model.minimise(cuts=cuts, served=most, incumbent=inc, deadline=deadline)
-            solves += 2
+            extra["solves"] += 2
             if ans.choice is None:      # "infeasible" cannot happen: `most` is served by some relaxed choice
                 proved = False
                 break
@@ -106,20 +133,12 @@ class MilpJoint(JointSelector):
                     inc = run
                 proved = proved and ans.status == "optimal"
                 break
-            cuts.extend(failure_cuts(data, model, ans.literals, run))
+            cuts.extend(failure_cuts(model.data, model, ans.literals, run))
             if time.perf_counter() > deadline:
                 proved = False
                 break
-        extra = {"solves": solves, "cuts": len(cuts)}
-        if proved:
-            runs, complete = self._window(ts, model, cuts, inc, deadline)
-            inc = choose_joint([inc, *runs])
-            proved = complete
-            if not complete:        # served and total proved; the tie-breaks among equals not settled
-                extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
-        else:
-            extra.update(model.gap(inc))
-        return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra)
+        extra.update({"cuts": len(cuts), "_cuts": cuts})
+        return proved, inc
 
     def _window(self, ts: TaskSet, model: JointModel, cuts, inc: JointRun, deadline: float):
         """Every exactly feasible choice that can tie ``inc`` (module docstring, "Ties"). With exact
