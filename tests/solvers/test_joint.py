@@ -129,3 +129,22 @@ def test_time_limit_is_checked() -> None:
 def test_registry_fails_loudly() -> None:
     with pytest.raises(KeyError, match="known: sequential, exhaustive, milp"):
         get_joint_solver("mlip")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=8, deadline=None)
+def test_task_cost_bounds_hold_at_the_optimum(seed: int, mode: tuple[str, str]) -> None:
+    """The milp's gap bound (solvers/_joint_bound.py): each served task of the joint optimum
+    costs at least its task bound, and the total at least the sum of the smallest bounds."""
+    from solvers._joint_bound import served_bound
+    from solvers._joint_data import prepare_joint
+    from solvers._joint_model import JointModel
+    ts = random_task_set(seed, sharing=mode[0], objective=mode[1])
+    best = get_joint_solver("exhaustive").select(ts)          # equal to the brute force (tests above)
+    lb = JointModel(prepare_joint(ts), workers=1, seed=0).task_lb
+    for k, plan in enumerate(best.plans):
+        if plan.solved:
+            cost = plan.cost_gb_s if mode[1] == "gb_s" else plan.usd_per_hour
+            assert cost >= lb[k] - 1e-9 * max(1.0, cost), (k, cost, lb[k])
+    assert best.total_cost >= served_bound(lb, best.served) - 1e-9 * max(1.0, best.total_cost)
