@@ -35,6 +35,13 @@ class JointSelector(ABC):
         """Return the answer for ``task_set`` within ``time_limit_s``."""
 
 
+def better(a: JointRun, b: JointRun | None) -> bool:
+    """``a`` beats ``b`` on section 11's first two criteria (served, then total cost)."""
+    if b is None or a.served != b.served:
+        return b is None or a.served > b.served
+    return a.total_cost < b.total_cost
+
+
 def exact_reason(problem: Problem, *, time_limit_s: float = REASON_LIMIT_S) -> str | None:
     """Section 6's infeasibility reason of ``problem`` from the exact ``exhaustive`` selector
     (through the public registry), or None when some variant is feasible (or the check ran out

@@ -43,7 +43,12 @@ with LeastLoaded checked lazily as the single-task ``milp`` does (``solvers/_exa
 * Warm start: the joint ``sequential`` answer (public registry) is the first incumbent and hint.
 
 Status ``optimal`` only when every solve proved its answer and the window enumeration finished;
-otherwise the best exact answer is ``feasible`` with ``gap`` (relative, from CP-SAT's bound).
+otherwise the best exact answer is ``feasible`` with ``gap`` (relative, from the larger of CP-SAT's
+bound and the sum of the served tasks' own cost bounds, ``solvers/_joint_bound.py``).
+
+Time: the limit bounds the whole answer. The searches (warm start, model build, cut rounds, tie
+window) stop ``min(10% of the limit, ANSWER_S + ANSWER_PER_TASK_S * tasks)`` before it; the rest
+is kept for the plans and the skip reasons (``joint_base.finish`` with ``end``).
 """
 from __future__ import annotations
 
@@ -55,14 +60,7 @@ from selector.joint import TaskSet
 from selector.joint_eval import JointPlan, JointRun, choice_from_plan, choose_joint, indices, run_choice
 from solvers._joint_data import JointData, prepare_joint
 from solvers._joint_model import JointModel
-from solvers.joint_base import JointSelector, finish
-
-
-def better(a: JointRun, b: JointRun | None) -> bool:
-    """``a`` beats ``b`` on section 11's first two criteria (served, then total cost)."""
-    if b is None or a.served != b.served:
-        return b is None or a.served > b.served
-    return a.total_cost < b.total_cost
+from solvers.joint_base import JointSelector, better, finish
 
 
 #: time kept from the limit for the answer: a fixed part and a part per task (at most 10% of the limit)
