@@ -13,16 +13,22 @@ replica an earlier task may create (no memory, no dollars). Whatever the other t
   the fronts' combinations (when there are more than ``MAX_COMBOS``, the weaker
   ``(sum_s min mem) * (sum_s min lat)``).
 
-A set serving ``S`` tasks then costs at least the sum of the ``S`` smallest task bounds.
+A set serving ``S`` tasks then costs at least the sum of the ``S`` smallest task bounds;
+:func:`gap` reports the larger of that and CP-SAT's bound.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from selector.index import NEW
 from solvers._joint_data import JointData
+
+if TYPE_CHECKING:
+    from selector.joint_eval import JointRun
+    from solvers._joint_model import JointModel
 
 MAX_COMBOS = 200_000
 Menu = list[tuple[float, float, float]]          # per stage: (memory GB, latency s, $/h)
@@ -84,3 +90,21 @@ def _gb_s_bound(menu: list[Menu]) -> float:
         lat = (lat[:, None] + lt[None, :]).ravel()
     return float(np.min(mem * lat))
 
+
+def gap(model: JointModel, inc: JointRun) -> dict:
+    """What is proved at the limit: the most tasks the relaxation serves (all of them when the
+    incumbent does) and, when the incumbent serves as many, a lower bound on the total cost
+    (the larger of CP-SAT's bound and the task bounds' sum, ``solvers/_joint_bound.py``) and
+    the relative gap ``(total - bound) / total``."""
+    served = model._served_bound if model._served_bound is not None else (model.n if inc.served == model.n else None)
+    if served is None:
+        return {"gap": None}
+    if served != inc.served:
+        return {"served_bound": served, "gap": None}
+    low = served_bound(model.task_lb, inc.served)
+    if model._bound is not None:
+        scale = model.ps if model.usd else model.ms * model.ls
+        low = max(low, model._bound / scale - model.widening())
+    low = min(max(0.0, low), inc.total_cost)
+    rel = 0.0 if inc.total_cost <= 0 else (inc.total_cost - low) / inc.total_cost
+    return {"served_bound": served, "cost_bound": low, "gap": rel}

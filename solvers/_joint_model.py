@@ -1,19 +1,18 @@
 """The CP-SAT model of ``solvers/joint_milp.py`` (its module docstring states the mathematics).
 
 Built once per task set; a solve adds the cuts found so far and the incumbent's cap, the window
-enumeration works on a clone. Variable keys: ``("z", k)``, ``("x", k, w)``, ``("y", k, w, s, o)``
+enumeration (``solvers/_joint_window.py``) works on a clone; the gap is ``solvers/_joint_bound.gap``. Variable keys: ``("z", k)``, ``("x", k, w)``, ``("y", k, w, s, o)``
 (an option of task ``k`` on the input cluster) and ``("v", r)`` (virtual reuse ``r``)."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from selector.index import NEW, REUSE
 from selector.joint_eval import JointRun, TaskChoice, ident
 from selector.placement import free_memory
 from selector.problem import TOL
-from solvers._joint_bound import served_bound, task_bounds
+from solvers._joint_bound import task_bounds
 from solvers._joint_data import JointData
 from solvers._cpsat import cp_solver
 
@@ -419,72 +418,3 @@ class JointModel:
                 m.add_hint(ints[0], lat)
                 m.add_hint(ints[1], mem)
                 m.add_hint(ints[2], lat * mem)
-
-    def _window_model(self, cuts: list[Cut], served: int, cost: float):
-        m = self.m.clone()
-        self._add_cuts(m, cuts)
-        m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
-        m.add(sum(self.cost) <= self._units(cost + TOL * max(1.0, cost)))
-        return m
-
-    def least_latency(self, *, cuts: list[Cut], served: int, cost: float, deadline: float) -> Answer:
-        """The least total latency (units) among relaxed choices of the cost window."""
-        from ortools.sat.python import cp_model
-        m = self._window_model(cuts, served, cost)
-        m.minimize(sum(ints[0] for ints in self.ints.values()))
-        solver = self._solver(deadline, self.workers)
-        status = solver.solve(m)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Answer("infeasible" if status == cp_model.INFEASIBLE else "unknown")
-        choice, literals = self._read(solver.boolean_value)
-        self.last_choice, self._last_literals = list(choice), literals
-        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
-
-    def enumerate(self, *, cuts: list[Cut], served: int, cost: float, deadline: float,
-                  limit: int, latency: float | None = None) -> tuple[list[tuple], bool]:
-        """Every relaxed choice of the cost window (and, given ``latency``, of total latency at
-        most ``latency + 1e-9 max(1, latency)`` plus the rounding)."""
-        from ortools.sat.python import cp_model
-        m = self._window_model(cuts, served, cost)
-        if latency is not None:
-            cap = math.floor((latency + TOL * max(1.0, latency)) * self.ls + self.n * self.slack)
-            m.add(sum(ints[0] for ints in self.ints.values()) <= cap)
-        found: list[tuple] = []
-        seen = [0]
-        model = self
-        window = cost + TOL * max(1.0, cost)
-        limit_cost = window + 1e-9 * max(1.0, window)      # float sums in another order: kept, then evaluated
-
-        class Collect(cp_model.CpSolverSolutionCallback):
-            def on_solution_callback(self) -> None:
-                choice, literals = model._read(self.boolean_value)
-                if model.exact_cost(literals) <= limit_cost:      # the others cannot tie (rounding only)
-                    found.append(choice)
-                seen[0] += 1
-                if time.perf_counter() > deadline or seen[0] >= limit:
-                    self.stop_search()
-
-        solver = self._solver(deadline, 1)
-        solver.parameters.enumerate_all_solutions = True
-        status = solver.solve(m, Collect())
-        complete = (status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and seen[0] < limit
-                    and time.perf_counter() <= deadline)
-        return sorted(set(found), key=repr), complete
-
-    def gap(self, inc: JointRun) -> dict:
-        """What is proved at the limit: the most tasks the relaxation serves (all of them when the
-        incumbent does) and, when the incumbent serves as many, a lower bound on the total cost
-        (the larger of CP-SAT's bound and the task bounds' sum, ``solvers/_joint_bound.py``) and
-        the relative gap ``(total - bound) / total``."""
-        served = self._served_bound if self._served_bound is not None else (self.n if inc.served == self.n else None)
-        if served is None:
-            return {"gap": None}
-        if served != inc.served:
-            return {"served_bound": served, "gap": None}
-        low = served_bound(self.task_lb, inc.served)
-        if self._bound is not None:
-            scale = self.ps if self.usd else self.ms * self.ls
-            low = max(low, self._bound / scale - self.widening())
-        low = min(max(0.0, low), inc.total_cost)
-        gap = 0.0 if inc.total_cost <= 0 else (inc.total_cost - low) / inc.total_cost
-        return {"served_bound": served, "cost_bound": low, "gap": gap}

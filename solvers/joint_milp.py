@@ -58,8 +58,10 @@ from selector.evaluate import placement as ll_placement
 from selector.index import NEW, REUSE, compile_problem
 from selector.joint import TaskSet
 from selector.joint_eval import JointPlan, JointRun, choice_from_plan, choose_joint, indices, run_choice
+from solvers._joint_bound import gap
 from solvers._joint_data import JointData, prepare_joint
 from solvers._joint_model import JointModel
+from solvers._joint_window import enumerate_window, least_latency
 from solvers.joint_base import JointSelector, better, finish
 
 
@@ -97,7 +99,7 @@ class MilpJoint(JointSelector):
         if time.perf_counter() < deadline:
             model = JointModel(prepare_joint(ts), workers=self.workers, seed=self.seed)
         if model is None or time.perf_counter() >= deadline:
-            extra.update(model.gap(inc) if model else {"gap": None})
+            extra.update(gap(model, inc) if model else {"gap": None})
             return finish(ts, inc, solver=self.name, t0=t0, proved=False, extra=extra, end=end)
         proved, inc = self._search(ts, model, inc, deadline, extra)
         if proved:
@@ -108,7 +110,7 @@ class MilpJoint(JointSelector):
                 extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
         else:
             extra.pop("_cuts")
-            extra.update(model.gap(inc))
+            extra.update(gap(model, inc))
         return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra, end=end)
 
     def _search(self, ts: TaskSet, model: JointModel, inc: JointRun, deadline: float,
@@ -145,7 +147,7 @@ class MilpJoint(JointSelector):
         latency, extra = None, []
         if model.usd_exact:
             while True:
-                ans = model.least_latency(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline)
+                ans = least_latency(model, cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline)
                 if ans.choice is None or ans.status != "optimal":
                     return [], False
                 run = run_choice(ts, ans.choice)
@@ -153,8 +155,8 @@ class MilpJoint(JointSelector):
                     latency, extra = run.total_latency_s, [run]
                     break
                 cuts.extend(failure_cuts(model.data, model, ans.literals, run))
-        choices, complete = model.enumerate(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline,
-                                            limit=self.enumerate_max, latency=latency)
+        choices, complete = enumerate_window(model, cuts=cuts, served=inc.served, cost=inc.total_cost,
+                                             deadline=deadline, limit=self.enumerate_max, latency=latency)
         runs = list(extra)
         for c in choices:
             if time.perf_counter() > deadline:
