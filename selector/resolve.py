@@ -10,9 +10,9 @@ How the numbers are defined (docs/resolve.md has the rationale):
   exceeds the GPU's memory, or that the model cannot be sharded into, gets no row.
 * ``perf.latency_s``: one call of the stage (its prompt and output sizes from the task's
   trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot``.
-* ``perf.capacity_rps``: ``max b / latency(b)`` over batch sizes ``b`` in 1, 2, 4, ... whose KV
-  cache ``b * (prompt + output)`` fits the reserve, ``b <= engine.max_num_seqs``, and whose latency stays within
-  ``(1 + latency_slack)`` of the batch-1 latency.
+* ``perf.capacity_rps``: the highest Poisson rate at which one instance keeps the p99 call latency
+  within the call's budget (its share of the task's SLO, :func:`call_budget_s`), by the M/M/b rule of
+  :mod:`selector.capacity` on the KV slots of the reserve and the latency of a batch of ``b``.
 * ``task.latency_slo_s`` is either given, or ``latency_slo_factor`` x the task's standalone
   latency: its first workflow on ``reference_model`` at tp1/pp1, batch 1.
 """

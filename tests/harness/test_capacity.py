@@ -6,8 +6,8 @@ stage's calls, sized as the cluster replay sizes them (the task trace's request 
 Poisson arrivals (seed 0). The definition (docs/resolve.md): at ``capacity_rps`` the p99 call
 latency stays within the call's budget; at 1.2x it does not.
 
-The code-trace tasks miss it: their calls are prefill-heavy with a heavy size tail, which the
-M/M/b rule does not see, so the rule over-estimates them (about 2x); strict xfail, so a fix shows.
+The code-trace tasks miss it: their unloaded p99 is already near the budget (the trace's size
+tail), which the rule, pricing the mean-size call, does not see; strict xfail, so a fix shows.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from selector.resolve import ResolveSettings, resolve_task
 from selector.taskspec import load_task, stage_tokens
 from solvers.registry import get_solver
 
-MISSED = pytest.mark.xfail(strict=True, reason="code-trace tasks: the rule over-estimates prefill-heavy, "
-                                               "heavy-tailed mixes (issue 23 item 4, docs/resolve.md)")
+MISSED = pytest.mark.xfail(strict=True, reason="code-trace tasks: unloaded p99 near the budget (size tail); "
+                                               "the rule over-estimates them (issue 23 item 4, docs/resolve.md)")
 TASKS = ["chat", "rag-qa", "summarization", "math-reasoning",
          pytest.param("code-completion", marks=MISSED), pytest.param("code-review", marks=MISSED),
          pytest.param("text-to-sql", marks=MISSED)]
