@@ -1,8 +1,8 @@
 """Capacity as the simulator sees it: one instance's sustainable rate, and a plan's breaking load.
 
 * :func:`call_latency_s`: one instance (the engine core and step model every replay runs, KV cache
-  of the resolver's reserve) fed fixed-size calls at Poisson rate ``rate_rps`` (seeded); a
-  percentile (default p99) of the call latency, ``inf`` when a call fails or the queue grows without bound
+  of the resolver's reserve) fed one stage's calls (its mean sizes, or scaled by a trace's sizes)
+  at Poisson rate ``rate_rps`` (seeded); a percentile (default p99) of the call latency, ``inf`` when a call fails or the queue grows without bound
   (:func:`harness.load.overload`).
 * :func:`simulated_capacity_rps`: the highest Poisson rate whose percentile stays within ``limit_s``
   (bisection on the rate, fixed seed, so deterministic).
@@ -26,7 +26,7 @@ from selector.deployment import Deployment
 from selector.problem import Problem
 
 #: calls per one-instance run and the seed of its arrivals
-CALLS, SEED = 240, 0
+CALLS, SEED = 600, 0
 
 
 def call_latency_s(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, rate_rps: float, *,
@@ -60,12 +60,13 @@ def call_sizes(prompt: int, output: int, calls: int, mix: Trace | None, seed: in
 
 def simulated_capacity_rps(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, limit_s: float, *,
                            kv_tokens: int, guess_rps: float, q: float = 99.0, engine: EngineConfig = DEFAULT,
-                           rel_tol: float = 0.03, calls: int = CALLS, seed: int = SEED) -> float:
+                           rel_tol: float = 0.03, calls: int = CALLS, seed: int = SEED,
+                           mix: Trace | None = None) -> float:
     """The highest Poisson rate (within ``rel_tol``) at which :func:`call_latency_s` <= ``limit_s``;
     ``guess_rps`` seeds the bracket. 0.0 when even a tenth of the guess breaks it."""
     def ok(r: float) -> bool:
         return call_latency_s(model, gpu, tp, pp, prompt, output, r, kv_tokens=kv_tokens, q=q, engine=engine,
-                              calls=calls, seed=seed) <= limit_s
+                              calls=calls, seed=seed, mix=mix) <= limit_s
     lo, hi = guess_rps, guess_rps
     if ok(lo):
         hi = lo * 2

@@ -39,6 +39,22 @@ def test_capacity_holds_at_1x_and_breaks_at_1_2x(name: str) -> None:
     for r in plan_stage_rows(p, dep, stage_tokens(task, wf), latency_slack=s.latency_slack):
         def p99(x: float) -> float:
             return call_latency_s(r.model, "a6000", r.tp, r.pp, r.prompt, r.output, x * r.capacity_rps,
-                                  kv_tokens=s.kv_reserve_tokens, calls=600, mix=trace)
+                                  kv_tokens=s.kv_reserve_tokens, mix=trace)
         assert p99(1.0) <= r.budget_s, (r, p99(1.0))
         assert p99(1.2) > r.budget_s, (r, p99(1.2))
+
+
+def test_simulated_capacity_agrees_with_the_rule() -> None:
+    """The simulator's own capacity (bisection on the Poisson rate) of chat's plan stage is
+    within 20% of the selector's ``capacity_rps`` (what the 1.0x / 1.2x test brackets)."""
+    from harness.capacity import simulated_capacity_rps
+    s = ResolveSettings()
+    task = load_task("chat")
+    p = resolve_task(task)
+    plan, _ = deploy_task(p, get_solver("flowmaker"), time_limit_s=30)
+    wf = next(w for w in task.workflows if w.name == plan.deployment.workflow)
+    trace, _ = azure_or_synthetic(task.trace)
+    r = plan_stage_rows(p, plan.deployment, stage_tokens(task, wf), latency_slack=s.latency_slack)[0]
+    sim = simulated_capacity_rps(r.model, "a6000", r.tp, r.pp, r.prompt, r.output, r.budget_s,
+                                 kv_tokens=s.kv_reserve_tokens, guess_rps=r.capacity_rps, mix=trace)
+    assert r.capacity_rps / 1.2 <= sim <= r.capacity_rps * 1.2, (sim, r.capacity_rps)
