@@ -22,8 +22,13 @@ def test_without_the_shared_data_the_page_sources_still_report(tmp_path, monkeyp
     assert text.count("source missing") == 6  # llm-d x2, LLM-Inference-Bench x4
     s = fidelity.summary(df)
     row = s[(s.source == "inferencebench-h100") & (s.metric == "tpot")].iloc[0]
-    # the closed-loop re-run agrees with the fit's figure: the TPOT error drops after the fit
-    assert row["after"] < 10 < row["before"]
+    assert row["after"] < row["before"]
+    # what is left is the per-step CPU time of synchronous scheduling, which the default model
+    # (vLLM 0.10-0.13) charges and vLLM 0.21 hides (async scheduling; docs/profiler.md)
+    from profiler.steps import step_model
+    cpu_s = step_model("llama-3.1-8b", "h100-sxm").iteration_overhead_s
+    after = df[(df.source == "inferencebench-h100") & (df.metric == "tpot") & (df.calibration == "after")]
+    assert ((after.simulated - after.measured - cpu_s).abs() < 0.3e-3).all()
     for r in df.itertuples():
         assert r.error == pytest.approx(r.simulated / r.measured - 1)
 
