@@ -93,7 +93,7 @@ def markdown(df: pd.DataFrame, missing: list[str]) -> str:
              "vidur's operator fits alone; `after`: the default model with the serving calibration "
              "(configs/calibration/serving.yaml). llm-d points the simulator calls overloaded are "
              "left out of the MAPE (listed in the parquet). `step` rows compare offline batches with "
-             "the step model directly; `replay` and `closed-loop` rows run `harness.simulate`. "
+             "the step model directly (their `error` is the MAPE over the batches of the row); `replay` and `closed-loop` rows run `harness.simulate`. "
              "Sources and their provenance: configs/calibration/public_serving.yaml, docs/profiler.md.", ""]
     s = summary(df)
     if not s.empty:
