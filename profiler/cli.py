@@ -1,5 +1,5 @@
-"""Command line: `python -m profiler {predict,table,calibrate-vidur,run,validate,calibrate,convert,
-memory,device-plan}` (console script ``flowmaker-profiler``).
+"""Command line: `python -m profiler {predict,table,calibrate-vidur,calibrate-serving,run,validate,
+calibrate,convert,memory,device-plan}` (console script ``flowmaker-profiler``).
 
 Profile configs (``run``) and measured tables (``--measured``, ``--reference``) may be given by
 name (``configs/profile/NAME.yaml``, ``results/profiles/NAME.parquet``) or by path.
@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                     "check's OUT/ops_mlp.csv); repeatable")
     cv.add_argument("--out", type=Path, default=default_calibration_path(),
                     help="calibration YAML to write (default configs/calibration/vidur.yaml)")
+    cs = sub.add_parser("calibrate-serving", help="fit configs/calibration/serving.yaml on public real "
+                        "serving measurements (configs/calibration/public_serving.yaml)")
+    cs.add_argument("--out", type=Path, help="calibration YAML to write (default configs/calibration/serving.yaml)")
     rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
     rn.add_argument("config", help="profile config name in configs/profile or a YAML file")
     rn.add_argument("--out", type=Path, help="table path (default: the config's out)")
@@ -397,7 +400,19 @@ def _device_plan(a: argparse.Namespace) -> None:
     print(f"wrote {path} ({sum(len(m['predictions']) for m in plan['modes'].values())} predictions)")
 
 
-COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate, "run": _run,
+def _calibrate_serving(a: argparse.Namespace) -> None:
+    from profiler.calibration_serving import calibrate_serving
+    try:
+        cal = calibrate_serving(out=a.out)
+    except FileNotFoundError as exc:
+        raise UserError(f"shared data: {exc}") from None
+    for src, metrics in cal.mape_pct.items():
+        print(src, {m: (v["before"], v["after"]) for m, v in metrics.items()})
+    print(cal.notes)
+
+
+COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate,
+            "calibrate-serving": _calibrate_serving, "run": _run,
             "validate": _validate, "calibrate": _calibrate_measured, "convert": _convert,
             "memory": _memory, "device-plan": _device_plan}
 
