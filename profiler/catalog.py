@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from flowmaker.inputs import error_message, main_error
+
 SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
 
 
@@ -320,9 +322,9 @@ def parse_model(cls: type[BaseModel], raw: Any, path: Path, where: str = "", *, 
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = main_error(exc)
         field = ".".join(str(p) for p in err["loc"]) or whole
-        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {err['msg']}") from None
+        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {error_message(err, cls)}") from None
 
 
 def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, Any]:
