@@ -117,8 +117,10 @@ def _resolve_one(spec: str, env) -> Any:
 
 
 def _resolve(args: argparse.Namespace) -> int:
+    from selector.sanity import warn_problem
     _check_out(args.out)
     problem = _resolve_one(args.task, _env(args))
+    warn_problem(problem)
     _write(_dump(problem.to_dict(), args.json), args.out)
     return 0
 
