@@ -46,13 +46,14 @@ def _option(field: str) -> str:
 def resolve_trace_path(text: str) -> Path:
     """A file path, or ``azure:code`` / ``azure:conv`` for the shared Azure 2023 traces."""
     from harness.trace import azure_trace_path
+    from profiler.catalog import shared_data_hint
     if text.startswith("azure:"):
         try:
             path = azure_trace_path(text.split(":", 1)[1])
         except KeyError as exc:
             raise UserError(f"--trace: {exc.args[0]}") from None
         if not path.exists():
-            raise UserError(f"--trace: {path} not found (set FLOWMAKER_SHARED_DATA to the shared data folder)")
+            raise UserError(f"--trace: {path} not found ({shared_data_hint()})")
         return path
     return Path(text)
 

@@ -20,7 +20,7 @@ from flowmaker.entry import UserError
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import (CatalogError, load_deploy_configs, load_gpus, load_models, recorded_table_path,
-                              shared_data_dir)
+                              shared_data_dir, shared_data_hint)
 from profiler.engine import DEFAULT
 from profiler.memory import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
@@ -196,7 +196,7 @@ def _calibrate(a: argparse.Namespace) -> None:
     if data is None:
         shared = shared_data_dir()
         if shared is None or not (shared / "vidur").is_dir():
-            raise UserError("--data: vidur data not found (set --data or FLOWMAKER_SHARED_DATA)")
+            raise UserError(f"--data: vidur data not found (set --data; {shared_data_hint()})")
         data = shared / "vidur"
     if not (data / "data" / "profiling").is_dir():
         raise UserError(f"--data: {data} has no data/profiling folder")
