@@ -32,7 +32,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name
 from flowmaker.inputs import error_message, main_error, validate_strict
 from flowmaker.names import name_problem
 from experiments.context import (EXECUTION_KEYS, Execution, RunContext, RunLock, check_finite,
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from profiler.catalog import CatalogError
     from selector.errors import ProblemError
     setup_logging()
-    ap = OneLineParser(prog="python -m experiments.run", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog=command_name("experiments.run"), description=__doc__.splitlines()[0])
     add_version(ap)
     ap.add_argument("config", help="experiment name in configs/experiments (e.g. quickstart) or a config file")
     ap.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name
 
 ENGINE_DESTS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "chunk_size", "gpu_memory_utilization",
                 "kv_capacity_tokens", "block_size", "prefix_caching")
@@ -273,7 +273,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
 
 def add_export(sub) -> None:
     ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
-    ep.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
+    ep.add_argument("plan", type=Path, help=f"plan JSON ({command_name('selector')} solve|deploy --json)")
     ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
                     help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
     ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
@@ -303,7 +303,7 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
 
 def add_launch(sub) -> None:
     lp = sub.add_parser("launch", help="start one server per instance of a plan; print the endpoints")
-    lp.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
+    lp.add_argument("plan", type=Path, help=f"plan JSON ({command_name('selector')} solve|deploy --json)")
     lp.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
                     help="serving engine to start (default vllm)")
     lp.add_argument("--gpu", default=None, help="catalog GPU the plan is for (memory shares), e.g. a6000")

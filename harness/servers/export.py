@@ -52,7 +52,7 @@ from typing import Any
 import yaml
 
 from harness.servers.launcher import ServerSpec, build_command, config_files
-from flowmaker.entry import one_line
+from flowmaker.entry import command_name, one_line
 from selector.deployment import Deployment
 
 log = logging.getLogger(__name__)
@@ -147,15 +147,17 @@ def deployments_from_json(obj: Any) -> list[Deployment]:
             if it.get("deployment") is not None:
                 out.append(Deployment.from_dict(it["deployment"]))
         elif _is_problem(it):
-            raise ValueError(RESOLVED_NOT_PLAN)
+            raise ValueError(resolved_not_plan())
         else:
-            raise ValueError("expected a plan (python -m selector solve --json) or a deployment; "
+            raise ValueError(f"expected a plan ({command_name('selector')} solve --json) or a deployment; "
                              f"got keys {', '.join(sorted(it)) or 'none'}")
     return out
 
 
-RESOLVED_NOT_PLAN = ("a resolved problem, not a plan: run `python -m selector solve FILE --json > plan.json` "
-                     "first and export plan.json")
+def resolved_not_plan() -> str:
+    """The message for a resolved problem given where a plan is expected, naming the user's command."""
+    return (f"a resolved problem, not a plan: run `{command_name('selector')} solve FILE --json > plan.json` "
+            "first and export plan.json")
 
 
 def _is_problem(obj: Any) -> bool:
@@ -165,7 +167,7 @@ def _is_problem(obj: Any) -> bool:
 
 def read_plan_file(path: str | Path) -> Any:
     """The parsed plan file ``path``; ValueError with a message that does not repeat the path (the
-    callers name it), e.g. :data:`RESOLVED_NOT_PLAN` for a resolved problem (YAML or JSON)."""
+    callers name it), e.g. :func:`resolved_not_plan` for a resolved problem (YAML or JSON)."""
     from flowmaker.inputs import InputError, parse_text, read_text
     p = Path(path)
     try:         # bounded: size, nesting (flowmaker.inputs)
@@ -177,7 +179,7 @@ def read_plan_file(path: str | Path) -> Any:
                                                                                           where=str(p)))
         except InputError:
             problem = False
-        raise ValueError(RESOLVED_NOT_PLAN if problem else exc.message) from None
+        raise ValueError(resolved_not_plan() if problem else exc.message) from None
 
 
 def load_deployments(path: str | Path, *, skip_infeasible: bool = True) -> list[Deployment]:
