@@ -214,22 +214,6 @@ def undeployed_tasks(obj: Any) -> list[str]:
     return out
 
 
-def warn_gpu_mismatch(obj: Any, instances: Sequence[Any], gpu: Any) -> None:
-    """Warn when ``gpu`` (the ``--gpu`` GpuSpec) is not the GPU the plan was made for: an instance's
-    own ``gpu_type``, or (an untyped plan) the memory of the plan set's cluster GPUs."""
-    if gpu is None:
-        return
-    named = sorted({i.gpu_name(None) for i in instances} - {None, gpu.name})
-    if named:
-        log.warning("--gpu %s differs from the plan's GPU type %s; those instances keep the plan's type",
-                    gpu.name, ", ".join(named))
-    cluster = obj.get("cluster") if isinstance(obj, Mapping) else None
-    sizes = {g.get("mem_gb") for g in (cluster or {}).get("gpus", ()) if isinstance(g, Mapping)} - {None}
-    if not named and sizes and gpu.mem_gb not in sizes:
-        log.warning("--gpu %s has %g GB, the plan's cluster GPUs %s GB: the plan was made for another GPU type",
-                    gpu.name, gpu.mem_gb, "/".join(f"{x:g}" for x in sorted(sizes)))
-
-
 def _portable(cmd: list[str]) -> list[str]:
     return [Path(cmd[0]).name, *cmd[1:]]
 
@@ -386,7 +370,7 @@ def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str |
     set with a task that has no deployment is refused unless ``skip_infeasible``; every command
     follows ``harness.servers.export_rules`` (ValueError naming the instance that breaks one)."""
     from harness.servers.deploy import instance_gpu, specs_for_instances
-    from harness.servers.export_rules import apply_rules
+    from harness.servers.export_rules import apply_rules, warn_gpu_mismatch
     obj = read_plan_file(path)
     deps = deployments_from_json(obj)
     check_deployed(obj, skip_infeasible)

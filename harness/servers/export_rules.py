@@ -140,3 +140,19 @@ def apply_rules(specs: Mapping[str, ServerSpec], instances: Sequence[InstanceSpe
         inst = by_id.get(iid)
         out[iid] = spec if inst is None or _overridden(spec) else rule_for(inst, spec, gpus.get(iid), tokens.get(iid))
     return out
+
+
+def warn_gpu_mismatch(obj: Any, instances: Sequence[Any], gpu: Any) -> None:
+    """Warn when ``gpu`` (the ``--gpu`` GpuSpec) is not the GPU the plan was made for: an instance's
+    own ``gpu_type``, or (an untyped plan) the memory of the plan set's cluster GPUs."""
+    if gpu is None:
+        return
+    named = sorted({i.gpu_name(None) for i in instances} - {None, gpu.name})
+    if named:
+        log.warning("--gpu %s differs from the plan's GPU type %s; those instances keep the plan's type",
+                    gpu.name, ", ".join(named))
+    cluster = obj.get("cluster") if isinstance(obj, Mapping) else None
+    sizes = {g.get("mem_gb") for g in (cluster or {}).get("gpus", ()) if isinstance(g, Mapping)} - {None}
+    if not named and sizes and gpu.mem_gb not in sizes:
+        log.warning("--gpu %s has %g GB, the plan's cluster GPUs %s GB: the plan was made for another GPU type",
+                    gpu.name, gpu.mem_gb, "/".join(f"{x:g}" for x in sorted(sizes)))
