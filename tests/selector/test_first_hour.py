@@ -33,12 +33,12 @@ def _resolve(capsys, tmp_path, **task_changes) -> tuple[Path, str]:
 
 
 def test_only_configs_the_cluster_holds_and_a_gpu_count_reason(tmp_path, capsys):
-    path, err = _resolve(capsys, tmp_path, arrival_rate_rps=12.0)
+    path, err = _resolve(capsys, tmp_path, arrival_rate_rps=40.0)
     p = load_problem(path)
     assert {(c.tp, c.pp) for c in p.configs} == {(1, 1), (1, 2), (2, 1)}
     assert all(d.tp * d.pp <= 2 for d in p.deployments)
-    assert "arrival_rate_rps 12 is above what the whole cluster could serve" in err
-    assert cluster_max_rps(p) < 12.0
+    assert "arrival_rate_rps 40 is above what the whole cluster could serve" in err
+    assert cluster_max_rps(p) < 40.0
     assert main(["solve", str(path)]) == 0
     out = capsys.readouterr().out
     assert "infeasible" in out and "GPU count" in out and "least new memory" not in out
