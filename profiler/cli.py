@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from flowmaker.entry import OneLineParser as _Parser  # one-line usage errors, exit 2
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name, doc
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import (CatalogError, load_deploy_configs, load_gpus, load_models, recorded_table_path,
-                              shared_data_dir)
+                              shared_data_dir, shared_data_hint)
 from profiler.engine import DEFAULT
 from profiler.memory import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
@@ -65,8 +65,8 @@ _DEPLOY_HELP = {"--tp": "tensor-parallel GPUs (default 1)", "--pp": "pipeline-pa
 
 def _parser() -> argparse.ArgumentParser:
     from flowmaker.entry import add_version
-    p = _Parser(prog="python -m profiler", description="flowmaker profiler: analytic predictions, measured "
-                "tables, calibration (docs/profiler.md, docs/profiler_measured.md)")
+    p = _Parser(prog=command_name("profiler"), description="flowmaker profiler: analytic predictions, measured "
+                f"tables, calibration ({doc('profiler.md')}, {doc('profiler_measured.md')})")
     add_version(p)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     pr = sub.add_parser("predict", help="latency and memory of one deployment")
@@ -199,7 +199,7 @@ def _calibrate(a: argparse.Namespace) -> None:
     if data is None:
         shared = shared_data_dir()
         if shared is None or not (shared / "vidur").is_dir():
-            raise UserError("--data: vidur data not found (set --data or FLOWMAKER_SHARED_DATA)")
+            raise UserError(f"--data: vidur data not found (set --data; {shared_data_hint()})")
         data = shared / "vidur"
     if not (data / "data" / "profiling").is_dir():
         raise UserError(f"--data: {data} has no data/profiling folder")

@@ -132,7 +132,7 @@ def parse_problem_cluster(raw: Any) -> Cluster:
     try:
         return Cluster.model_validate(raw)
     except ValidationError as exc:
-        err = first_error(exc)
+        err = first_error(exc, Cluster)
         raise ProblemError(f"cluster.{err.field}", str(err).split(": ", 1)[-1]) from None
 
 
