@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,6 +88,8 @@ class ServerSpec(BaseModel):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    cpus: tuple[int, ...] = Field((), description="CPU cores the server process (and every thread it starts) "
+                                  "may run on (os.sched_setaffinity; ignored where the OS lacks it); () = any")
     startup_timeout_s: float = Field(300.0, gt=0)
 
     @property
@@ -237,6 +239,14 @@ class ServerStartError(RuntimeError):
     """The server exited or did not become healthy in time; the message ends with its log tail."""
 
 
+def _pinning(cpus: tuple[int, ...]) -> Callable[[], None] | None:
+    """A pre-exec hook that pins the child to ``cpus`` (None when there is nothing to pin or the OS
+    has no ``sched_setaffinity``): set before exec, so every thread the server starts inherits it."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return None
+    return lambda: os.sched_setaffinity(0, set(cpus))
+
+
 class ServerProcess:
     """One server: its command (and config files) written next to its log ``<log_dir>/<name>.log``."""
 
@@ -253,7 +263,7 @@ class ServerProcess:
         env = server_env(self.spec)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True, preexec_fn=_pinning(self.spec.cpus))
         log.close()
         return self
 
