@@ -142,7 +142,12 @@ class CoreView(Protocol):
 
 
 class Policy(Protocol):
-    """Decides each iteration of one core (``EngineConfig.scheduler`` names one)."""
+    """Decides each iteration of one core (``EngineConfig.scheduler`` names one).
+
+    A policy may declare ``decodes_when_quiet = True``: with nothing waiting, prefilling, ready
+    or in the background queue and the decode batch's next blocks free, its plan is always
+    :data:`DECODE_ONLY`, so the core does not ask (most iterations of a busy core; every policy
+    of ``orchestrator.engines.admission`` declares it). Without it the core asks every time."""
 
     name: str
 
