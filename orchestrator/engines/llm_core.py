@@ -15,22 +15,16 @@ context prefilled again on readmission) sends it back to WAITING; one that can n
 cache is FAILED at once. An idle core that receives work starts its next iteration at the end
 of the instant (the event loop's ``defer``), so every submission of an instant can join it.
 
-Bookkeeping, O(1) amortised per iteration whatever the batch size: KV in blocks of
-``block_size`` tokens (vLLM's paged allocation); a decoding sequence needs a new block exactly
-when its context is a multiple of ``block_size``, so sequences are grouped by ``(ctx0 - join)
-mod block_size`` and group ``(-k) mod block_size`` is the demand of decode iteration ``k``. A
-decoding sequence's last iteration (and each streamed piece's) is known when it joins, so it
-waits in a bucket per iteration index. ``ctx_sum`` (the decode batch's total context, what
-decode attention reads) grows by the batch size per decode iteration.
+Bookkeeping, O(1) amortised per iteration whatever the batch size: the paged KV cache, the
+decode batch and preemption (``orchestrator.engines.llm_kv.PagedKV``, the core's base class).
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
 from orchestrator.engines.llm_kv import PagedKV
-from orchestrator.engines.llm_seq import (DECODE, DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
                                           PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
@@ -50,15 +44,13 @@ class LLMCore(PagedKV, Event):
                  policy: Policy | None = None, on_piece: PieceSink | None = None,
                  gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None,
                  loop: Simulator | None = None) -> None:
-        PagedKV.__init__(self, name, kv_tokens, config)
+        PagedKV.__init__(self, name, kv_tokens, config, on_piece)
         self.time = 0.0
-        self.step, self.sink, self.on_piece, self.loop = step, sink, on_piece, loop
+        self.step, self.sink, self.loop = step, sink, loop
         self.policy: Policy = policy or make_admission(config)
         self._quiet_decode = bool(getattr(self.policy, "decodes_when_quiet", False))
         self.gpus = tuple(gpus)                   # slots whose busy time it keeps
         self.colocation = colocation if self.gpus else None
-        self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
-        self.mark_buckets: dict[int, list[Seq]] = {}
         self.chunks: tuple[tuple[Seq, int], ...] = ()   # this iteration's prefill work
         self.n_decode = 0                         # this iteration's decode batch
         self.busy = self.kicked = False
@@ -164,31 +156,6 @@ class LLMCore(PagedKV, Event):
             s.held = 0
             s.state = PREFILL
             self._join_decode(s, now, events)
-
-    def _preempt(self, s: Seq) -> None:
-        """Recomputation preemption: free ``s``'s blocks, requeue it at the head of the queue."""
-        if s.state == DECODE:
-            k = self.dit
-            ctx = s.ctx0 + (k - s.join)
-            del self.running[s.id]
-            self.free += -(-ctx // self.block_size)
-            self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % self.block_size] -= 1
-            s.gen += k - s.join
-        elif s.state == PREFILL and s.eff > s.filled:
-            if self.prefilling[-1] is s:
-                self.prefilling.pop()
-            else:
-                self.prefilling.remove(s)
-            self.free += self.blocks(s.have + s.eff)
-        else:
-            raise RuntimeError(f"{self.name}: plan preempts sequence {s.id}, which is not admitted")
-        s.eff = s.tokens0 + s.gen
-        s.have = s.held = s.filled = 0
-        s.state = WAITING
-        s.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(s)
 
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
@@ -371,61 +338,3 @@ class LLMCore(PagedKV, Event):
         """Drop a parked KV nobody will continue."""
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)
-
-    def _emit_marks(self, s: Seq, now: float, events: list[Event]) -> None:
-        """Report every mark the sequence has reached (``gen`` tokens) and not reported yet."""
-        if self.on_piece is None:
-            return
-        while s.mark_i < len(s.marks) and s.marks[s.mark_i] <= s.gen:
-            new = self.on_piece(s, s.mark_i, now)
-            s.mark_i += 1
-            if new:
-                events.extend(new)
-
-    def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        self._emit_marks(s, now, events)
-        s.state = DECODE
-        s.ctx0 = s.have + s.eff
-        s.join = k = self.dit
-        s.finish = f = k + s.output - s.gen - 1
-        if s.first_s != s.first_s and s.gen:
-            s.first_s = now
-        self.running[s.id] = s
-        self.groups[(s.ctx0 - k) % self.block_size] += 1
-        self.ctx_sum += s.ctx0
-        b = self.buckets.get(f)
-        if b is None:
-            self.buckets[f] = [s]
-        else:
-            b.append(s)
-        if s.mark_i < len(s.marks) and self.on_piece is not None:
-            # mark m is reached at the end of decode iteration k + m - gen - 1
-            for m in s.marks[s.mark_i:]:
-                self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
-
-    def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
-        """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
-        if self.mark_buckets:
-            for s in self.mark_buckets.pop(k, ()):
-                # stale entries (a preempted and readmitted sequence) do not match
-                if (s.state == DECODE and s.mark_i < len(s.marks)
-                        and s.join + s.marks[s.mark_i] - s.gen - 1 == k):
-                    new = self.on_piece(s, s.mark_i, now)
-                    s.mark_i += 1
-                    if new:
-                        events.extend(new)
-        bucket = self.buckets.pop(k, None)
-        if not bucket:
-            return
-        bs = self.block_size
-        for s in bucket:
-            if s.state != DECODE or s.finish != k:
-                continue  # preempted since (and maybe rescheduled to another index)
-            ctx = s.ctx0 + (k + 1 - s.join)
-            del self.running[s.id]
-            self.free += -(-ctx // bs)
-            self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % bs] -= 1
-            s.gen = s.output
-            s.state = DONE  # guards against a second bucket entry after a re-admission
-            done.append(s)
