@@ -221,11 +221,11 @@ class LLMCore(PagedKV, Event):
                 self._admit_ready(now, events)
             plan = self.policy.schedule(self)
         if plan is DECODE_ONLY and running:        # most iterations: the whole batch decodes
-            self.free -= self.groups[-self.dit % self.block_size]
+            self.free = free = self.free - self.groups[-self.dit % self.block_size]
             self.n_decode = n = len(running)
             self.chunks = ()
-            if self.free < 0:
-                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
+            if free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-free} blocks")
             c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
             dur = c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         else:
