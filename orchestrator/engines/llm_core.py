@@ -16,15 +16,14 @@ cache is FAILED at once. An idle core that receives work starts its next iterati
 of the instant (the event loop's ``defer``), so every submission of an instant can join it.
 
 Bookkeeping, O(1) amortised per iteration whatever the batch size: the paged KV cache, the
-decode batch and preemption (``orchestrator.engines.llm_kv.PagedKV``, the core's base class).
+decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core's base class).
 """
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_kv import PagedKV
-from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan, PagedKV,
                                           PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
