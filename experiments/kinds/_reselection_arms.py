@@ -209,7 +209,7 @@ def oracle_cell(arm: Arm, params, problems, tokens, cluster, gpu: str) -> dict[s
                        "rate_x": sum(rates) / sum(p.peak_x * r for p, r in zip(profs, base))})
     gpu_s, usd = gpu_bill(spans, problems[0].cluster.prices if problems else None)
     row = {**_key(arm), "goodput": float("nan"), "reserved_gb_s": gb_s, "gpu_s_held": gpu_s, "usd": usd,
-           "gpu_busy_s": float("nan"), "gb_mean": gb_s / prof.duration_s, "unplaced_task_hours": unplaced,
+           "busy_gpu_s": float("nan"), "gb_mean": gb_s / prof.duration_s, "unplaced_task_hours": unplaced,
            "migrations": 0, "reselections": 0, "profile_hours": prof.hours, "start_hour": prof.start_hour,
            "compression": prof.compression, "rate_x": 1.0, "adaptive": True, "fixed_workflow": arm.fixed_workflow,
            "gpu_cap": arm.gpu_cap if arm.gpu_cap is not None else -1, "wall_s": time.perf_counter() - t0}

@@ -16,7 +16,7 @@ REASONS = {"up": ("^", "up: load above the plan's capacity"), "down": ("v", "dow
            "slo": ("x", "slo: SLO misses above the share")}
 #: cost units: results column, label, divisor for the table (hours)
 UNITS = (("gpu_s_held", "GPU-h held", 3600.0), ("reserved_gb_s", "GB*s reserved", 1.0),
-         ("gpu_busy_s", "busy GPU-h", 3600.0), ("usd", "USD", 1.0))
+         ("busy_gpu_s", "busy GPU-h", 3600.0), ("usd", "USD", 1.0))
 TARGET_X = 2.6
 
 
@@ -88,11 +88,11 @@ def plots(frames: dict[str, pd.DataFrame], params, out) -> None:
 
 
 def _agg(res: pd.DataFrame) -> pd.DataFrame:
-    res = res.reindex(columns=list(dict.fromkeys([*res.columns, "gpu_busy_s", "usd", "infeasible", "infeasible_slo"])))
+    res = res.reindex(columns=list(dict.fromkeys([*res.columns, "busy_gpu_s", "usd", "infeasible", "infeasible_slo"])))
     return res.groupby("policy", sort=False).agg(
         seeds=("seed", "nunique"), goodput=("goodput", "mean"), goodput_min=("goodput", "min"),
         gpu_s_held=("gpu_s_held", "mean"), reserved_gb_s=("reserved_gb_s", "mean"),
-        gpu_busy_s=("gpu_busy_s", "mean"), usd=("usd", "mean"), migrations=("migrations", "mean"),
+        busy_gpu_s=("busy_gpu_s", "mean"), usd=("usd", "mean"), migrations=("migrations", "mean"),
         reselections=("reselections", "mean"), infeasible=("infeasible", "mean"),
         infeasible_slo=("infeasible_slo", "mean"), wall_s=("wall_s", "max"))
 
@@ -106,7 +106,7 @@ def _table(agg: pd.DataFrame, ref: pd.Series | None) -> list[str]:
                  if ref is not None else "-")
         gp = "not simulated" if math.isnan(r.goodput) else f"{r.goodput:.4f} / {r.goodput_min:.4f}"
         lines.append(f"| {policy} | {r.seeds} | {gp} | {r.gpu_s_held / 3600:.4g} | {r.reserved_gb_s:.4g} | "
-                     f"{usd_cell(r.gpu_busy_s / 3600)} | {usd_cell(r.usd)} | {ratio} | {r.migrations:.1f} | "
+                     f"{usd_cell(r.busy_gpu_s / 3600)} | {usd_cell(r.usd)} | {ratio} | {r.migrations:.1f} | "
                      f"{r.reselections:.0f} | {r.infeasible:.0f} ({r.infeasible_slo:.0f}) | {r.wall_s:.1f} |")
     return lines
 

@@ -210,7 +210,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 TABLES = ("results", "tasks", "decisions", "instances", "memory", "hourly")
 #: what ``publish`` copies beside the run folders (a few hundred kB)
 PUBLISHED = ("summary.md", "choices.json", "memory.png", "migrations.png", "goodput.png", "results.parquet",
-             "tasks.parquet", "hourly.parquet", "decisions.parquet")
+             "tasks.parquet", "hourly.parquet", "memory.parquet", "decisions.parquet")
 
 
 def _report(cell, tables) -> None:

@@ -15,7 +15,7 @@ arrays, so the controller sees only what has happened by ``now``.
 Cost is the GB x seconds every instance held, from its start to its release (or the end of the
 run: ``max(last completion or failure, last arrival, end_s)``), and in dollars the whole GPUs
 they held over the same spans (``gpu_s_held``, ``usd``: ``harness.billing.gpu_bill``), and the
-GPU-seconds during which some instance on a GPU was mid-iteration (``gpu_busy_s``); the other
+GPU-seconds during which some instance on a GPU was mid-iteration (``busy_gpu_s``); the other
 cell metrics are ``harness.replay.cell_metrics``'s (docs/metrics.md).
 """
 from __future__ import annotations
@@ -171,7 +171,7 @@ def simulate_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
     res = sim.run(workload)
     return day_result(ctl, workload, res["done_s"], res["failed"], res["acc_ok"], end_s=end_s,
                       price_per_gb_s=price_per_gb_s,
-                      extra={"gpu_busy_s": float(sum(sim.gpu_busy_s.values())), "events": sim.events,
+                      extra={"busy_gpu_s": float(sum(sim.gpu_busy_s.values())), "events": sim.events,
                              "sim_wall_s": sim.wall_s, "wall_s": time.perf_counter() - t0,
                              "preemptions": sum(i.preemptions for i in sim.instances.values())})
 
