@@ -222,6 +222,13 @@ def _depends(res: pd.DataFrame, agg: pd.DataFrame) -> list[str]:
     ratios = {label: agg.loc[REF, col] / agg.loc["adaptive", col] for col, label, _ in UNITS
               if np.isfinite(agg.loc["adaptive", col]) and agg.loc["adaptive", col] > 0}
     out.append("- cost unit: static-peak / adaptive = " + ", ".join(f"{v:.2f}x in {k}" for k, v in ratios.items()))
+    if "static-right" in agg.index:
+        r = res[(res.phase == "report") & (res.policy == "static-right")]
+        m = float(r.rate_x.iloc[0])
+        out.append(f"- capacity rows: a static plan for {m:g}x the peak rates keeps goodput {agg.loc['static-right', 'goodput']:.4f} "
+                   f"on the reported days (static-peak {agg.loc[REF, 'goodput']:.4f}): the selector's capacity rows leave "
+                   "that much slack, which the right-sized static plan exploits and the rate-following adaptive "
+                   "policy and the oracle (both planning at the rate they see) do not")
     sw = res[res.phase == "sweep"]
     if len(sw):
         base = res[(res.phase == "report") & (res.policy == REF) & (res.seed.isin(sw.seed.unique()))]

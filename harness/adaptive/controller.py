@@ -28,25 +28,19 @@ what other tasks already put on reused instances deducted):
    memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-**Back-off**: when a move up (rules 1-2, or placing an unplaced task) finds no plan (no variant
-meets the SLO at that rate on the cluster as it stands), or an SLO move finds only the plan that
-already serves, the task is *blocked* at its estimate ``r_s``: rules 1 and 2 are not tried again
-until ``|r_s - blocked| > drift_down * blocked`` (the load changed), so an infeasible target is
-not re-selected every tick; moves down still apply.
+**Back-off**: a move up (rules 1-2, or placing an unplaced task) that finds no plan, or an SLO
+move that finds only the serving plan, *blocks* the task at its ``r_s``: rules 1-2 wait until
+``|r_s - blocked| > drift_down * blocked`` (the load changed); moves down still apply.
 
-Each re-selection runs the selector twice: on the task's full problem, and (``rescale``) within
-the serving variant (its workflow, and per stage the models and configs it serves with); a move
-down (and an adaptive first deployment) also once per bound of ``shrink_tp``, with only configs of
-at most that many GPUs per replica (the selector's objective, memory x latency, prefers large TP
-at any load; a restricted problem's optimum still meets every SLO); it takes the plan whose
-memory over ``cooldown_s`` plus start-up overlap is least (the migration cost). Old instances of the same model and config are kept (``keep_matching``). A plan that
-routes to the same instances only updates the planned rate (outcome ``update``); one that starts
-or drains an instance is a **migration**. A task with a migration under way is not re-selected
-until its new version serves, and the gaps count from when a migration completes. Hysteresis:
-the capacity test (a plan is replaced when the load outgrows it, not when the estimate wobbles),
-the long window and the cooldown for moves down, the gap after every migration, the saving rule
-and the margin. Start-up of a new instance (the simulator's model): ``startup_fixed_s +
-weights_gb / load_gb_per_s`` (weights read from disk).
+Each re-selection runs the selector on the task's full problem and (``rescale``) within the
+serving variant; a move down (and an adaptive first deployment) also once per bound of
+``shrink_tp`` (configs of at most that many GPUs per replica: memory x latency prefers large TP
+at any load); it takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least.
+Old instances of the same model and config are kept (``keep_matching``). A plan that routes to
+the same instances only updates the planned rate (outcome ``update``); one that starts or drains
+an instance is a **migration**; gaps count from when it completes. Start-up of a new instance
+(the simulator's model): ``startup_fixed_s + weights_gb / load_gb_per_s``. docs/reselection.md
+has the rules' rationale (hysteresis) and the parameters.
 """
 from __future__ import annotations
 
@@ -189,15 +183,9 @@ class Controller:
             r_l = self.backend.arrivals(k, now - wl, now) / wl
             cur = self.ledger.current.get(name)
             since = now - self.last_move[name]
-            if name in self.blocked:
-                b = self.blocked[name]
-                if abs(r_s - b) <= c.drift_down * b + TOL:
-                    blocked = True
-                else:
-                    del self.blocked[name]
-                    blocked = False
-            else:
-                blocked = False
+            blocked = name in self.blocked and abs(r_s - self.blocked[name]) <= c.drift_down * self.blocked[name] + TOL
+            if not blocked:
+                self.blocked.pop(name, None)
             if cur is None:
                 if now >= self.next_up[name] and not blocked:
                     self._reselect(k, max(r_s * c.headroom, c.min_rate_rps), r_s, "unplaced", now)
