@@ -48,7 +48,7 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     assert np.allclose(sim.usd, sim.gpu_s_held / 3600.0 * a6000)
     assert rep.loc["oracle-hourly", "reserved_gb_s"] <= rep.loc["static-peak", "reserved_gb_s"]   # a bound
     choices = json.loads((run / "choices.json").read_text())
-    assert choices["controller"] in cfg["params"]["controllers"] and choices["rate_x"] in (0.7, 1.0)
+    assert choices["controller"] in cfg["params"]["controllers"] and choices["rate_x"] in [*cfg["params"]["rightsize"], 1.0]
     assert (res.phase == "uncompressed").sum() == 2 and (res[res.phase == "uncompressed"].compression == 1).all()
     md = (top / "summary.md").read_text()
     assert md == (run / "summary.md").read_text() and "## Targets (issue 25), per seed" in md
