@@ -121,7 +121,8 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
-def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dict, wall: str = "") -> str:
+def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dict, wall: str = "",
+               cluster_gpus: int | None = None) -> str:
     res = frames["results"]
     rep = res[res.phase == "report"]
     agg = _agg(rep)
@@ -168,6 +169,8 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dic
     lines += _choices(res, choice, params)
     lines += _extras(res, agg)
     res.attrs["hourly"] = frames["hourly"][frames["hourly"].phase == "report"] if len(frames["hourly"]) else None
+    res.attrs["instances"] = frames["instances"][frames["instances"].phase == "report"] if len(frames["instances"]) else None
+    res.attrs["cluster_gpus"] = cluster_gpus
     lines += _depends(res, agg)
     lines += ["", "Cost units: GPU-h held = whole GPUs any instance occupies, from its start (loading included) "
               "to its release (a shared GPU once); GB*s reserved = GB x seconds every instance held over the same "
@@ -257,6 +260,10 @@ def _depends(res: pd.DataFrame, agg: pd.DataFrame) -> list[str]:
     cap = res[res.phase == "cap"]
     if len(cap):
         r = cap.iloc[0]
-        out.append(f"- GPU cap {int(r.gpu_cap)}: goodput {r.goodput:.4f}, {r.gpu_s_held / 3600:.4g} GPU-h held "
+        inst = res.attrs.get("instances")
+        held = "" if inst is None or not len(inst) else (
+            f" (static-peak holds {inst[(inst.policy == REF) & (inst.seed == r.seed)].gpus.str.split(',').explode().nunique()}"
+            f" GPUs, every run at most the cluster's {res.attrs.get('cluster_gpus')})")
+        out.append(f"- GPU cap {int(r.gpu_cap)}{held}: goodput {r.goodput:.4f}, {r.gpu_s_held / 3600:.4g} GPU-h held "
                    f"(uncapped adaptive: {agg.loc['adaptive', 'goodput']:.4f}, {agg.loc['adaptive', 'gpu_s_held'] / 3600:.4g})")
     return out

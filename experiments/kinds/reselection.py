@@ -252,7 +252,8 @@ def run(params: Params, ctx: RunContext) -> None:
     wall = (f"Wall time of this invocation: {time.perf_counter() - t0:.0f} s for {n} cells"
             + (f", {skipped} of them finished by an earlier invocation (resumed: not the full run's time)."
                if skipped else " (the full run)."))
-    atomic_write_text(ctx.run_dir / "summary.md", summary_md(frames, params, source, choice, wall))
+    atomic_write_text(ctx.run_dir / "summary.md", summary_md(frames, params, source, choice, wall,
+                                                                  len(cluster.gpus)))
     if params.publish:
         for name in PUBLISHED:
             if (ctx.run_dir / name).exists():
