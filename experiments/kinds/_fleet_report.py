@@ -7,6 +7,8 @@ import re
 
 import pandas as pd
 
+from experiments.glossary import matching
+
 COLUMNS = """\
 - `usd_per_hour`: US dollars per hour of the GPUs a plan newly reserves (spec section 10's `U`):
   a whole GPU per shard, `replicas x tp x pp` GPUs per stage, each at its type's price.
@@ -375,7 +377,7 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
     eq_task = equal_price_per_task(df, types)
     sized = sized_pool_table(fleet, df, params.gpus_per_type, prices)
     budget = budget_pool_table(fleet, df, params.gpus_per_type, prices)
-    return "\n".join([
+    body = "\n".join([
         f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
         f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
         f"{(df.drop_duplicates('task')['family'] == 'random').sum()} random), rates {params.rates_rps} rps, "
@@ -423,7 +425,8 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         *(rest[:30] or ["- none"]), "",
         f"## FlowMaker's GB*s plan (`{params.gb_s_solver}`) priced in dollars", "",
         _md(gbs[gbs["pool"] == "mixed"]), "",
-        "## Columns", "", COLUMNS])
+        "## Columns", ""])
+    return body + "\n" + matching(COLUMNS, body)
 
 
 def plot(df: pd.DataFrame, path):
