@@ -5,14 +5,32 @@ from pathlib import Path
 
 import pandas as pd
 
-COLUMNS = """- `served`: tasks served of the set (section 11's first criterion); `total_cost`: the sum of the
-  served tasks' cost, GB*s under `gb_s` (new GB x latency), US dollars per hour under `usd_per_hour`.
-- `joint`: the joint `milp` (status `optimal` = proved); `given`: section 8's greedy (`sequential`,
-  `exhaustive` per task) in the order given; `best_order` / `worst_order`: the best and worst of the
+from experiments.context import atomic_write_text
+from experiments.glossary import matching
+
+COLUMNS = """\
+- `cluster`: `a6000x8` (the cluster file) or `mixed` (the same 8 GPUs as three priced types).
+- `objective`: `gb_s` (new GB x latency) or `usd_per_hour` (US dollars per hour of new GPUs).
+- `load`: every arrival rate of the set times this factor.
+- `set`: `given` (the tasks in the order given) or `random-<size>-<k>` (a seeded random set).
+- `n_tasks`: tasks in the set.
+- `served joint` / `served given`: tasks served of the set (section 11's first criterion) by the
+  joint `milp` and by section 8's greedy (`sequential`, `exhaustive` per task) in the order given.
+- `total joint` / `total given`: the sum of the served tasks' cost, GB*s under `gb_s`, US dollars
+  per hour under `usd_per_hour`.
+- `saving % given`: `100 x (greedy total - joint total) / greedy total` where both serve as many
+  tasks (0 when both cost 0), the greedy taking the tasks in the order given.
+- `saving % best order` / `saving % worst order`: the same against the best and the worst of the
   greedy in random orders (most served, then least total cost).
-- `saving_pct`: `100 x (greedy total - joint total) / greedy total` where both serve as many tasks
-  (0 when both cost 0); `+served`: tasks the joint plan serves beyond the greedy in the order given.
-- `milp_s`: the joint milp's wall time per set; `proved`: sets where it proved the optimum."""
+- `served best/worst`: tasks served by the greedy's best / worst random order.
+- `milp`: the joint milp's status (`optimal` = proved, `feasible` = stopped at the cap).
+- `milp_s`: the joint milp's wall time per set (s).
+- `gap`: the joint milp's relative gap at the cap (blank where it proved the optimum).
+- `sets`: random sets of that size; `proved`: those where the joint milp proved the optimum.
+- `mean_milp_s` / `max_milp_s`: mean and largest joint milp wall time over those sets (s).
+- `more_served`: tasks the joint plan serves beyond the greedy in the order given, summed over the sets.
+- `mean_saving_pct` / `max_saving_pct`: mean and largest `saving % given` over the sets.
+"""
 
 
 def _table(df: pd.DataFrame) -> str:
@@ -38,7 +56,7 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
         out["served best/worst"] = [f"{b}/{w}" for b, w in zip(served["best_order"], served["worst_order"])]
     out["milp"] = joint["status"]
     out["milp_s"] = joint["elapsed_s"]
-    out["gap"] = joint["gap"]
+    out["gap"] = joint["gap"].astype(object).where(joint["gap"].notna(), None)   # blank where proved
     return out.reset_index()
 
 
@@ -60,8 +78,17 @@ def summary_md(df: pd.DataFrame, params) -> str:
              "## Random task sets, per size", "", _table(by_size), "",
              "## Every random set", "", _table(rand.drop(columns=["+served"])), "",
              f"Sets where the joint plan serves as many tasks for the same total as the greedy in the order "
-             f"given: {len(zero)} of {len(w)}.", "", "## Columns", "", COLUMNS, ""]
-    return "\n".join(lines)
+             f"given: {len(zero)} of {len(w)}.", "", "## Columns", ""]
+    body = "\n".join(lines) + "\n"
+    return body + matching(COLUMNS, body)
+
+
+def write_summary(folder: Path, params) -> Path:
+    """Rebuild ``folder/summary.md`` from ``folder/joint.parquet`` (no solve): how a published
+    report takes a new report format without re-running its cells."""
+    path = Path(folder) / "summary.md"
+    atomic_write_text(path, summary_md(pd.read_parquet(Path(folder) / "joint.parquet"), params))
+    return path
 
 
 def plot_time(df: pd.DataFrame, path: Path, time_limit_s: float) -> Path:

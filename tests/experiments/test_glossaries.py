@@ -9,9 +9,8 @@ import pytest
 from experiments.glossary import glossary_entries, matching, table_columns
 
 ROOT = Path(__file__).parents[2]
-#: published before the helper; their writers are another branch's (joint) or need a rerun to
-#: regenerate (fleet_mix: its writer applies `matching` now)
-NOT_YET = {"joint_vs_sequential": "branch joint owns its report", "fleet_mix": "regenerated on its next run"}
+#: published before the helper; need a rerun to regenerate (fleet_mix: its writer applies `matching` now)
+NOT_YET = {"fleet_mix": "regenerated on its next run"}
 
 
 def test_matching_keeps_only_entries_naming_a_column():

@@ -40,3 +40,19 @@ def test_small_joint_vs_sequential(tmp_path, capsys):
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main(args) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp
+
+
+def test_summary_rebuilt_from_published_parquet(tmp_path):
+    """The published summary is what ``write_summary`` makes of the published parquet (no solve), and
+    its glossary explains exactly the columns of its tables."""
+    from experiments.glossary import glossary_entries, table_columns
+    from experiments.kinds._joint_report import write_summary
+    from experiments.kinds.joint_vs_sequential import Params
+    from experiments.run import load_config
+    published = CFG.parents[2] / "results" / "joint_vs_sequential"
+    (tmp_path / "joint.parquet").write_bytes((published / "joint.parquet").read_bytes())
+    params = Params(**load_config(CFG.with_name("joint_vs_sequential.yaml")).params)
+    md = write_summary(tmp_path, params).read_text()
+    assert md == (published / "summary.md").read_text()
+    assert set(glossary_entries(md)) <= table_columns(md)
+    assert {"cluster", "served joint", "saving % given", "mean_saving_pct", "gap"} <= set(glossary_entries(md))
