@@ -248,6 +248,16 @@ def write_meta(run_dir: Path, *, seed: int, config_path: Path, extra: dict | Non
     atomic_write_text(run_dir / "meta.json", json.dumps(meta, indent=1))
 
 
+def finish_meta(run_dir: Path, *, wall_s: float, cpu_s: float) -> None:
+    """Add the run's measured ``wall_s`` and ``cpu_s`` (from the runner's start to the kind's return,
+    report and publishing included) and ``finished_at`` to ``meta.json``, with the load average then."""
+    path = run_dir / "meta.json"
+    meta = json.loads(path.read_text()) if path.exists() else {}
+    meta.update(wall_s=round(wall_s, 3), cpu_s=round(cpu_s, 3), finished_at=datetime.now(timezone.utc).isoformat(),
+                load_average=[round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None)
+    atomic_write_text(path, json.dumps(meta, indent=1))
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -4,7 +4,9 @@ A config names its ``experiment`` (the results folder) and its ``kind``; the kin
 module ``experiments.kinds.<kind>`` exposing ``Params`` (a pydantic model of the
 config's ``params`` mapping) and ``run(params, ctx) -> None``. The runner validates the
 config, makes ``results/<experiment>/<run-id>/``, writes the resolved config and
-``meta.json`` there, and hands the kind a :class:`RunContext`. Adding an experiment kind
+``meta.json`` there, and hands the kind a :class:`RunContext`; when the kind returns it adds the
+run's measured ``wall_s`` and ``cpu_s`` (from ``main``'s start: report writing and publishing
+included, Python's start-up and imports of about 1 s not) and the load average to ``meta.json``. Adding an experiment kind
 means adding one module; nothing here changes.
 
 Results never mix: a new run gets a fresh id (UTC timestamp plus random hex) and a folder
@@ -26,17 +28,17 @@ import argparse
 import importlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
 from flowmaker.entry import UserError, command_name
 from flowmaker.inputs import error_message, main_error, validate_strict
 from flowmaker.names import name_problem
 from experiments.context import (EXECUTION_KEYS, Execution, RunContext, RunLock, check_finite,
-                                 config_hash, open_run_dir, write_meta)
+                                 config_hash, finish_meta, open_run_dir, write_meta)
 
 
 class ExperimentConfig(Execution):
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from flowmaker.inputs import InputError
     from profiler.catalog import CatalogError
     from selector.errors import ProblemError
+    t0, c0 = time.perf_counter(), _cpu_s()     # Python's start-up and this module's imports come before
     setup_logging()
     ap = OneLineParser(prog=command_name("experiments.run"), description=__doc__.splitlines()[0])
     add_version(ap)
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                          config_path=args.config, execution=Execution.model_validate(
                              {k: getattr(cfg, k) for k in EXECUTION_KEYS}))
         mod.run(params, ctx)
+        wall_s = time.perf_counter() - t0
+        finish_meta(run_dir, wall_s=wall_s, cpu_s=_cpu_s() - c0)
     except (UserError, ProblemError, CatalogError, InputError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -169,8 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if lock is not None:
             lock.release()
-    print(f"results: {run_dir}")
+    print(f"results: {run_dir} (wall time {wall_s:.1f} s, load average {_load()})")
     return 0
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its finished children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
 def _positive_int(text: str) -> int:

@@ -183,3 +183,14 @@ def test_a_second_process_on_the_same_run_id_is_refused(tmp_path) -> None:
             context.RunLock(run)
         finally:
             with_lock.release()
+
+
+def test_meta_records_the_measured_wall_time(tmp_path, fake_kind, capsys) -> None:
+    """A finished run's meta.json holds its wall and CPU time (issue 27 item 5: wall times measured),
+    and the last line says it."""
+    res = tmp_path / "results"
+    cfg = _cfg(tmp_path, "experiment: e\nkind: fake\nparams: {cells: 2, scale: 1.0}\n")
+    assert _main(cfg, res, "--run-id", "w") == 0
+    meta = json.loads((res / "e" / "w" / "meta.json").read_text())
+    assert meta["wall_s"] > 0 and meta["cpu_s"] >= 0 and meta["finished_at"] >= meta["started_at"]
+    assert "wall time" in capsys.readouterr().out.splitlines()[-1]
