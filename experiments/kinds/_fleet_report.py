@@ -229,7 +229,7 @@ def budget_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
                      "pool": ", ".join(f"{n} {t}" for t, n in sorted(counts.items())),
                      "pool_usd_per_hour": round(_pool_price(pick, prices, per_type), 4),
                      "tasks_moved": sum(pick[t]["pool"] == "mixed" for t in pick), "usd_per_hour": cost,
-                     "saving_pct": 100 * (r.best_single - cost) / r.best_single})
+                     "saving_pct": round(100 * (r.best_single - cost) / r.best_single, 9) + 0.0})   # no -1e-14
     return pd.DataFrame(rows)
 
 
