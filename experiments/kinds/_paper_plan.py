@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowmaker.entry import UserError
@@ -163,6 +164,17 @@ def deploy_sequence(problems, key: PlanKey, *, time_limit_s: float) -> tuple[lis
         seq.append((p, plan))
         rows.append(_record(key, p, plan, time.perf_counter() - t0))
     return seq, rows
+
+
+def plan_frame(key: PlanKey, problems, *, time_limit_s: float) -> pd.DataFrame:
+    """:func:`deploy_sequence` as an executor cell: its records, the pickled sequence in the first
+    row's ``sequence`` (so plan keys are planned by the workers and a resumed run re-plans none)."""
+    import pickle
+    t0 = time.perf_counter()
+    seq, rows = deploy_sequence(problems, key, time_limit_s=time_limit_s)
+    df = pd.DataFrame(rows).assign(cell_wall_s=time.perf_counter() - t0)
+    df["sequence"] = [pickle.dumps(seq)] + [None] * (len(rows) - 1)
+    return df
 
 
 def _record(key: PlanKey, p, plan, select_s: float) -> dict:

@@ -43,8 +43,8 @@ class Resumed:
         if not self.cells:
             return f"wall time {wall_s:.0f} s"
         return (f"wall time {wall_s + self.cell_wall_s:.0f} s (a resumed run: this invocation {wall_s:.0f} s, "
-                f"plus the {self.cells} cells of earlier invocations, {self.cell_wall_s:.0f} s of their own "
-                "wall time summed over cells)")
+                f"plus the {self.cells} cells (plans and replays) of earlier invocations, {self.cell_wall_s:.0f} s "
+                "of their own wall time summed over cells)")
 
 
 def ci95(values) -> tuple[float, float]:

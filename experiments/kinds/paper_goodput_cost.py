@@ -29,8 +29,8 @@ from tqdm import tqdm
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
-from experiments.kinds._paper_plan import (CellKey, deploy_sequence, label, load_slo_set, plan_key, run_cell,
-                                           work_digest)
+from experiments.kinds._paper_plan import (CellKey, deploy_sequence, label, load_slo_set, plan_frame, plan_key,
+                                           run_cell, work_digest)
 from selector.taskspec import TaskList
 
 
@@ -175,28 +175,47 @@ def load_traces(params, seed: int) -> dict:
     return traces
 
 
-def plan_all(params: Params, problems, seed: int = 0) -> tuple[dict, dict, list[dict]]:
+def plan_all(params: Params, problems, seed: int = 0, ctx: RunContext | None = None,
+             earlier: list | None = None) -> tuple[dict, dict, list[dict]]:
     """Every scenario's plan keys and cells: ``plans`` {PlanKey: sequence}, ``cells`` {CellKey:
     [scenario names]} (seeds ``seed``, ``seed + 1``, ...) and the deployment records (one per plan key
-    and task)."""
-    plans, cells, rows, work = {}, {}, [], {}
+    and task). With ``ctx`` the plan keys are planned as executor cells (the config's workers; cells
+    ``plan__*`` of the run folder, so a resumed run re-plans none: the frames of those planned by an
+    earlier invocation go to ``earlier``), else here in turn."""
+    keyed = []
     for sc in params.scenarios:
         load_slo_set(sc.slo_set)                       # an unknown set fails before any work
         for spec in sc.selectors or params.selectors:
             unplaced = tuple(sc.unplaced.get(label(spec), ()))
             for load in sc.loads_pct or params.loads_pct:
-                key = plan_key(sc.sharing, sc.slo_set, spec, load if sc.replan else params.plan_load_pct, unplaced,
-                               sc.placement, sc.objective)
-                if key not in plans:
-                    plans[key], recs = deploy_sequence(problems, key, time_limit_s=params.time_limit_s)
-                    work[key] = work_digest(plans[key])
-                    rows += recs
-                for trace in params.traces:
-                    for i in range(sc.seeds or params.seeds):
-                        cell = CellKey(key, sc.colocation, sc.arrivals or params.arrivals, trace, load, seed + i,
-                                       work[key])
-                        cells.setdefault(cell, []).append(sc.name)
+                keyed.append((sc, load, plan_key(sc.sharing, sc.slo_set, spec, load if sc.replan else
+                                                 params.plan_load_pct, unplaced, sc.placement, sc.objective)))
+    plans, rows = _plan_keys(params, problems, list(dict.fromkeys(k for _, _, k in keyed)), ctx,
+                             [] if earlier is None else earlier)
+    work = {k: work_digest(seq) for k, seq in plans.items()}
+    cells: dict = {}
+    for sc, load, key in keyed:
+        for trace in params.traces:
+            for i in range(sc.seeds or params.seeds):
+                cell = CellKey(key, sc.colocation, sc.arrivals or params.arrivals, trace, load, seed + i, work[key])
+                cells.setdefault(cell, []).append(sc.name)
     return plans, cells, rows
+
+
+def _plan_keys(params: Params, problems, keys: list, ctx: RunContext | None,
+               earlier: list) -> tuple[dict, list[dict]]:
+    """``{key: sequence}`` and the records of every key, in the keys' order."""
+    import pickle
+    if ctx is None:
+        out = {k: deploy_sequence(problems, k, time_limit_s=params.time_limit_s) for k in keys}
+        return {k: seq for k, (seq, _) in out.items()}, [r for _, recs in out.values() for r in recs]
+    cells = [Cell("plan__" + CellKey(k, True, "", "", 0.0, 0).name(), plan_frame, (k, problems),
+                  {"time_limit_s": params.time_limit_s}) for k in keys]
+    ran: set[str] = set()
+    frames = run_cells(ctx, cells, desc="plans", on_done=lambda c, _: ran.add(c.name))
+    earlier += [f.iloc[:1] for c, f in zip(cells, frames) if c.name not in ran]
+    plans = {k: pickle.loads(f["sequence"].iloc[0]) for k, f in zip(keys, frames)}
+    return plans, [r for f in frames for r in f.drop(columns=["sequence", "cell_wall_s"]).to_dict("records")]
 
 
 def cell_frame(cell: CellKey, seq: list, **setting) -> pd.DataFrame:
@@ -233,7 +252,8 @@ def run(params: Params, ctx: RunContext) -> None:
 
     t0, c0 = time.perf_counter(), os.times()
     problems, gpu, tokens = resolve_all(params)
-    plans, cells, dep_rows = plan_all(params, problems, ctx.seed)
+    earlier: list[pd.DataFrame] = []
+    plans, cells, dep_rows = plan_all(params, problems, ctx.seed, ctx, earlier)
     atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))
     cap = params.drain_cap_s if params.drain_cap_s is not None else max(p.task.latency_slo_s for p in problems)
     setting = dict(tokens=tokens, rates=tuple(p.task.arrival_rate_rps for p in problems), gpu=gpu,
@@ -244,7 +264,7 @@ def run(params: Params, ctx: RunContext) -> None:
     rows = [pd.read_parquet(ctx.cell_path(c.name())).assign(scenario=sc, cell=c.name(), **c.fields())
             for c, scs in cells.items() for sc in scs]
     df = pd.concat(rows, ignore_index=True)
-    earlier = [pd.read_parquet(ctx.cell_path(n)) for n in {c.name() for c in cells} - ran]
+    earlier += [pd.read_parquet(ctx.cell_path(n)) for n in {c.name() for c in cells} - ran]
     atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task", "gpu_busy_share"]))
     keys = ["scenario", "selector", "trace", "load_pct", "seed"]
     tasks = [dict(zip(keys, k), **t) for *k, pt in df[keys + ["per_task"]].itertuples(index=False)

@@ -66,5 +66,5 @@ def test_full_report_writer_on_a_small_run_then_resumed(tmp_path: Path, capsys) 
     cells[0].unlink()
     pg.run(params, _ctx(tmp_path))
     head = (tmp_path / "summary.md").read_text().splitlines()[2]
-    assert "a resumed run: this invocation" in head and f"plus the {len(cells) - 1} cells" in head
+    assert "a resumed run: this invocation" in head and f"plus the {len(cells) - 1} cells (plans and replays)" in head
     capsys.readouterr()
