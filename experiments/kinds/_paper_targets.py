@@ -88,8 +88,10 @@ def _goodput_target(sub, ref, traces) -> tuple[bool | None, str]:
     closest = min(((float((a - sub[sub.selector == b].set_index(idx).goodput).dropna()
                           .groupby(level=["trace", "load_pct"]).mean().min()), b)
                    for b in sub.selector.unique() if b != ref), default=(float("nan"), ""))
+    by_base = {b: sum(w.startswith(b + " ") for w in worse) for b in sub.selector.unique() if b != ref}
     text = (f"below a baseline's beyond the interval in {len(worse)} of {n} (baseline, trace, load) cells"
             + (" (" + "; ".join(worse) + ")" if worse else "")
+            + "; per baseline: " + ", ".join(f"{b} {k}" for b, k in by_base.items())
             + f"; mean below in {len(point)}"
             + (" (" + "; ".join(f"{b} {t} {ld:g}% {d:+.3f}" for b, t, ld, d in point) + ")" if point else "")
             + f"; smallest mean lead {closest[0]:+.3f} (over {closest[1]}); traces {', '.join(sorted(set(sub.trace)))}"
