@@ -23,7 +23,9 @@ from experiments.kinds._paper_report import ci95, fmt, paired
 
 #: a baseline sized as the paper had it -> the baseline it re-sizes (docs/baselines.md)
 SIZED_AS_PAPER = {"routellm-paper": "routellm-max-quality", "langchain-paper": "langchain"}
-FIELDS = ("placement", "colocation", "sharing", "slo_set", "arrivals", "objective", "replan")
+FIELDS = {"placement": "baselines' placement", "colocation": "colocation penalty", "sharing": "sharing mode",
+          "slo_set": "accuracy SLO set", "arrivals": "arrival process", "objective": "selection objective",
+          "replan": "re-planning per load"}
 REF = "flowmaker"
 
 
@@ -36,9 +38,13 @@ def _value(sub: pd.DataFrame, base: str, metric: str, *, cost: bool, loads) -> t
     return ci95(r.groupby(level="seed").mean()) if len(r) else (float("nan"), float("nan"))
 
 
-def _changed(sc, main) -> tuple[str, str, str] | None:
-    """(field, headline setting, this scenario's) when ``sc`` differs from ``main`` in one field."""
-    diff = [(f, getattr(main, f), getattr(sc, f)) for f in FIELDS if getattr(sc, f) != getattr(main, f)]
+def _changed(sc, main, params) -> tuple[str, str, str] | None:
+    """(choice, headline setting, this scenario's) when ``sc`` differs from ``main`` in one field
+    (a field a scenario leaves unset takes the experiment's)."""
+    def eff(s, f):
+        v = getattr(s, f)
+        return getattr(params, f) if v is None else v
+    diff = [(FIELDS[f], eff(main, f), eff(sc, f)) for f in FIELDS if eff(sc, f) != eff(main, f)]
     return (diff[0][0], str(diff[0][1]), str(diff[0][2])) if len(diff) == 1 else None
 
 
@@ -70,7 +76,7 @@ def _rows(df, params, main, head) -> list[tuple[str, str, tuple, tuple]]:
         loads = sorted(x for x in set(sub.load_pct) & set(msub.load_pct) if x <= MAX_HEADLINE_LOAD)
         if sc.name == main.name or not loads:
             continue
-        ch = _changed(sc, main)
+        ch = _changed(sc, main, params)
         if ch is not None and base in set(sub.selector):
             rows.append((ch[0], f"{ch[2]} (`{sc.name}`; headline: {ch[1]})",
                          _value(msub, base, metric, cost=cost, loads=loads),

@@ -55,8 +55,8 @@ def test_full_report_writer_on_a_small_run_then_resumed(tmp_path: Path, capsys) 
     for unit in ("reserved GB x s", "GPU-s held", "busy GPU-s", "USD"):
         assert f"In **{unit}** FlowMaker is" in text          # every cost four ways, claims per unit
     assert "## Overload (scenario `over`" in text and "| tasks placed |" in text
-    assert "## What each headline depends on" in text and "| objective | usd_per_hour" in text
-    assert "| placement | spec (`fair`" in text
+    assert "## What each headline depends on" in text and "| selection objective | usd_per_hour" in text
+    assert "| baselines' placement | spec (`fair`" in text
     assert "resumed" not in text.splitlines()[2]
     res = pd.read_parquet(tmp_path / "results.parquet")
     assert {"gpu_s_held_window", "busy_gpu_s", "usd_window", "cell_wall_s"} <= set(res.columns)
