@@ -50,8 +50,9 @@ def units_ratio_table(sub: pd.DataFrame, ref: str) -> list[str]:
     lines = ["| baseline | load band | " + " | ".join(f"{n} ratio" for _, n in us) + " |",
              "|---|---|" + "---|" * len(us)]
     for base in [s for s in sub.selector.unique() if s != ref]:
+        ratios = [paired(sub, ref, base, c, cost=True) for c, _ in us]
         for name, loads in bands(sub):
-            cells = [fmt(*band(paired(sub, ref, base, c, cost=True), loads)[:2]) + "x" for c, _ in us]
+            cells = [fmt(*band(r, loads)[:2]) + "x" for r in ratios]
             lines.append(f"| {base} | {name} | " + " | ".join(cells) + " |")
     return lines
 
