@@ -66,12 +66,18 @@ def fmt(m: float, h: float, digits: int = 2, unit: str = "") -> str:
     return f"{m:.{digits}f}{unit} [{m - h:.{digits}f}, {m + h:.{digits}f}]"
 
 
+IDX = ["trace", "load_pct", "seed"]
+
+
+def series(df: pd.DataFrame, selector: str, metric: str) -> pd.Series:
+    """``metric`` of ``selector``'s rows indexed by (trace, load, seed), copying only that column."""
+    return df.loc[df.selector == selector, IDX + [metric]].set_index(IDX)[metric]
+
+
 def paired(df: pd.DataFrame, ref: str, base: str, metric: str, *, cost: bool) -> pd.Series:
     """Per (trace, load, seed): ``metric(ref) / metric(base)`` (goodput) or ``metric(base) / metric(ref)``
     (cost); inf where the denominator is 0."""
-    idx = ["trace", "load_pct", "seed"]
-    a = df[df.selector == ref].set_index(idx)[metric]
-    b = df[df.selector == base].set_index(idx)[metric]
+    a, b = series(df, ref, metric), series(df, base, metric)
     a, b = a.align(b, join="inner")
     num, den = (b, a) if cost else (a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -133,10 +139,7 @@ def not_below(df: pd.DataFrame, ref: str) -> tuple[int, list[str]]:
     interval (the paired difference's 95% interval lies below 0)."""
     n, worse = 0, []
     for base in [s for s in df.selector.unique() if s != ref]:
-        idx = ["trace", "load_pct", "seed"]
-        a = df[df.selector == ref].set_index(idx).goodput
-        b = df[df.selector == base].set_index(idx).goodput
-        d = (a - b).dropna()
+        d = (series(df, ref, "goodput") - series(df, base, "goodput")).dropna()
         for (tr, ld), x in d.groupby(level=["trace", "load_pct"]):
             n += 1
             m, h = ci95(x)
@@ -320,6 +323,7 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
     from experiments.kinds._paper_differences import differences_md
     from experiments.kinds._paper_targets import headline, targets_md
     ref = params.reference
+    df, deps, gpus = _plain(df), _plain(deps), _plain(gpus)
     ptm = df.groupby(["trace", "load_pct"]).peak_to_mean.mean()
     keys = ['selector', 'sharing', 'slo_set', 'colocation', 'plan_load_pct', 'unplaced', 'arrivals', 'trace',
             'load_pct', 'seed'] + [k for k in ("placement", "objective") if k in df]
@@ -355,6 +359,13 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
     lines += differences_md(df, deps, params)
     lines += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """String columns as Python objects: pandas 3 backs them by pyarrow, whose take and factorize
+    made a third of the report's CPU time (thousands of small selections and groupings)."""
+    cols = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) and df[c].dtype != object]
+    return df.astype({c: object for c in cols}) if cols else df
 
 
 def plots(df: pd.DataFrame, out, suffix: str = "") -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.kinds._paper_costs import MAX_HEADLINE_LOAD, claims_md, units
-from experiments.kinds._paper_report import BANDS, COST, band, fmt, not_below, paired
+from experiments.kinds._paper_report import BANDS, COST, band, fmt, not_below, paired, series
 
 TIME_LIMIT_S = 900.0
 COST_FACTOR = 2.0
@@ -66,11 +66,10 @@ def _bands3(r: pd.Series, sub: pd.DataFrame) -> str:
 
 def _point_below(sub: pd.DataFrame, ref: str) -> list[tuple[str, str, float, float]]:
     """(baseline, trace, load, mean difference) where FlowMaker's mean goodput is below the baseline's."""
-    idx = ["trace", "load_pct", "seed"]
-    a = sub[sub.selector == ref].set_index(idx).goodput
+    a = series(sub, ref, "goodput")
     out = []
     for base in [s for s in sub.selector.unique() if s != ref]:
-        d = (a - sub[sub.selector == base].set_index(idx).goodput).dropna()
+        d = (a - series(sub, base, "goodput")).dropna()
         for (tr, ld), x in d.groupby(level=["trace", "load_pct"]):
             if x.mean() < 0:
                 out.append((base, tr, ld, float(x.mean())))
@@ -83,9 +82,8 @@ def _goodput_target(sub, ref, traces) -> tuple[bool | None, str]:
     point = _point_below(sub, ref)
     missing = sorted(set(traces) - set(sub.trace))
     ok = None if sub.trace.nunique() < 2 else (not worse and not missing and n > 0)
-    idx = ["trace", "load_pct", "seed"]
-    a = sub[sub.selector == ref].set_index(idx).goodput
-    closest = min(((float((a - sub[sub.selector == b].set_index(idx).goodput).dropna()
+    a = series(sub, ref, "goodput")
+    closest = min(((float((a - series(sub, b, "goodput")).dropna()
                           .groupby(level=["trace", "load_pct"]).mean().min()), b)
                    for b in sub.selector.unique() if b != ref), default=(float("nan"), ""))
     by_base = {b: sum(w.startswith(b + " ") for w in worse) for b in sub.selector.unique() if b != ref}
