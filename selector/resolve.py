@@ -10,9 +10,9 @@ How the numbers are defined (docs/resolve.md has the rationale):
   exceeds the GPU's memory, or that the model cannot be sharded into, gets no row.
 * ``perf.latency_s``: one call of the stage (its prompt and output sizes from the task's
   trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot``.
-* ``perf.capacity_rps``: ``max b / latency(b)`` over batch sizes ``b`` in 1, 2, 4, ... whose KV
-  cache ``b * (prompt + output)`` fits the reserve, ``b <= engine.max_num_seqs``, and whose latency stays within
-  ``(1 + latency_slack)`` of the batch-1 latency.
+* ``perf.capacity_rps``: the highest Poisson rate at which one instance keeps the p99 call latency
+  within the call's budget (its share of the task's SLO, :func:`call_budget_s`), by the M/M/b rule of
+  :mod:`selector.capacity` on the KV slots of the reserve and the latency of a batch of ``b``.
 * ``task.latency_slo_s`` is either given, or ``latency_slo_factor`` x the task's standalone
   latency: its first workflow on ``reference_model`` at tp1/pp1, batch 1.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from profiler.engine import DEFAULT, EngineConfig, reserved_mem_gb
+from selector.capacity import capacity_rps, kv_slots
 from selector.errors import ProblemError
 from selector.problem import DEFAULT_GPU_TYPE, OBJECTIVES, Cluster, Problem, parse_problem
 from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
@@ -110,17 +111,6 @@ def load_catalog(*, models: Path | None = None, accuracy: Path | None = None, gp
     return Catalog({n: m for n, m in specs.items() if n in acc}, acc, load_gpus(gpus), load_deploy_configs(configs))
 
 
-def _capacity(perf: PerfSource, m, g, tp, pp, prompt, output, lat1, s: ResolveSettings) -> float:
-    best, b = 1.0 / lat1, 2
-    while b <= s.engine.max_num_seqs and b * (prompt + output) <= s.kv_reserve_tokens:
-        lat = perf.latency_s(m, g, tp, pp, b, prompt, output)
-        if lat > (1.0 + s.latency_slack) * lat1:
-            break
-        best = max(best, b / lat)
-        b *= 2
-    return best
-
-
 def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluster: Cluster | None = None,
                  gpu: str | None = None, perf: PerfSource | None = None,
                  settings: ResolveSettings = ResolveSettings(), objective: str = "gb_s") -> Problem:
@@ -141,17 +131,17 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
     _check_objective(objective, cluster, types if typed else [])
     perf = perf or AnalyticPerf()
     _check_instance_models(cluster, catalog)
+    ref = settings.reference_gpu or types[0]
+    if ref not in catalog.gpus:
+        raise ProblemError("reference_gpu", f"unknown GPU type '{ref}'; known: {', '.join(catalog.gpus)}")
+    slo = task.latency_slo_s or task.latency_slo_factor * _standalone(task, catalog, catalog.gpus[ref], perf, settings)
     configs, deployments, rows = [], [], []
     for t in types:
         g, tag = catalog.gpus[t], ({"gpu_type": t} if typed else {})
         configs += [{"tp": tp, "pp": pp, **tag} for tp, pp in catalog.configs]
         fits = _deployments(catalog, perf, g, settings, tag, deployments)
         extra = {(i.model, i.tp, i.pp) for i in cluster.instances if not typed or cluster.instance_type(i) == t}
-        rows += _perf_rows(task, catalog, perf, g, fits | extra, settings, tag)
-    ref = settings.reference_gpu or types[0]
-    if ref not in catalog.gpus:
-        raise ProblemError("reference_gpu", f"unknown GPU type '{ref}'; known: {', '.join(catalog.gpus)}")
-    slo = task.latency_slo_s or task.latency_slo_factor * _standalone(task, catalog, catalog.gpus[ref], perf, settings)
+        rows += _perf_rows(task, catalog, perf, g, fits | extra, settings, tag, slo)
     return parse_problem({
         "task": {"name": task.name, "accuracy_slo": task.accuracy_slo, "latency_slo_s": slo,
                  "arrival_rate_rps": task.arrival_rate_rps},
@@ -209,18 +199,38 @@ def _deployments(catalog: Catalog, perf: PerfSource, g, settings: ResolveSetting
 
 
 def _perf_rows(task: TaskSpec, catalog: Catalog, perf: PerfSource, g, keys: set, settings: ResolveSettings,
-               tag: dict) -> list[dict]:
+               tag: dict, slo_s: float) -> list[dict]:
     rows = []
     order = list(catalog.models)
     for wf in task.workflows:
-        for st, (prompt, output) in zip(wf.stages, stage_tokens(task, wf)):
-            for name, tp, pp in sorted(keys, key=lambda k: (order.index(k[0]), k[1:])):
-                m = catalog.models[name]
-                lat1 = perf.latency_s(m, g, tp, pp, 1, prompt, output)
-                cap = _capacity(perf, m, g, tp, pp, prompt, output, lat1, settings)
+        tokens = stage_tokens(task, wf)
+        for name, tp, pp in sorted(keys, key=lambda k: (order.index(k[0]), k[1:])):
+            m = catalog.models[name]
+            lats = [perf.latency_s(m, g, tp, pp, 1, p, o) for p, o in tokens]
+            whole = sum(st.calls * lat for st, lat in zip(wf.stages, lats))
+            for st, (prompt, output), lat1 in zip(wf.stages, tokens, lats):
+                budget = call_budget_s(lat1, whole, slo_s, settings.latency_slack)
+                cap = stage_capacity_rps(perf, m, g, tp, pp, prompt, output, budget, settings)
                 rows.append({"workflow": wf.name, "stage": st.name, "model": name, "tp": tp, "pp": pp,
                              "latency_s": lat1, "capacity_rps": cap, **tag})
-    return rows
+    order_rows = {(w.name, s.name): i for i, (w, s) in enumerate((w, s) for w in task.workflows for s in w.stages)}
+    return sorted(rows, key=lambda r: order_rows[(r["workflow"], r["stage"])])
+
+
+def call_budget_s(latency_s: float, workflow_s: float, slo_s: float, latency_slack: float) -> float:
+    """The latency one call may reach under load (selector.capacity): its share of the SLO when
+    the whole workflow (``workflow_s`` at batch 1) runs on its model and config, at least
+    ``(1 + latency_slack)`` x its batch-1 latency."""
+    return latency_s * max(1.0 + latency_slack, slo_s / workflow_s)
+
+
+def stage_capacity_rps(perf: PerfSource, m, g, tp: int, pp: int, prompt: int, output: int, budget_s: float,
+                       s: ResolveSettings) -> float:
+    """``perf.capacity_rps`` of one row: :func:`selector.capacity.capacity_rps` on ``perf``'s
+    latency, with the KV slots of the reserve."""
+    slots = kv_slots(prompt, output, kv_tokens=s.kv_reserve_tokens, block_size=s.engine.block_size,
+                     max_num_seqs=s.engine.max_num_seqs)
+    return capacity_rps(lambda b: perf.latency_s(m, g, tp, pp, b, prompt, output), budget_s, slots)
 
 
 def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: ResolveSettings) -> float:

@@ -43,7 +43,8 @@ def test_small_fleet_mix(tmp_path, capsys):
     served = best.notna()
     assert usd.loc[served, "mixed"].notna().all()                              # never loses a task
     assert (usd.loc[served, "mixed"] <= best[served] * (1 + 1e-9)).all()
-    assert (usd.loc[served, "mixed"] < best[served] * 0.99).any()               # mixing pays somewhere
+    # whether mixing pays depends on the resolved capacities (docs/resolve.md): none of this small
+    # case's rows saves since issue 23's capacity rule; the published run (docs/fleet.md) shows where it does
     mixed = df[(df["pool"] == "mixed") & (df["objective"] == "usd_per_hour") & df["usd_per_hour"].notna()]
     assert mixed["types"].str.contains(",").any()                              # a plan on two types
     both = df.pivot_table(index=["task", "rate_rps", "pool"], columns="objective", values="usd_per_hour",

@@ -21,8 +21,13 @@ def _problems():
     return [resolve_task(t, catalog=cat, cluster=cluster, gpu=gpu) for t in TASKS]
 
 
-def _deploy(solver):
+def _deploy(solver, scale: float = 1.0):
+    """Deploy the seven tasks in sequence on 8x A6000, at ``scale`` x their arrival rates."""
+    from selector.problem import parse_problem
     problems = _problems()
+    if scale != 1.0:
+        problems = [parse_problem({**p.to_dict(), "task": {**p.task.model_dump(), "arrival_rate_rps":
+                                                           p.task.arrival_rate_rps * scale}}) for p in problems]
     cluster, out = problems[0].cluster, []
     for p in problems:
         p = with_cluster(p, cluster)
@@ -33,17 +38,23 @@ def _deploy(solver):
 
 def test_langchain_fixed_workflow_model_config_no_reuse_packed():
     seq, cluster = _deploy(get_solver("langchain"))
+    # at the tight SLOs of the code tasks llama-3.1-8b needs many replicas (docs/resolve.md,
+    # capacity), so the 8 A6000 fill before the last tasks: those are left unplaced, by placement
+    assert all(dep is not None for _, _, dep in seq[:2])
     for p, plan, dep in seq:
-        assert dep is not None and dep.rule == "langchain"
+        if dep is None:
+            assert not plan.solved and "placement" in plan.reason
+            continue
+        assert dep.rule == "langchain"
         assert dep.workflow == next(w.name for w in p.workflows if len(w.stages) > 1)
         assert {i.model for i in dep.instances} == {"llama-3.1-8b"}   # most accurate <= 8.5B
         assert all((i.tp, i.pp) == (1, 1) for i in dep.instances)
         new_ids = {i.id for i in dep.instances}
         assert all(set(r.instance_ids) <= new_ids for r in dep.stages)       # never reuses
     # packing: GPUs fill in id order, two 19.8 GB instances per 48 GB GPU
-    gpus = [i.gpus[0] for _, _, d in seq for i in d.instances]
+    gpus = [i.gpus[0] for _, _, d in seq if d is not None for i in d.instances]
     assert gpus == sorted(gpus) and max(gpus.count(g) for g in set(gpus)) == 2
-    assert len(cluster.instances) == 16
+    assert len(cluster.instances) == len(gpus) == 16
 
 
 def test_langchain_registry_face_is_spec_valid_or_flagged():
@@ -58,7 +69,9 @@ def test_langchain_registry_face_is_spec_valid_or_flagged():
 
 @pytest.mark.parametrize("setting, share", [("max-quality", 1.0), ("balanced", 0.65), ("min-cost", 0.35)])
 def test_routellm_deploys_strong_and_weak_and_shares_them(setting, share):
-    seq, _ = _deploy(get_solver("routellm", setting=setting))
+    # at half the rates more tasks fit the 8 A6000, so the weak pool has tasks to be shared by
+    seq, _ = _deploy(get_solver("routellm", setting=setting), scale=0.5)
+    assert sum(d is not None for _, _, d in seq) >= 3
     weak_ids = set()
     for p, plan, dep in seq:
         if dep is None:
@@ -133,6 +146,8 @@ def test_langchain_paper_setting_one_replica_per_stage():
     seq, _ = _deploy(get_solver("langchain", setting="paper"))
     default, _ = _deploy(get_solver("langchain"))
     for (p, plan, dep), (_, _, dflt) in zip(seq, default):
+        if dep is None or dflt is None:          # left unplaced on the full cluster (see above)
+            continue
         assert dep.rule == "langchain/paper" and dep.workflow == dflt.workflow
         assert len(dep.instances) == len(dep.stages)                       # one replica per stage
         assert {i.model for i in dep.instances} == {i.model for i in dflt.instances}
