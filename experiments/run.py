@@ -32,8 +32,8 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from experiments.context import RunContext, check_finite, config_hash, open_run_dir, write_meta
-from flowmaker.entry import UserError
-from flowmaker.inputs import validate_strict
+from flowmaker.entry import UserError, command_name
+from flowmaker.inputs import error_message, main_error, validate_strict
 from flowmaker.names import name_problem
 from experiments.context import (EXECUTION_KEYS, Execution, RunContext, RunLock, check_finite,
                                  config_hash, open_run_dir, write_meta)
@@ -81,9 +81,9 @@ def load_config(path: Path) -> ExperimentConfig:
     try:
         return validate_strict(ExperimentConfig, raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = main_error(exc)
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise UserError(f"{path}: field '{field}': {err['msg']}")
+        raise UserError(f"{path}: field '{field}': {error_message(err, ExperimentConfig)}")
 
 
 def kind_module(kind: str):
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from profiler.catalog import CatalogError
     from selector.errors import ProblemError
     setup_logging()
-    ap = OneLineParser(prog="python -m experiments.run", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog=command_name("experiments.run"), description=__doc__.splitlines()[0])
     add_version(ap)
     ap.add_argument("config", help="experiment name in configs/experiments (e.g. quickstart) or a config file")
     ap.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             params = validate_strict(mod.Params, cfg.params)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = main_error(exc)
             field = ".".join(["params", *(str(p) for p in err["loc"])])
-            raise UserError(f"{args.config}: field '{field}': {err['msg'].removeprefix('Value error, ')}")
+            raise UserError(f"{args.config}: field '{field}': {error_message(err, mod.Params)}")
         check_finite(params.model_dump(), "params")
         dump = cfg.model_dump(mode="json")
         config = {k: dump[k] for k in ("experiment", "kind", "seed", "params", *EXECUTION_KEYS)}

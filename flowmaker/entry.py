@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from flowmaker import __version__
@@ -46,6 +47,36 @@ class UserError(Exception):
     """A mistake in the user's input (an option, a file, a name), raised by a command-line face:
     :func:`run`'s callers print it as one line (``error: ...``) and exit with status 2. The one
     such type of every command (``python -m selector | harness | profiler``, experiments)."""
+
+
+#: the console scripts of pyproject.toml, by the module ``python -m`` runs
+SCRIPTS = {"selector": "flowmaker-select", "harness": "flowmaker-harness", "profiler": "flowmaker-profiler",
+           "experiments.run": "flowmaker-experiment"}
+
+
+def command_name(module: str) -> str:
+    """How the user calls ``module``'s command: its console script (``flowmaker-select``) when a
+    console script is what runs (an installed copy), else ``python -m module``: help text and
+    messages name the commands the user has."""
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if script in SCRIPTS.values() and module in SCRIPTS:
+        return SCRIPTS[module]
+    return f"python -m {module}"
+
+
+def doc(name: str) -> str:
+    """Where the page ``docs/<name>`` can be read: the installed copy (package data
+    ``flowmaker_docs``, setup.py) or the source checkout's, as a path; else the project's docs
+    folder name (a page not shipped)."""
+    try:
+        from importlib.resources import files
+        path = Path(str(files("flowmaker_docs"))) / name
+        if path.is_file():
+            return str(path)
+    except ModuleNotFoundError:
+        pass
+    src = Path(__file__).resolve().parents[1] / "docs" / name
+    return str(src) if src.is_file() else f"docs/{name}"
 
 
 class OneLineParser(argparse.ArgumentParser):

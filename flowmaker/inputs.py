@@ -257,3 +257,56 @@ def validate_strict(model: Any, data: Any) -> Any:
     fill tuples (JSON has only arrays). Raises pydantic's ValidationError. Non-JSON values
     (a YAML date) pass as their text."""
     return model.model_validate_json(json.dumps(data, default=str), strict=True)
+
+
+def _inner_model(tp: Any) -> tuple[Any, bool]:
+    """The pydantic model inside annotation ``tp`` (``list[M]``, ``M | None``, ``dict[str, M]``)
+    and whether a mapping key comes before it; (None, False) when there is none."""
+    from typing import get_args, get_origin
+
+    from pydantic import BaseModel
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp, False
+    for arg in get_args(tp):
+        model, keyed = _inner_model(arg)
+        if model is not None:
+            return model, keyed or get_origin(tp) is dict
+    return None, False
+
+
+def known_keys(model: Any, loc: tuple) -> list[str]:
+    """The field names of the model found at ``loc`` (a pydantic error location without its last
+    part) below ``model``; [] when the location leaves the models."""
+    keyed = False
+    for part in loc:
+        if isinstance(part, int) or part == "[key]":
+            continue
+        if keyed:                 # a mapping's key, e.g. `models.<name>`
+            keyed = False
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model, keyed = _inner_model(field.annotation)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def error_message(err: dict, model: Any = None) -> str:
+    """The message of one pydantic error ``err``: an unknown key names the closest known field of
+    ``model`` at its location (``unknown field; did you mean 'description'?``)."""
+    import difflib
+    if err["type"] == "extra_forbidden":
+        loc = tuple(err["loc"])
+        close = difflib.get_close_matches(str(loc[-1]), known_keys(model, loc[:-1]), n=1, cutoff=0.6) \
+            if model is not None and loc else []
+        return "unknown field" + (f"; did you mean '{close[0]}'?" if close else "")
+    return err["msg"].removeprefix("Value error, ")
+
+
+def main_error(exc: Any) -> dict:
+    """The error of a pydantic ValidationError to report: an unknown key first (a misspelt
+    required key also reads as missing: the unknown key names the fix), else the first."""
+    errors = exc.errors()
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name, doc
 
 #: engine-config field -> its flag (profiler.engine.EngineConfig; defaults live there)
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
@@ -46,13 +46,14 @@ def _option(field: str) -> str:
 def resolve_trace_path(text: str) -> Path:
     """A file path, or ``azure:code`` / ``azure:conv`` for the shared Azure 2023 traces."""
     from harness.trace import azure_trace_path
+    from profiler.catalog import shared_data_hint
     if text.startswith("azure:"):
         try:
             path = azure_trace_path(text.split(":", 1)[1])
         except KeyError as exc:
             raise UserError(f"--trace: {exc.args[0]}") from None
         if not path.exists():
-            raise UserError(f"--trace: {path} not found (set FLOWMAKER_SHARED_DATA to the shared data folder)")
+            raise UserError(f"--trace: {path} not found ({shared_data_hint()})")
         return path
     return Path(text)
 
@@ -118,8 +119,8 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
     """The command line; ``servers`` off: ``simulate`` only (it then imports nothing of the servers)."""
     from profiler.engine import SCHEDULERS, EngineConfig
     from flowmaker.entry import add_version
-    ap = _Parser(prog="python -m harness", description="Simulate LLM serving deployments on request traces "
-                 "(docs/harness.md; output columns: docs/metrics.md)")
+    ap = _Parser(prog=command_name("harness"), description="Simulate LLM serving deployments on request traces "
+                 f"({doc('harness.md')}; output columns: {doc('metrics.md')})")
     add_version(ap)
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     sp = sub.add_parser("simulate", help="what-if: one deployment (R replicas) on one trace")

@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -86,41 +87,141 @@ class _Recording(ClusterSim):
 ENGINE = EngineConfig(max_num_seqs=1, kv_capacity_tokens=1 << 20)
 
 
-def simulate(cfg: LoopConfig, step: Any, insts, tasks, wl: Workload, slo_s: float) -> dict:
+@dataclass
+class Samples:
+    """Per-call and per-request samples of one source (simulated or measured) over some blocks."""
+    calls: list[dict] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    requests: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def add(self, other: Samples) -> None:
+        self.calls += other.calls
+        self.e2e_s += other.e2e_s
+        self.requests += other.requests
+        for k, v in other.extra.items():
+            self.extra[k] = self.extra.get(k, 0) + v if isinstance(v, int) else v
+
+    def summary(self, slo_s: float) -> dict:
+        ttft = [c["ttft_s"] for c in self.calls if c["ttft_s"] is not None]
+        tpot = [c["tpot_s"] for c in self.calls if c["tpot_s"] is not None]
+        e2e = np.asarray(self.e2e_s, dtype=float)
+        return {"ttft_mean_s": float(np.mean(ttft)), "tpot_mean_s": float(np.mean(tpot)),
+                "e2e_mean_s": float(e2e.mean()) if e2e.size else None,
+                "e2e_p50_s": float(np.percentile(e2e, 50)) if e2e.size else None,
+                "e2e_p99_s": float(np.percentile(e2e, 99)) if e2e.size else None,
+                "goodput": float((e2e <= slo_s).sum() / self.requests), "completed": int(e2e.size), **self.extra}
+
+
+def simulate(cfg: LoopConfig, step: Any, insts, tasks, wl: Workload) -> Samples:
     sim = _Recording(gpu=cfg.gpu, instances=insts, tasks=tasks, engine=ENGINE, step_override=step)
     res = sim.run(wl)
-    calls = [c for c in sim.finished if not c.failed]
-    ttft = [c.first_s - c.arrival_s for c in calls]
-    tpot = [(c.done_s - c.first_s) / (c.output - 1) for c in calls if c.output > 1]
+    calls = [{"request": c.owner.i, "stage_index": c.owner.stage, "queue_s": c.sched_s - c.arrival_s,
+              "ttft_s": c.first_s - c.arrival_s, "tpot_s": (c.done_s - c.first_s) / (c.output - 1) if c.output > 1
+              else None, "e2e_s": c.done_s - c.arrival_s} for c in sim.finished if not c.failed]
     e2e = res["done_s"] - wl.arrival_s
-    return _summary(ttft, tpot, e2e[~np.isnan(e2e)], len(wl), slo_s)
+    return Samples(calls, [float(x) for x in e2e[~np.isnan(e2e)]], len(wl))
 
 
-def _summary(ttft, tpot, e2e, n: int, slo_s: float) -> dict:
-    e2e = np.asarray(e2e, dtype=float)
-    return {"ttft_mean_s": float(np.mean(ttft)), "tpot_mean_s": float(np.mean(tpot)),
-            "e2e_mean_s": float(e2e.mean()) if e2e.size else None,
-            "e2e_p50_s": float(np.percentile(e2e, 50)) if e2e.size else None,
-            "e2e_p99_s": float(np.percentile(e2e, 99)) if e2e.size else None,
-            "goodput": float((e2e <= slo_s).sum() / n), "completed": int(e2e.size)}
-
-
-def replay(cfg: LoopConfig, endpoints: dict, insts, tasks, wl: Workload, slo_s: float) -> dict:
+def replay(cfg: LoopConfig, endpoints: dict, insts, tasks, wl: Workload) -> Samples:
     from harness.live import LiveSettings, replay_tasks
     res = replay_tasks(tasks, insts, wl, endpoints=endpoints, settings=LiveSettings(seed=cfg.seed, max_concurrency=1024))
     ok = [c for c in res.calls if c["error"] is None]
-    e2e = [r["latency_s"] for r in res.requests if not r["failed"]]
-    out = _summary([c["ttft_s"] for c in ok if c["ttft_s"] is not None],
-                   [c["tpot_s"] for c in ok if c["tpot_s"] is not None], e2e, len(wl), slo_s)
-    out.update(failed=res.summary["failed"], call_faults=res.summary["call_faults"],
-               dispatch_lag_max_s=res.summary["dispatch_lag_max_s"])
+    _fifo_queue(ok)
+    calls = [{k: c[k] for k in ("request", "stage_index", "instance", "start_s", "end_s", "queue_s", "ttft_s",
+                                "tpot_s", "e2e_s", "prompt_tokens", "output_tokens")} for c in ok]
+    return Samples(calls, [r["latency_s"] for r in res.requests if not r["failed"]], len(wl),
+                   {"failed": res.summary["failed"], "call_faults": res.summary["call_faults"],
+                    "dispatch_lag_max_s": res.summary["dispatch_lag_max_s"]})
+
+
+def _fifo_queue(calls: list[dict]) -> None:
+    """Each call's wait in its server's queue (``queue_s``), derived: the servers run one call at a
+    time in arrival order, so a call starts when it was sent or when the one before it on the same
+    server ended, whichever is later (the client cannot observe it directly)."""
+    last: dict[str, float] = {}
+    for c in sorted(calls, key=lambda c: c["start_s"]):
+        begin = max(c["start_s"], last.get(c["instance"], -math.inf))
+        c["queue_s"] = begin - c["start_s"]
+        last[c["instance"]] = c["end_s"]
+
+
+def blocks(wl: Workload, size: int | None) -> list[Workload]:
+    """``wl`` cut into consecutive blocks of ``size`` requests, each re-based to start at 0."""
+    n = len(wl)
+    size = size or n
+    out = []
+    for lo in range(0, n, size):
+        sl = slice(lo, min(lo + size, n))
+        arr = wl.arrival_s[sl] - wl.arrival_s[lo]
+        out.append(Workload(arr, wl.task[sl], wl.prompt_scale[sl], wl.output_scale[sl], wl.difficulty[sl]))
     return out
 
 
+def server_cpus(cfg: LoopConfig) -> list[tuple[int, ...]]:
+    """The cores each server is pinned to (``cfg.pin_cores``): round-robin over this process's set."""
+    if not cfg.pin_cores or not hasattr(os, "sched_getaffinity"):
+        return [(), ()]
+    mine = sorted(os.sched_getaffinity(0))
+    return [(mine[k % len(mine)],) for k in range(2)]
+
+
 # ---- the loop ---------------------------------------------------------------------------
+@dataclass
+class _Bench:
+    """What the replay blocks share: the loop's configuration, servers, model and step."""
+    cfg: LoopConfig
+    eps: dict
+    step: Any
+    insts: list
+    tasks: list
+    service: list[float]
+    slo_s: float
+    log: Callable[[str], None]
+    records: list[dict] = field(default_factory=list)
+
+    def block(self, over: Overheads, share: float, wl: Workload, tag: dict) -> tuple[Samples, Samples, dict]:
+        """Simulate and replay one block; its per-call records go to ``records``."""
+        served = over.at(self.step, share)
+        sim = simulate(self.cfg, served, self.insts, self.tasks, wl)
+        load0 = os.getloadavg()[0]
+        live = replay(self.cfg, self.eps, self.insts, self.tasks, wl)
+        info = {**tag, "requests": len(wl), "machine_loadavg_1m": [load0, os.getloadavg()[0]],
+                "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s}
+        for src, smp in (("simulated", sim), ("measured", live)):
+            self.records += [{**tag, "source": src, **c} for c in smp.calls]
+        return sim, live, info
+
+    def load(self, over0: Overheads, load: float, k: int, repeat: int) -> dict:
+        cfg = self.cfg
+        rate = load / max(self.service)
+        share = busy_share(rate, self.service)
+        wl = workload(cfg, rate, cfg.seed + k + 1000 * repeat)
+        sim, live, bare = Samples(), Samples(), Samples()
+        infos = []
+        for b, wlb in enumerate(blocks(wl, cfg.block_requests)):
+            over = over0 if cfg.block_requests is None else probe_overheads(self.step, self.eps, cfg, warm_up=False)[0]
+            s, m, info = self.block(over, share, wlb, {"repeat": repeat, "load": load, "block": b})
+            sim.add(s), live.add(m), bare.add(simulate(cfg, self.step, self.insts, self.tasks, wlb))
+            infos.append(info)
+        ss, ls = sim.summary(self.slo_s), live.summary(self.slo_s)
+        err = {m: (100.0 * (ss[m] - ls[m]) / ls[m] if ls[m] else None) for m in METRICS}
+        loads = [x for i in infos for x in i["machine_loadavg_1m"]]
+        self.log(f"repeat {repeat} load {load:g} ({rate:.3f} req/s, other server busy {share:.2f}, machine load "
+                 f"{min(loads):.1f}-{max(loads):.1f}): " + ", ".join(f"{m} sim {ss[m]:.4g} / live {ls[m]:.4g}"
+                                                                     for m in METRICS))
+        return {"repeat": repeat, "load": load, "rate_rps": rate, "busy_share": share, "simulated": ss,
+                "profiler_only": bare.summary(self.slo_s), "measured": ls, "error_pct": err,
+                "overhead_per_call_s": float(np.mean([i["overhead_per_call_s"] for i in infos])),
+                "overhead_per_step_s": float(np.mean([i["overhead_per_step_s"] for i in infos])),
+                "machine_loadavg_1m": [infos[0]["machine_loadavg_1m"][0], infos[-1]["machine_loadavg_1m"][1]],
+                "blocks": infos}
+
+
 def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = None) -> dict:
-    """The whole loop; writes ``closed_loop.json`` to ``out`` and returns it. ``log`` gets one line
-    per stage (default: this module's logger at INFO)."""
+    """The whole loop; writes ``closed_loop.json`` (and every call's record, simulated and measured,
+    to ``calls.jsonl``) to ``out`` and returns it. ``log`` gets one line per stage (default: this
+    module's logger at INFO)."""
     log = log or logging.getLogger(__name__).info
     from harness.servers.launcher import Fleet, ServerSpec
     from harness.servers.deploy import endpoints_from_fleet
@@ -130,8 +231,9 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
     gpus = (0,) if cfg.device.startswith("cuda") else ()
     env = {"OMP_NUM_THREADS": str(cfg.threads), "MKL_NUM_THREADS": str(cfg.threads), "TRANSFORMERS_VERBOSITY": "error"}
     specs = {iid: ServerSpec(name=iid.replace("/", "."), backend=cfg.server, model=str(path), port=cfg.base_port + k,
-                             gpus=gpus, dtype=cfg.dtype, engine=ENGINE, env=env, startup_timeout_s=cfg.startup_timeout_s)
-             for k, iid in enumerate((A, B))}
+                             gpus=gpus, dtype=cfg.dtype, engine=ENGINE, env=env, startup_timeout_s=cfg.startup_timeout_s,
+                             cpus=cpus)
+             for k, (iid, cpus) in enumerate(zip((A, B), server_cpus(cfg)))}
     with Fleet(list(specs.values()), log_dir=out / "servers") as fleet:
         eps = endpoints_from_fleet(fleet, specs, timeout_s=cfg.timeout_s, retries=0)
         log(f"servers up ({time.monotonic() - t0:.0f} s); profiling {spec.name} on {cfg.device}")
@@ -146,52 +248,71 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
         alone = over.at(step, 0.0)
         service = [call_service_s(alone, s.prompt_tokens, s.output_tokens) for s in cfg.stages]
         slo = cfg.slo_factor * sum(service)          # rates and SLO from the servers alone
+        bench = _Bench(cfg, eps, step, insts, tasks, service, slo, log)
+        if not cfg.overhead:
+            cfg = cfg.model_copy(update={"block_requests": None})
+            bench.cfg = cfg
         loads = []
-        for k, load in enumerate(cfg.loads):
-            rate = load / max(service)
-            share = busy_share(rate, service)
-            served = over.at(step, share)
-            wl = workload(cfg, rate, cfg.seed + k)
-            sim = simulate(cfg, served, insts, tasks, wl, slo)
-            bare = simulate(cfg, step, insts, tasks, wl, slo)
-            load0 = os.getloadavg()[0]
-            live = replay(cfg, eps, insts, tasks, wl, slo)
-            err = {m: (100.0 * (sim[m] - live[m]) / live[m] if live[m] else None) for m in METRICS}
-            loads.append({"load": load, "rate_rps": rate, "busy_share": share, "simulated": sim,
-                          "profiler_only": bare, "measured": live, "error_pct": err,
-                          "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s,
-                          "machine_loadavg_1m": [load0, os.getloadavg()[0]]})
-            log(f"load {load:g} ({rate:.3f} req/s, other server busy {share:.2f}): " + ", ".join(
-                f"{m} sim {sim[m]:.4g} / live {live[m]:.4g}" for m in METRICS))
+        for r in range(cfg.repeats):
+            order = list(enumerate(cfg.loads))
+            loads += [bench.load(over, load, k, r) for k, load in (order if r % 2 == 0 else order[::-1])]
         for ep in eps.values():
             ep.client.close()
     result = {"config": cfg.model_dump(mode="json"), "model": spec.model_dump(), "calibration": cal,
-              "serving_overhead": {**vars(over), "probes": probes},
+              "serving_overhead": {**vars(over), "probes": probes}, "server_cpus": [list(c) for c in server_cpus(cfg)],
               "service_s": service, "latency_slo_s": slo, "loads": loads, "elapsed_s": time.monotonic() - t0}
     (out / "closed_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    with open(out / "calls.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(rec) + "\n" for rec in bench.records)
     return result
 
 
-def summary_md(result: dict) -> str:
-    """The side-by-side table of a run."""
+def summary_md(result: dict, *, within_pct: float = 20.0) -> str:
+    """The side-by-side table of a run (a repeat column when it has several), the spread of each
+    load's errors over the repeats, and the machine's load per block."""
     def f(v, scale=1.0, d=3):
         return "-" if v is None else f"{v * scale:.{d}f}"
-    lines = ["| load | rate req/s | metric | simulated | measured | error % | profiler only |", "|---|---|---|---|---|---|---|"]
+    lines = ["| repeat | load | rate req/s | metric | simulated | measured | error % | profiler only |",
+             "|---|---|---|---|---|---|---|---|"]
     for ld in result["loads"]:
         for m, name, sc in (("ttft_mean_s", "TTFT mean ms", 1e3), ("tpot_mean_s", "TPOT mean ms", 1e3),
                             ("e2e_mean_s", "E2E mean s", 1.0), ("goodput", "goodput", 1.0)):
             e = ld["error_pct"][m]
-            lines.append(f"| {ld['load']:g} | {ld['rate_rps']:.3f} | {name} | {f(ld['simulated'][m], sc)} | "
-                         f"{f(ld['measured'][m], sc)} | {'-' if e is None else f'{e:+.1f}'} | "
-                         f"{f(ld['profiler_only'][m], sc)} |")
+            lines.append(f"| {ld.get('repeat', 0)} | {ld['load']:g} | {ld['rate_rps']:.3f} | {name} | "
+                         f"{f(ld['simulated'][m], sc)} | {f(ld['measured'][m], sc)} | "
+                         f"{'-' if e is None else f'{e:+.1f}'} | {f(ld['profiler_only'][m], sc)} |")
+    lines += ["", *_spread(result["loads"], within_pct)]
     o = result["serving_overhead"]
-    lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead per call + per iteration: "
-              f"{1e3 * o['alone_call_s']:.1f} + {1e3 * o['alone_step_s']:.2f} ms alone, "
+    lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead per call + per iteration "
+              f"before the first load: {1e3 * o['alone_call_s']:.1f} + {1e3 * o['alone_step_s']:.2f} ms alone, "
               f"{1e3 * o['busy_call_s']:.1f} + {1e3 * o['busy_step_s']:.2f} ms all busy (weighted by the other "
               f"server's utilisation: " + ", ".join(f"{ld['busy_share']:.2f}" for ld in result["loads"]) + "); "
-              f"{_cal_text(result['calibration'])}; machine load average "
-              + ", ".join(f"{ld['machine_loadavg_1m'][0]:.1f}" for ld in result["loads"]) + " at the loads' start."]
+              f"{_cal_text(result['calibration'])}; machine load average (1 min) at each load's start and end: "
+              + ", ".join(f"{ld['machine_loadavg_1m'][0]:.1f}-{ld['machine_loadavg_1m'][1]:.1f}"
+                          for ld in result["loads"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _spread(loads: list[dict], within_pct: float) -> list[str]:
+    """Per load: each repeat's E2E and TPOT error, their range, whether every repeat is within
+    ``within_pct``, and the machine load over that load's blocks."""
+    out = [f"Spread over repeats (error %, simulated vs measured; target: within {within_pct:g}% in every repeat):",
+           "", "| load | metric | per repeat | min | max | every repeat within |",  "|---|---|---|---|---|---|"]
+    for load in dict.fromkeys(ld["load"] for ld in loads):
+        mine = sorted((ld for ld in loads if ld["load"] == load), key=lambda ld: ld.get("repeat", 0))
+        for m, name in (("e2e_mean_s", "E2E mean"), ("tpot_mean_s", "TPOT mean"), ("ttft_mean_s", "TTFT mean")):
+            e = [ld["error_pct"][m] for ld in mine if ld["error_pct"][m] is not None]
+            if not e:
+                continue
+            ok = "yes" if all(abs(x) <= within_pct for x in e) else "no"
+            out.append(f"| {load:g} | {name} | {', '.join(f'{x:+.1f}' for x in e)} | {min(e):+.1f} | {max(e):+.1f} | "
+                       f"{ok if m != 'ttft_mean_s' else '(not a target)'} |")
+    blocks = [b for ld in loads for b in ld.get("blocks", [])]
+    if blocks:
+        la = [x for b in blocks for x in b["machine_loadavg_1m"]]
+        out += ["", f"{len(blocks)} replay blocks, overhead probes re-taken before each: machine load average "
+                f"(1 min) {min(la):.1f}-{max(la):.1f} over the blocks (per block in closed_loop.json)."]
+    return out
 
 
 def _cal_text(cal: dict) -> str:

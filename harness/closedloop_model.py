@@ -46,8 +46,16 @@ class LoopConfig(_Frozen):
     stages: tuple[StageSize, StageSize] = (StageSize(prompt_tokens=256, output_tokens=32),
                                            StageSize(prompt_tokens=128, output_tokens=16))
     size_spread: float = Field(0.5, ge=0, lt=1, description="per-request token scale ~ U[1-s, 1+s]")
-    requests: int = Field(40, ge=1)
+    requests: int = Field(40, ge=1, description="requests per load and repeat")
     loads: tuple[float, ...] = Field((0.3, 0.7), min_length=1)
+    repeats: int = Field(1, ge=1, description="passes over the loads; every other pass takes them in reverse "
+                         "order, so each load meets the machine at other times")
+    block_requests: int | None = Field(None, ge=1, description="replay each load in blocks of this many requests "
+                                       "and re-take the overhead probes right before each block, so the simulated "
+                                       "block and the live one see the same machine (None: one block per load, "
+                                       "probes once before all loads)")
+    pin_cores: bool = Field(False, description="pin each server to its own CPU core (os.sched_setaffinity, "
+                            "where the OS has it; cores taken round-robin from this process's own set)")
     slo_factor: float = Field(2.0, gt=0, description="latency SLO = factor x predicted unloaded E2E")
     profile_prompts: tuple[int, ...] = (16, 32, 64, 128, 256, 384, 512)
     profile_output: int = Field(32, ge=2)
@@ -243,9 +251,10 @@ def _fit(rows: list[dict]) -> tuple[float, float]:
     return per_call - per_step, per_step
 
 
-def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig) -> tuple[Overheads, list[dict]]:
-    """Probe the servers (sizes ``cfg.probes``, off the clock): once untimed (warm-up), then each
-    server alone, then all servers at once; fit the overheads of both situations."""
+def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig, *,
+                    warm_up: bool = True) -> tuple[Overheads, list[dict]]:
+    """Probe the servers (sizes ``cfg.probes``, off the clock): once untimed (``warm_up``), then
+    each server alone, then all servers at once; fit the overheads of both situations."""
     from harness.live import prompt_source
     from harness.servers.calls import exact_output_body, run_sync
     srcs = {iid: prompt_source(ep, cfg.seed + 7) for iid, ep in endpoints.items()}
@@ -262,7 +271,7 @@ def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig) -> tuple[Overhe
 
     async def probe() -> list[dict]:
         import asyncio
-        for k in range(len(cfg.probes)):                              # warm-up, untimed
+        for k in range(len(cfg.probes) if warm_up else 0):            # warm-up, untimed
             await asyncio.gather(*(one(i, k, 0, "warm-up") for i in endpoints))
         rows = [await one(i, k, 1, "alone") for i in endpoints for k in range(len(cfg.probes))]
         for k in range(len(cfg.probes)):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name
 
 ENGINE_DESTS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "chunk_size", "gpu_memory_utilization",
                 "kv_capacity_tokens", "block_size", "prefix_caching")
@@ -65,11 +65,12 @@ def _engine(args: argparse.Namespace):
 
 
 def _specs(args: argparse.Namespace):
-    from harness.servers.deploy import specs_for_instances
+    from harness.servers.deploy import instance_gpu, specs_for_instances
     from harness.servers.export import load_deployments
+    from harness.servers.export_rules import apply_rules
     from profiler.steps import UnknownName
     try:
-        deps = load_deployments(args.plan)
+        deps = load_deployments(args.plan, skip_infeasible=args.skip_infeasible)
     except ValueError as exc:
         raise _user_error(f"{args.plan}: {exc}") from None
     instances = [i for d in deps for i in d.instances]
@@ -79,18 +80,29 @@ def _specs(args: argparse.Namespace):
             any(i.gpus for i in instances):
         raise _user_error("--gpu: name the catalog GPU the plan is for (e.g. a6000), so each instance gets "
                           "its planned share of GPU memory")
-    iargs = {k: shlex.split(v) for k, v in _pairs(args.args, "--args").items()}
+    iargs = _instance_args(args)
     try:
-        return specs_for_instances(instances, model_paths=_pairs(args.model_path, "--model-path"),
+        specs = specs_for_instances(instances, model_paths=_pairs(args.model_path, "--model-path"),
                                    stand_in=args.stand_in, backend=args.backend, base_port=args.base_port,
                                    engine=_engine(args), gpu=None if args.stand_in else args.gpu,
                                    instance_args=iargs, dtype=args.dtype, host=args.host,
                                    startup_timeout_s=args.startup_timeout, api_key_env=args.api_key_env,
                                    env=_pairs(args.env, "--env"))
+        if args.stand_in is None:
+            types = {i.id: g for i in instances if (g := instance_gpu(i, args.gpu)) is not None}
+            specs = apply_rules(specs, instances, deps, types)
+        return specs
     except UnknownName as exc:
         raise _user_error(f"{'--gpu' if 'GPU' in str(exc) else args.plan}: {exc}") from None
     except (KeyError, ValueError) as exc:
         raise _user_error(str(exc.args[0]) if exc.args else str(exc)) from None
+
+
+def _instance_args(args: argparse.Namespace) -> dict[str, list[str]]:
+    try:
+        return {k: shlex.split(v) for k, v in _pairs(args.args, "--args").items()}
+    except ValueError as exc:       # an unclosed quote
+        raise _user_error(f"--args: {exc}") from None
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -103,7 +115,8 @@ def _export(args: argparse.Namespace) -> int:
     try:
         text = export_plan(args.plan, args.format, backend=args.backend, gpu=args.gpu,
                            model_paths=_pairs(args.model_path, "--model-path"), base_port=args.base_port,
-                           image=args.image, namespace=args.namespace, dtype=args.dtype)
+                           image=args.image, namespace=args.namespace, dtype=args.dtype, engine=_engine(args),
+                           instance_args=_instance_args(args), skip_infeasible=args.skip_infeasible)
     except UnknownName as exc:
         raise _user_error(f"--gpu: {exc}") from None
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
@@ -260,7 +273,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
 
 def add_export(sub) -> None:
     ep = sub.add_parser("export", help="a plan's servers as a launch script, docker-compose or Kubernetes")
-    ep.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
+    ep.add_argument("plan", type=Path, help=f"plan JSON ({command_name('selector')} solve|deploy --json)")
     ep.add_argument("--format", choices=("sh", "compose", "k8s"), required=True,
                     help="sh: a launch script; compose: a docker-compose file; k8s: Kubernetes Deployments")
     ep.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
@@ -274,20 +287,29 @@ def add_export(sub) -> None:
     ep.add_argument("--image", default=None, help="container image (compose, k8s; default per backend)")
     ep.add_argument("--namespace", default="default", help="Kubernetes namespace (default default)")
     ep.add_argument("--out", type=Path, default=None, help="write here instead of standard output")
+    _plan_flags(ep)
+    _engine_flags(ep)
     ep.set_defaults(func=_export)
+
+
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--args", action="append", metavar="ID=ARGS",
+                   help="extra arguments for one instance id ('*': all), shell-quoted, e.g. "
+                   "'chat/respond/0=--max-model-len 8192'; repeatable")
+    p.add_argument("--skip-infeasible", action="store_true",
+                   help="serve the deployed tasks of a plan set in which some task has no deployment "
+                   "(default: refuse, exit 2)")
 
 
 def add_launch(sub) -> None:
     lp = sub.add_parser("launch", help="start one server per instance of a plan; print the endpoints")
-    lp.add_argument("plan", type=Path, help="plan JSON (python -m selector solve|deploy --json)")
+    lp.add_argument("plan", type=Path, help=f"plan JSON ({command_name('selector')} solve|deploy --json)")
     lp.add_argument("--backend", choices=("vllm", "trtllm", "transformers"), default="vllm",
                     help="serving engine to start (default vllm)")
     lp.add_argument("--gpu", default=None, help="catalog GPU the plan is for (memory shares), e.g. a6000")
     lp.add_argument("--model-path", action="append", metavar="MODEL=DIR",
                     help="local checkpoint of a catalog model (default: its hf_id)")
     lp.add_argument("--stand-in", default=None, help="one local checkpoint for every instance, on CPU")
-    lp.add_argument("--args", action="append", metavar="ID=ARGS",
-                    help="extra arguments for one instance id ('*': all), shell-quoted")
     lp.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment of every server")
     lp.add_argument("--base-port", type=int, default=8100, help="port of the first server; the next count up")
     lp.add_argument("--host", default="127.0.0.1", help="address the servers bind (default loopback)")
@@ -301,6 +323,7 @@ def add_launch(sub) -> None:
     lp.add_argument("--endpoints-out", default=None, help="also write the endpoints JSON here")
     lp.add_argument("--dry-run", action="store_true", help="print the command lines; start nothing")
     lp.add_argument("--check", action="store_true", help="stop the servers once all are healthy")
+    _plan_flags(lp)
     _engine_flags(lp)
     lp.set_defaults(func=_launch)
 

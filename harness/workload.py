@@ -27,7 +27,7 @@ import yaml
 
 from harness.cluster import Workload
 from harness.trace import Trace, azure_trace_path, load_trace
-from profiler.catalog import configs_dir
+from profiler.catalog import configs_dir, shared_data_hint
 from selector.problem import TOL
 
 STATS_PATH = configs_dir() / "traces" / "azure2023.yaml"
@@ -177,7 +177,7 @@ def main() -> int:
     for kind in ("code", "conv"):
         path = azure_trace_path(kind)
         if not path.exists():
-            print(f"error: {path} not found (set FLOWMAKER_SHARED_DATA)", file=sys.stderr)
+            print(f"error: {path} not found ({shared_data_hint()})", file=sys.stderr)
             return 2
         out[kind] = derive_stats(load_trace(path))
     header = ("# Derived statistics of the Azure LLM inference traces 2023, used only to synthesise a\n"

@@ -97,20 +97,33 @@ def measured_calibration_path() -> Path:
     return configs_dir() / "calibration" / "measured.yaml"
 
 
-def load_default_calibration() -> Calibration | None:
-    """configs/calibration/vidur.yaml overlaid with configs/calibration/measured.yaml (fits on
-    measured profile tables, `python -m profiler calibrate`): a GPU listed in the latter takes
-    its constants from there. None when neither exists (the model then uses defaults)."""
-    base, measured = default_calibration_path(), measured_calibration_path()
-    cal = load_calibration(base) if base.is_file() else None
-    if not measured.is_file():
-        return cal
-    over = load_calibration(measured)
+def serving_calibration_path() -> Path:
+    return configs_dir() / "calibration" / "serving.yaml"
+
+
+def overlay(cal: Calibration | None, over: Calibration) -> Calibration:
+    """`cal` with every GPU that `over` lists taking `over`'s constants."""
     if cal is None:
         return over
     return cal.model_copy(update={"gpus": {**cal.gpus, **over.gpus},
                                   "source": f"{cal.source} + {over.source}",
                                   "files": cal.files + over.files})
+
+
+def load_default_calibration(*, serving: bool = True) -> Calibration | None:
+    """configs/calibration/vidur.yaml (operator fits), overlaid with configs/calibration/serving.yaml
+    (fits on public real serving measurements of current engines, `python -m profiler
+    calibrate-serving`; skipped with ``serving=False``, the pre-issue-23 model), then with
+    configs/calibration/measured.yaml (fits on measured profile tables, `python -m profiler
+    calibrate`): a GPU listed in a later file takes its constants from there. None when none
+    exists (the model then uses defaults)."""
+    cal = None
+    paths = (default_calibration_path(), serving_calibration_path() if serving else None,
+             measured_calibration_path())
+    for path in paths:
+        if path is not None and path.is_file():
+            cal = overlay(cal, load_calibration(path))
+    return cal
 
 
 def save_calibration(cal: Calibration, path: Path | str, header: str = "") -> None:

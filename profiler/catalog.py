@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from flowmaker.inputs import error_message, main_error
+
 SHARED_DATA_ENV = "FLOWMAKER_SHARED_DATA"
 
 
@@ -207,9 +209,25 @@ def shared_root() -> Path:
 
 def shared_data_path() -> Path:
     """Where third-party data is looked up (the one lookup of the project):
-    ``$FLOWMAKER_SHARED_DATA``, else ``<repo>/../shared/data``; it may be absent."""
+    ``$FLOWMAKER_SHARED_DATA``; else, in a source checkout (or an editable install),
+    ``<repo>/../shared/data``; else (an installed wheel, whose package folder is no repository) the
+    first ``shared/data`` in the current folder or a folder above it. It may be absent
+    (:func:`shared_data_hint` says what to do)."""
     env = os.environ.get(SHARED_DATA_ENV)
-    return Path(env) if env else shared_root() / "data"
+    if env:
+        return Path(env)
+    if (repo_root() / "pyproject.toml").is_file():
+        return shared_root() / "data"
+    here = Path.cwd()
+    for d in (here, *here.parents):
+        if (d / "shared" / "data").is_dir():
+            return d / "shared" / "data"
+    return here / "shared" / "data"
+
+
+def shared_data_hint() -> str:
+    """What to say when third-party data is not found: where it was looked for and the variable."""
+    return f"looked in {shared_data_path()}; set {SHARED_DATA_ENV} to the shared data folder"
 
 
 def shared_data_dir() -> Path | None:
@@ -320,9 +338,9 @@ def parse_model(cls: type[BaseModel], raw: Any, path: Path, where: str = "", *, 
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = main_error(exc)
         field = ".".join(str(p) for p in err["loc"]) or whole
-        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {err['msg']}") from None
+        raise CatalogError(f"{path}: {where + ': ' if where else ''}field '{field}': {error_message(err, cls)}") from None
 
 
 def _named(cls: type[BaseModel], raw: Any, path: Path, key: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Command line: `python -m profiler {predict,table,calibrate-vidur,run,validate,calibrate,convert,
-memory,device-plan}` (console script ``flowmaker-profiler``).
+"""Command line: `python -m profiler {predict,table,calibrate-vidur,calibrate-serving,run,validate,
+calibrate,convert,memory,device-plan}` (console script ``flowmaker-profiler``).
 
 Profile configs (``run``) and measured tables (``--measured``, ``--reference``) may be given by
 name (``configs/profile/NAME.yaml``, ``results/profiles/NAME.parquet``) or by path.
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from flowmaker.entry import OneLineParser as _Parser  # one-line usage errors, exit 2
-from flowmaker.entry import UserError
+from flowmaker.entry import UserError, command_name, doc
 from profiler.analytic import AnalyticModel
 from profiler.calibration import default_calibration_path, measured_calibration_path, save_calibration
 from profiler.catalog import (CatalogError, load_deploy_configs, load_gpus, load_models, recorded_table_path,
-                              shared_data_dir)
+                              shared_data_dir, shared_data_hint)
 from profiler.engine import DEFAULT
 from profiler.memory import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
@@ -65,8 +65,8 @@ _DEPLOY_HELP = {"--tp": "tensor-parallel GPUs (default 1)", "--pp": "pipeline-pa
 
 def _parser() -> argparse.ArgumentParser:
     from flowmaker.entry import add_version
-    p = _Parser(prog="python -m profiler", description="flowmaker profiler: analytic predictions, measured "
-                "tables, calibration (docs/profiler.md, docs/profiler_measured.md)")
+    p = _Parser(prog=command_name("profiler"), description="flowmaker profiler: analytic predictions, measured "
+                f"tables, calibration ({doc('profiler.md')}, {doc('profiler_measured.md')})")
     add_version(p)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
     pr = sub.add_parser("predict", help="latency and memory of one deployment")
@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                     "check's OUT/ops_mlp.csv); repeatable")
     cv.add_argument("--out", type=Path, default=default_calibration_path(),
                     help="calibration YAML to write (default configs/calibration/vidur.yaml)")
+    cs = sub.add_parser("calibrate-serving", help="fit configs/calibration/serving.yaml on public real "
+                        "serving measurements (configs/calibration/public_serving.yaml)")
+    cs.add_argument("--out", type=Path, help="calibration YAML to write (default configs/calibration/serving.yaml)")
     rn = sub.add_parser("run", help="measure a profile config (configs/profile/NAME.yaml); resumable")
     rn.add_argument("config", help="profile config name in configs/profile or a YAML file")
     rn.add_argument("--out", type=Path, help="table path (default: the config's out)")
@@ -196,7 +199,7 @@ def _calibrate(a: argparse.Namespace) -> None:
     if data is None:
         shared = shared_data_dir()
         if shared is None or not (shared / "vidur").is_dir():
-            raise UserError("--data: vidur data not found (set --data or FLOWMAKER_SHARED_DATA)")
+            raise UserError(f"--data: vidur data not found (set --data; {shared_data_hint()})")
         data = shared / "vidur"
     if not (data / "data" / "profiling").is_dir():
         raise UserError(f"--data: {data} has no data/profiling folder")
@@ -397,7 +400,19 @@ def _device_plan(a: argparse.Namespace) -> None:
     print(f"wrote {path} ({sum(len(m['predictions']) for m in plan['modes'].values())} predictions)")
 
 
-COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate, "run": _run,
+def _calibrate_serving(a: argparse.Namespace) -> None:
+    from profiler.calibration_serving import calibrate_serving
+    try:
+        cal = calibrate_serving(out=a.out)
+    except FileNotFoundError as exc:
+        raise UserError(f"shared data: {exc}") from None
+    for src, metrics in cal.mape_pct.items():
+        print(src, {m: (v["before"], v["after"]) for m, v in metrics.items()})
+    print(cal.notes)
+
+
+COMMANDS = {"predict": _predict, "table": _table, "calibrate-vidur": _calibrate,
+            "calibrate-serving": _calibrate_serving, "run": _run,
             "validate": _validate, "calibrate": _calibrate_measured, "convert": _convert,
             "memory": _memory, "device-plan": _device_plan}
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from flowmaker.entry import OneLineParser, add_version, one_line, run, setup_logging
+from flowmaker.entry import OneLineParser, add_version, command_name, doc, one_line, run, setup_logging
 from selector.errors import ProblemError
 
 DEFAULT_CLUSTER = "a6000x8"
@@ -117,8 +117,10 @@ def _resolve_one(spec: str, env) -> Any:
 
 
 def _resolve(args: argparse.Namespace) -> int:
+    from selector.sanity import warn_problem
     _check_out(args.out)
     problem = _resolve_one(args.task, _env(args))
+    warn_problem(problem)
     _write(_dump(problem.to_dict(), args.json), args.out)
     return 0
 
@@ -270,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     from solvers.joint_registry import names as joint_names
     from solvers.registry import names
 
-    ap = OneLineParser(prog="python -m selector", description="FlowMaker workflow-variant selection "
-                       "(docs/your-own-task.md walks through every command)")
+    ap = OneLineParser(prog=command_name("selector"), description="FlowMaker workflow-variant selection "
+                       f"({doc('your-own-task.md')} walks through every command)")
     add_version(ap)
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser, metavar="COMMAND")
     solvers = ", ".join(names())

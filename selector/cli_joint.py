@@ -1,6 +1,6 @@
 """``python -m selector joint`` and the ``--joint`` face of ``deploy`` and ``bundle`` (spec
 section 11): a task set solved jointly by a selector of the joint registry
-(``solvers/joint_registry.py``; ``sequential``, ``exhaustive``, ``milp``)."""
+(``solvers/joint_registry.py``; ``sequential``, ``exhaustive``, ``milp``, ``local``)."""
 from __future__ import annotations
 
 import argparse

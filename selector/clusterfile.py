@@ -99,13 +99,14 @@ def _check_sharing(mode: Any, field: str) -> None:
 def _spec(raw: dict, where: str):
     from pydantic import ValidationError
 
+    from flowmaker.inputs import error_message, main_error
     from profiler.catalog import CatalogError, ClusterSpec
     try:
         return ClusterSpec.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = main_error(exc)
         raise CatalogError(f"{where}: cluster: field '{'.'.join(map(str, err['loc'])) or '(entry)'}': "
-                           f"{err['msg']}") from None
+                           f"{error_message(err, ClusterSpec)}") from None
 
 
 def _check_capacities(spec, catalog: dict, where: str) -> None:
@@ -136,7 +137,7 @@ def _instance(raw: Any, i: int, where: str) -> tuple[Instance, float | None]:
     try:
         return Instance.model_validate(raw), mem
     except ValidationError as exc:
-        err = first_error(exc)
+        err = first_error(exc, Instance)
         raise ProblemError(f"{field}.{err.field}", str(err).split(": ", 1)[-1]) from None
 
 

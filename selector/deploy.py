@@ -40,11 +40,17 @@ def with_cluster(task_problem: dict[str, Any] | Problem, cluster: Cluster) -> Pr
 def deploy_sequence(tasks: Sequence[dict[str, Any] | Problem], cluster: Cluster, selector: _Selects, *,
                     time_limit_s: float = 60.0) -> tuple[list[Plan], Cluster]:
     """Deploy ``tasks`` one after another; each sees the cluster the previous ones left. Task
-    names must be distinct (spec section 8): a repeated one is a ProblemError."""
+    names must be distinct (spec section 8): a repeated one is a ProblemError.
+
+    Every task is checked by section 1 against the input ``cluster``, all before the first is
+    solved; the clusters earlier tasks produce are not checked again (as spec section 11 says of
+    a task set): such a cluster may hold instances of models a later task does not list, which
+    that task simply cannot reuse. So ``deploy`` and ``joint --solver sequential`` answer alike."""
     check_distinct_names([_task_name(t) for t in tasks])
+    problems = [with_cluster(t, cluster) for t in tasks]
     plans = []
-    for t in tasks:
-        plan, cluster = deploy_task(with_cluster(t, cluster), selector, time_limit_s=time_limit_s)
+    for p in problems:
+        plan, cluster = deploy_task(p.model_copy(update={"cluster": cluster}), selector, time_limit_s=time_limit_s)
         plans.append(plan)
     return plans, cluster
 
@@ -126,7 +132,7 @@ def parse_problem_cluster(raw: Any) -> Cluster:
     try:
         return Cluster.model_validate(raw)
     except ValidationError as exc:
-        err = first_error(exc)
+        err = first_error(exc, Cluster)
         raise ProblemError(f"cluster.{err.field}", str(err).split(": ", 1)[-1]) from None
 
 

@@ -83,7 +83,41 @@ def _capacity_or_placement(cp: Compiled, deadline: float | None) -> str:
     return _placement_reason(cp, f"{cap_pass} variants", min_mem)
 
 
+def _room(cp: Compiled, o) -> int:
+    """GPUs of ``o``'s type with free memory for one of its shards."""
+    shard = o.mem_gb / (o.tp * o.pp)
+    return sum(1 for g in cp.problem.cluster.gpus if g.type == o.gpu_type and g.mem_gb - g.used_gb >= shard - TOL)
+
+
+def _gpu_count_reason(cp: Compiled, what: str) -> str | None:
+    """A reason naming GPU count when it binds: in every workflow some stage's options meeting the
+    accuracy SLO all need more GPUs (replicas x tp x pp, none shared by two replicas of the stage)
+    than the cluster has with room for one of their shards; None otherwise."""
+    slo = cp.problem.task.accuracy_slo - TOL
+    need, room = np.inf, 0
+    for wf in cp.workflows:
+        blocked = False
+        for st in wf.stages:
+            opts = [o for o in st.options if o.accuracy >= slo]
+            if opts and all(o.kind != REUSE and o.gpu_count > _room(cp, o) for o in opts):
+                blocked = True
+                best = min(opts, key=lambda o: o.gpu_count)
+                if best.gpu_count < need:
+                    need, room = best.gpu_count, _room(cp, best)
+                break
+        if not blocked:
+            return None
+    if not np.isfinite(need):
+        return None
+    return (f"placement: GPU count: none of the {what} can be placed: replicas of one stage may not share a GPU "
+            f"and each needs tp x pp GPUs, so the least a stage needs is {need} GPUs; the cluster has {room} "
+            "with room for one of its shards")
+
+
 def _placement_reason(cp: Compiled, what: str, min_mem: float) -> str:
+    count = _gpu_count_reason(cp, what)
+    if count is not None:
+        return count
     free = sum(g.mem_gb - g.used_gb for g in cp.problem.cluster.gpus)
     if cp.compute:
         return (f"placement: none of the {what} meeting accuracy, latency and capacity can be "

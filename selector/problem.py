@@ -258,14 +258,17 @@ def _loc(loc: tuple) -> str:
     return out
 
 
-def first_error(exc: ValidationError) -> ProblemError:
-    err = exc.errors()[0]
+def first_error(exc: ValidationError, model: Any = None) -> ProblemError:
+    """The first error of ``exc`` naming its field; ``model``: the class validated (an unknown key
+    then names the closest known field: flowmaker.inputs.error_message)."""
+    from flowmaker.inputs import error_message, main_error
+    err = main_error(exc)
     field = _loc(tuple(err["loc"]))
     kind = err["type"]
     if kind == "missing":
         return ProblemError(field, "missing required field")
     if kind == "extra_forbidden":
-        return ProblemError(field, "unknown field")
+        return ProblemError(field, error_message(err, model))
     msg = err["msg"].removeprefix("Value error, ")
     return ProblemError(field, f"{msg} (got {err.get('input')!r})")
 
@@ -277,7 +280,7 @@ def parse_problem(data: dict[str, Any]) -> Problem:
     try:
         problem = Problem.model_validate(data)
     except ValidationError as exc:
-        raise first_error(exc) from None
+        raise first_error(exc, Problem) from None
     check_references(problem)
     return problem
 

@@ -138,8 +138,9 @@ def resolve_task(task: TaskSpec | str, *, catalog: Catalog | None = None, cluste
     configs, deployments, rows = [], [], []
     for t in types:
         g, tag = catalog.gpus[t], ({"gpu_type": t} if typed else {})
-        configs += [{"tp": tp, "pp": pp, **tag} for tp, pp in catalog.configs]
-        fits = _deployments(catalog, perf, g, settings, tag, deployments)
+        held = _held_configs(catalog.configs, sum(1 for x in cluster.gpus if not typed or x.type == t))
+        configs += [{"tp": tp, "pp": pp, **tag} for tp, pp in held]
+        fits = _deployments(catalog, perf, g, settings, tag, deployments, held)
         extra = {(i.model, i.tp, i.pp) for i in cluster.instances if not typed or cluster.instance_type(i) == t}
         rows += _perf_rows(task, catalog, perf, g, fits | extra, settings, tag, slo)
     return parse_problem({
@@ -185,12 +186,18 @@ def _check_instance_models(cluster: Cluster, catalog: Catalog) -> None:
                                f"{', '.join(catalog.models)}")
 
 
+def _held_configs(configs, n_gpus: int) -> list[tuple[int, int]]:
+    """The catalog's (tp, pp) configs whose ``tp * pp`` GPUs the cluster's ``n_gpus`` of a type can hold."""
+    return [(tp, pp) for tp, pp in configs if tp * pp <= n_gpus]
+
+
 def _deployments(catalog: Catalog, perf: PerfSource, g, settings: ResolveSettings, tag: dict,
-                 out: list[dict]) -> set[tuple[str, int, int]]:
-    """Append the deployment rows of GPU type ``g`` to ``out``; the (model, tp, pp) that fit."""
+                 out: list[dict], configs) -> set[tuple[str, int, int]]:
+    """Append the deployment rows of GPU type ``g`` to ``out`` for ``configs`` ((tp, pp) the
+    cluster can hold); the (model, tp, pp) that fit."""
     fits = set()
     for name, m in catalog.models.items():
-        for tp, pp in catalog.configs:
+        for tp, pp in configs:
             mem = perf.mem_gb(m, g, tp, pp, settings)
             if mem is not None and mem / (tp * pp) <= g.mem_gb:
                 out.append({"model": name, "tp": tp, "pp": pp, "mem_gb": mem, **tag})

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from flowmaker.inputs import validate_strict
+from flowmaker.inputs import error_message, main_error, validate_strict
 from flowmaker.names import check_distinct, name_problem
 
 from profiler.catalog import CatalogError, config_path, configs_dir, known_configs
@@ -103,9 +103,9 @@ def _validate(cls, data: dict, where: str):
     try:
         return validate_strict(cls, data)      # `arrival_rate_rps: true` is not 1.0
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = main_error(exc)
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise ProblemError(f"{where}: {field}", err["msg"].removeprefix("Value error, ")) from None
+        raise ProblemError(f"{where}: {field}", error_message(err, cls)) from None
 
 
 def task_path(name_or_path: str | Path) -> Path:

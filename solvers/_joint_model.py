@@ -1,18 +1,18 @@
 """The CP-SAT model of ``solvers/joint_milp.py`` (its module docstring states the mathematics).
 
 Built once per task set; a solve adds the cuts found so far and the incumbent's cap, the window
-enumeration works on a clone. Variable keys: ``("z", k)``, ``("x", k, w)``, ``("y", k, w, s, o)``
+enumeration (``solvers/_joint_window.py``) works on a clone; the gap is ``solvers/_joint_bound.gap``. Variable keys: ``("z", k)``, ``("x", k, w)``, ``("y", k, w, s, o)``
 (an option of task ``k`` on the input cluster) and ``("v", r)`` (virtual reuse ``r``)."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from selector.index import NEW, REUSE
 from selector.joint_eval import JointRun, TaskChoice, ident
 from selector.placement import free_memory
 from selector.problem import TOL
+from solvers._joint_bound import task_bounds
 from solvers._joint_data import JointData
 from solvers._cpsat import cp_solver
 
@@ -38,6 +38,7 @@ class Entry:
     cls: tuple                           # demand class (sharing: memory)
     gpu_type: str
     ident: tuple
+    exact: tuple[float, float, float] = (0.0, 0.0, 0.0)    # (memory GB, latency s, $/h) unrounded
 
 
 class JointModel:
@@ -63,6 +64,9 @@ class JointModel:
             self.ps = float(USD_EXACT)
         self.slack = self.smax / 2 + 1e-6
         self.entries = self._entries()
+        self.task_widening = self._task_widening()
+        alive = {key: [e.key for e in lst] for key, lst in self.entries.items()}
+        self.task_lb = [max(0.0, b * (1 - 1e-12)) for b in task_bounds(data, alive, self.usd)]
         self.m = cp_model.CpModel()
         self._build()
         self.last_choice: list[TaskChoice | None] = []
@@ -86,12 +90,12 @@ class JointModel:
                         cls = ("reuse",) if op.kind == REUSE else ("new", op.replicas, op.shards, op.mem_gb, gtype)
                         lst.append(Entry(("y", k, w, s, o), round(st.calls * op.latency_s * self.ls),
                                          round(mem * self.ms), round(usd * self.ps), op.kind, cls, gtype,
-                                         ident(cp, op)))
+                                         ident(cp, op), (mem, st.calls * op.latency_s, usd)))
         for r, vr in enumerate(d.virtual_reuse):
             if (vr.task, vr.workflow, vr.stage) in out:
                 out[vr.task, vr.workflow, vr.stage].append(
                     Entry(("v", r), round(vr.latency_s * self.ls), 0, 0, REUSE, ("reuse",), vr.virtual.gpu_type,
-                          ("reuse", vr.virtual.id)))
+                          ("reuse", vr.virtual.id), (0.0, vr.latency_s, 0.0)))
         # a workflow with a stage that has no option cannot be chosen, nor a virtual reuse whose
         # creator cannot be: drop both until nothing changes
         while True:
@@ -163,6 +167,7 @@ class JointModel:
             self.ints[k] = (lk, mk, pk)
             self.cost.append(pk)
             self.cost_ub += lat_ub * self.mem_ub
+        self._task_lower_bounds()
         # necessary for placement: all tasks' new memory fits the free memory, per GPU type
         free_by_type: dict[str, float] = {}
         for g in ts.cluster.gpus:
@@ -172,6 +177,14 @@ class JointModel:
             terms = [e.mem * self.var[e.key] for lst in self.entries.values() for e in lst if e.mem and e.gpu_type == t]
             if terms:
                 m.add(sum(terms) <= math.floor((free + TOL) * self.ms + all_slack))
+
+    def _task_lower_bounds(self) -> None:
+        """``C_k >= task_lb[k]`` when task ``k`` is served (``solvers/_joint_bound.py``), in units."""
+        scale = self.ps if self.usd else self.ms * self.ls
+        for k, ck in enumerate(self.cost):
+            lb = math.floor((self.task_lb[k] - self.task_widening[k]) * scale) if math.isfinite(self.task_lb[k]) else 0
+            if lb > 0:
+                self.m.add(ck + lb * self.var["z", k] >= lb)
 
     def _product_bounds(self, k: int, pk) -> None:
         """Linear rows that the exact product implies, for a useful LP bound: with ``Lmin(o)`` the
@@ -242,11 +255,25 @@ class JointModel:
     # -- rounding ---------------------------------------------------------------------------
     def widening(self) -> float:
         """Bound on ``|sum units / scale - exact total|`` over all tasks (GB*s or $/h)."""
+        return sum(self.task_widening)
+
+    def _task_widening(self) -> list[float]:
+        """Per task, the bound on ``|units / scale - C_k|``: under ``gb_s``, with ``e`` the rounding
+        of a sum of stage terms (``slack`` units), ``|M'L' - ML| <= M e_L + L e_M + e_L e_M`` with
+        ``M`` at most the task's largest memory (and the free memory) and ``L`` at most its SLO."""
         if self.usd:
-            return 0.0 if self.usd_exact else self.n * self.slack / self.ps
+            return [0.0 if self.usd_exact else self.slack / self.ps] * self.n
         e_lat, e_mem = self.slack / self.ls, self.slack / self.ms
-        per = (self.free_total + TOL) * e_lat + self.lat_max * e_mem + e_lat * e_mem
-        return self.n * per
+        out = []
+        for k, p in enumerate(self.data.ts.tasks):
+            per_wf: dict[int, float] = {}
+            for (k2, w, _), lst in self.entries.items():
+                if k2 == k:
+                    per_wf[w] = per_wf.get(w, 0.0) + max(e.mem for e in lst) / self.ms + e_mem
+            mem = min(self.free_total + TOL, max(per_wf.values(), default=0.0))
+            lat = p.task.latency_slo_s + TOL + e_lat
+            out.append(mem * e_lat + lat * e_mem + e_lat * e_mem)
+        return out
 
     def _units(self, cost: float) -> int:
         scale = self.ps if self.usd else self.ms * self.ls
@@ -304,6 +331,18 @@ class JointModel:
             literals.append([e.key for e in picks])
         return tuple(choice), literals
 
+    def exact_cost(self, literals: list[list[tuple]]) -> float:
+        """The unrounded total cost of a relaxed choice (per task ``M*L`` or ``U``), as evaluation
+        computes it up to the order of the float sums."""
+        total = 0.0
+        for lits in literals:
+            picked = [self._entry[key].exact for key in lits if key in self._entry]
+            if self.usd:
+                total += sum(t[2] for t in picked)
+            else:
+                total += sum(t[0] for t in picked) * sum(t[1] for t in picked)
+        return total
+
     @property
     def _entry(self) -> dict[tuple, Entry]:
         if not hasattr(self, "_entry_map"):
@@ -343,9 +382,10 @@ class JointModel:
         self._served_bound = served
         if status == cp_model.INFEASIBLE:
             return Answer("infeasible")
+        if math.isfinite(solver.best_objective_bound):     # a proved bound, also at the limit
+            self._bound = solver.best_objective_bound
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Answer("unknown")
-        self._bound = solver.best_objective_bound
         choice, literals = self._read(solver.boolean_value)
         self.last_choice, self._last_literals = list(choice), literals
         return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
@@ -378,60 +418,3 @@ class JointModel:
                 m.add_hint(ints[0], lat)
                 m.add_hint(ints[1], mem)
                 m.add_hint(ints[2], lat * mem)
-
-    def _window_model(self, cuts: list[Cut], served: int, cost: float):
-        m = self.m.clone()
-        self._add_cuts(m, cuts)
-        m.add(sum(self.var["z", k] for k in range(self.n)) == self.n - served)
-        m.add(sum(self.cost) <= self._units(cost + TOL * max(1.0, cost)))
-        return m
-
-    def least_latency(self, *, cuts: list[Cut], served: int, cost: float, deadline: float) -> Answer:
-        """The least total latency (units) among relaxed choices of the cost window."""
-        from ortools.sat.python import cp_model
-        m = self._window_model(cuts, served, cost)
-        m.minimize(sum(ints[0] for ints in self.ints.values()))
-        solver = self._solver(deadline, self.workers)
-        status = solver.solve(m)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Answer("infeasible" if status == cp_model.INFEASIBLE else "unknown")
-        choice, literals = self._read(solver.boolean_value)
-        self.last_choice, self._last_literals = list(choice), literals
-        return Answer("optimal" if status == cp_model.OPTIMAL else "feasible", choice, literals)
-
-    def enumerate(self, *, cuts: list[Cut], served: int, cost: float, deadline: float,
-                  limit: int, latency: float | None = None) -> tuple[list[tuple], bool]:
-        """Every relaxed choice of the cost window (and, given ``latency``, of total latency at
-        most ``latency + 1e-9 max(1, latency)`` plus the rounding)."""
-        from ortools.sat.python import cp_model
-        m = self._window_model(cuts, served, cost)
-        if latency is not None:
-            cap = math.floor((latency + TOL * max(1.0, latency)) * self.ls + self.n * self.slack)
-            m.add(sum(ints[0] for ints in self.ints.values()) <= cap)
-        found: list[tuple] = []
-        model = self
-
-        class Collect(cp_model.CpSolverSolutionCallback):
-            def on_solution_callback(self) -> None:
-                found.append(model._read(self.boolean_value)[0])
-                if time.perf_counter() > deadline or len(found) >= limit:
-                    self.stop_search()
-
-        solver = self._solver(deadline, 1)
-        solver.parameters.enumerate_all_solutions = True
-        status = solver.solve(m, Collect())
-        complete = (status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(found) < limit
-                    and time.perf_counter() <= deadline)
-        return sorted(set(found), key=repr), complete
-
-    def gap(self, inc: JointRun) -> dict:
-        """What CP-SAT proved at the limit: the most tasks the relaxation serves and, when the
-        incumbent serves as many, a lower bound on the total cost and the relative gap."""
-        if self._bound is None:
-            return {"gap": None}
-        if self._served_bound != inc.served:
-            return {"served_bound": self._served_bound, "gap": None}
-        scale = self.ps if self.usd else self.ms * self.ls
-        low = max(0.0, self._bound / scale - self.widening())
-        gap = 0.0 if inc.total_cost <= 0 else max(0.0, (inc.total_cost - low) / inc.total_cost)
-        return {"served_bound": self._served_bound, "cost_bound": low, "gap": gap}

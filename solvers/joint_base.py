@@ -13,6 +13,8 @@ from solvers.base import check_time_limit
 
 #: time the exact check of a skipped task's reason may take (it names section 6's reason)
 REASON_LIMIT_S = 10.0
+#: the least time a reason check gets when the time limit has (nearly) run out
+MIN_REASON_S = 0.05
 
 
 class JointSelector(ABC):
@@ -33,6 +35,13 @@ class JointSelector(ABC):
         """Return the answer for ``task_set`` within ``time_limit_s``."""
 
 
+def better(a: JointRun, b: JointRun | None) -> bool:
+    """``a`` beats ``b`` on section 11's first two criteria (served, then total cost)."""
+    if b is None or a.served != b.served:
+        return b is None or a.served > b.served
+    return a.total_cost < b.total_cost
+
+
 def exact_reason(problem: Problem, *, time_limit_s: float = REASON_LIMIT_S) -> str | None:
     """Section 6's infeasibility reason of ``problem`` from the exact ``exhaustive`` selector
     (through the public registry), or None when some variant is feasible (or the check ran out
@@ -43,16 +52,22 @@ def exact_reason(problem: Problem, *, time_limit_s: float = REASON_LIMIT_S) -> s
 
 
 def finish(ts: TaskSet, run: JointRun, *, solver: str, t0: float, proved: bool, evaluated: int = 0,
-           extra: dict | None = None, reasons: dict[int, str] | None = None) -> JointPlan:
+           extra: dict | None = None, reasons: dict[int, str] | None = None,
+           end: float | None = None) -> JointPlan:
     """The answer for the feasible ``run``: ``optimal`` when ``proved``, else ``feasible``, or
     ``unknown`` when it serves no task without a proof (section 11). ``reasons``: skip reasons
-    already known by task index (an exact single-task answer on the cluster that task saw)."""
+    already known by task index (an exact single-task answer on the cluster that task saw).
+    ``end`` (``time.perf_counter`` seconds): when the whole answer is due; the reason checks
+    share what is left of it (at least ``MIN_REASON_S`` each), so the time limit bounds them too."""
     known = dict(reasons or {})
     names = {p.task.name: k for k, p in enumerate(ts.tasks)}
 
     def why(problem: Problem) -> str | None:
         k = names[problem.task.name]
-        return known[k] if k in known else exact_reason(problem)
+        if k in known:
+            return known[k]
+        left = REASON_LIMIT_S if end is None else min(REASON_LIMIT_S, end - time.perf_counter())
+        return exact_reason(problem, time_limit_s=max(MIN_REASON_S, left))
 
     status = "optimal" if proved else ("feasible" if run.served else "unknown")
     return joint_plan(ts, run, status=status, solver=solver, elapsed_s=time.perf_counter() - t0, skip_reason=why,

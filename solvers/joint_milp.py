@@ -43,7 +43,12 @@ with LeastLoaded checked lazily as the single-task ``milp`` does (``solvers/_exa
 * Warm start: the joint ``sequential`` answer (public registry) is the first incumbent and hint.
 
 Status ``optimal`` only when every solve proved its answer and the window enumeration finished;
-otherwise the best exact answer is ``feasible`` with ``gap`` (relative, from CP-SAT's bound).
+otherwise the best exact answer is ``feasible`` with ``gap`` (relative, from the larger of CP-SAT's
+bound and the sum of the served tasks' own cost bounds, ``solvers/_joint_bound.py``).
+
+Time: the limit bounds the whole answer. The searches (warm start, model build, cut rounds, tie
+window) stop ``min(10% of the limit, ANSWER_S + ANSWER_PER_TASK_S * tasks)`` before it; the rest
+is kept for the plans and the skip reasons (``joint_base.finish`` with ``end``).
 """
 from __future__ import annotations
 
@@ -53,16 +58,16 @@ from selector.evaluate import placement as ll_placement
 from selector.index import NEW, REUSE, compile_problem
 from selector.joint import TaskSet
 from selector.joint_eval import JointPlan, JointRun, choice_from_plan, choose_joint, indices, run_choice
+from solvers._joint_bound import gap
 from solvers._joint_data import JointData, prepare_joint
 from solvers._joint_model import JointModel
-from solvers.joint_base import JointSelector, finish
+from solvers._joint_window import enumerate_window, least_latency
+from solvers.joint_base import JointSelector, better, finish
 
 
-def better(a: JointRun, b: JointRun | None) -> bool:
-    """``a`` beats ``b`` on section 11's first two criteria (served, then total cost)."""
-    if b is None or a.served != b.served:
-        return b is None or a.served > b.served
-    return a.total_cost < b.total_cost
+#: time kept from the limit for the answer: a fixed part and a part per task (at most 10% of the limit)
+ANSWER_S = 0.2
+ANSWER_PER_TASK_S = 0.03
 
 
 class MilpJoint(JointSelector):
@@ -80,23 +85,45 @@ class MilpJoint(JointSelector):
 
     def _select(self, task_set: TaskSet, time_limit_s: float) -> JointPlan:
         t0 = time.perf_counter()
-        deadline = t0 + time_limit_s
+        end = t0 + time_limit_s
+        # the searches stop at `deadline`; what is left is kept for the answer (plans, skip reasons)
+        deadline = end - min(0.1 * time_limit_s, ANSWER_S + ANSWER_PER_TASK_S * len(task_set.tasks))
         ts = task_set
         inc = run_choice(ts, [None] * len(ts.tasks))
         if self.warm_start:
             from solvers.joint_registry import get_joint_solver
             warm = get_joint_solver("sequential").select(ts, time_limit_s=time_limit_s * self.warm_share)
             inc = run_choice(ts, choice_from_plan(ts, warm))
-        data = prepare_joint(ts)
-        model = JointModel(data, workers=self.workers, seed=self.seed)
-        proved, solves, cuts = True, 0, []
+        extra: dict = {"solves": 0, "cuts": 0}
+        model = None
+        if time.perf_counter() < deadline:
+            model = JointModel(prepare_joint(ts), workers=self.workers, seed=self.seed)
+        if model is None or time.perf_counter() >= deadline:
+            extra.update(gap(model, inc) if model else {"gap": None})
+            return finish(ts, inc, solver=self.name, t0=t0, proved=False, extra=extra, end=end)
+        proved, inc = self._search(ts, model, inc, deadline, extra)
+        if proved:
+            runs, complete = self._window(ts, model, extra.pop("_cuts"), inc, deadline)
+            inc = choose_joint([inc, *runs])
+            proved = complete
+            if not complete:        # served and total proved; the tie-breaks among equals not settled
+                extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
+        else:
+            extra.pop("_cuts")
+            extra.update(gap(model, inc))
+        return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra, end=end)
+
+    def _search(self, ts: TaskSet, model: JointModel, inc: JointRun, deadline: float,
+                extra: dict) -> tuple[bool, JointRun]:
+        """The lazy-cut rounds: (proved, the best exact run); counts and the cuts go to ``extra``."""
+        proved, cuts = True, []
         while True:
             most = model.most_served(cuts=cuts, incumbent=inc, deadline=deadline)
             if most is None:
                 proved = False
                 break
             ans = model.minimise(cuts=cuts, served=most, incumbent=inc, deadline=deadline)
-            solves += 2
+            extra["solves"] += 2
             if ans.choice is None:      # "infeasible" cannot happen: `most` is served by some relaxed choice
                 proved = False
                 break
@@ -106,20 +133,12 @@ class MilpJoint(JointSelector):
                     inc = run
                 proved = proved and ans.status == "optimal"
                 break
-            cuts.extend(failure_cuts(data, model, ans.literals, run))
+            cuts.extend(failure_cuts(model.data, model, ans.literals, run))
             if time.perf_counter() > deadline:
                 proved = False
                 break
-        extra = {"solves": solves, "cuts": len(cuts)}
-        if proved:
-            runs, complete = self._window(ts, model, cuts, inc, deadline)
-            inc = choose_joint([inc, *runs])
-            proved = complete
-            if not complete:        # served and total proved; the tie-breaks among equals not settled
-                extra.update({"served_bound": inc.served, "gap": 0.0, "ties": "unsettled"})
-        else:
-            extra.update(model.gap(inc))
-        return finish(ts, inc, solver=self.name, t0=t0, proved=proved, extra=extra)
+        extra.update({"cuts": len(cuts), "_cuts": cuts})
+        return proved, inc
 
     def _window(self, ts: TaskSet, model: JointModel, cuts, inc: JointRun, deadline: float):
         """Every exactly feasible choice that can tie ``inc`` (module docstring, "Ties"). With exact
@@ -128,7 +147,7 @@ class MilpJoint(JointSelector):
         latency, extra = None, []
         if model.usd_exact:
             while True:
-                ans = model.least_latency(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline)
+                ans = least_latency(model, cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline)
                 if ans.choice is None or ans.status != "optimal":
                     return [], False
                 run = run_choice(ts, ans.choice)
@@ -136,8 +155,8 @@ class MilpJoint(JointSelector):
                     latency, extra = run.total_latency_s, [run]
                     break
                 cuts.extend(failure_cuts(model.data, model, ans.literals, run))
-        choices, complete = model.enumerate(cuts=cuts, served=inc.served, cost=inc.total_cost, deadline=deadline,
-                                            limit=self.enumerate_max, latency=latency)
+        choices, complete = enumerate_window(model, cuts=cuts, served=inc.served, cost=inc.total_cost,
+                                             deadline=deadline, limit=self.enumerate_max, latency=latency)
         runs = list(extra)
         for c in choices:
             if time.perf_counter() > deadline:

@@ -11,6 +11,7 @@ _ENTRIES: list[tuple[str, str]] = [
     ("sequential", "solvers.joint_sequential:SequentialJoint"),
     ("exhaustive", "solvers.joint_exhaustive:ExhaustiveJoint"),
     ("milp", "solvers.joint_milp:MilpJoint"),
+    ("local", "solvers.joint_local:LocalJoint"),
 ]
 
 REGISTRY: dict[str, str] = _build(_ENTRIES)

@@ -7,6 +7,8 @@ import re
 
 import pandas as pd
 
+from experiments.glossary import matching
+
 COLUMNS = """\
 - `usd_per_hour`: US dollars per hour of the GPUs a plan newly reserves (spec section 10's `U`):
   a whole GPU per shard, `replicas x tp x pp` GPUs per stage, each at its type's price.
@@ -139,12 +141,14 @@ def equal_price_lines(eq: pd.DataFrame, per_task: pd.DataFrame) -> list[str]:
 STAGE = re.compile(r"@tp(\d+)pp(\d+):(\S+) x(\d+)")
 
 
-def plan_gpus(choice: str) -> dict[str, int]:
-    """GPUs per type a plan reserves, from its ``choice`` (``model@tpTppP:type xR > ...``)."""
+def plan_gpus(choice: str, cap: int | None = None) -> dict[str, int]:
+    """GPUs per type a plan reserves, from its ``choice`` (``model@tpTppP:type xR > ...``): GPU
+    slots, at most ``cap`` per type (the pool's GPUs of a type: instances that share a GPU under
+    memory sharing count once each in the slots, and the choice does not name the GPUs)."""
     out: dict[str, int] = {}
     for tp, pp, gtype, reps in STAGE.findall(choice):
         out[gtype] = out.get(gtype, 0) + int(tp) * int(pp) * int(reps)
-    return out
+    return out if cap is None else {t: min(n, cap) for t, n in out.items()}
 
 
 def sized_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
@@ -162,7 +166,7 @@ def sized_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
             continue
         counts: dict[str, int] = {}
         for c in d[(d["family"] == r.family) & (d["rate_rps"] == r.rate_rps)]["choice"]:
-            for t, n in plan_gpus(c).items():
+            for t, n in plan_gpus(c, per_type).items():
                 counts[t] = max(counts.get(t, 0), n)
         price = sum(n * prices[t] for t, n in counts.items())
         single = per_type * prices[r.best_type]
@@ -216,29 +220,29 @@ def budget_pool_table(fleet: pd.DataFrame, df: pd.DataFrame, per_type: int,
             if mixed.loc[t, "usd_per_hour"] >= single.loc[t, "usd_per_hour"] - 1e-9:
                 break
             trial = {**pick, t: mixed.loc[t]}
-            if _pool_price(trial, prices) <= budget + 1e-9:
+            if _pool_price(trial, prices, per_type) <= budget + 1e-9:
                 pick = trial
-        counts = _pool_counts(pick)
+        counts = _pool_counts(pick, per_type)
         cost = float(sum(p["usd_per_hour"] for p in pick.values()))
         rows.append({"family": r.family, "rate_rps": r.rate_rps, "best_type": r.best_type,
                      "best_single": r.best_single, "single_pool_usd_per_hour": budget,
                      "pool": ", ".join(f"{n} {t}" for t, n in sorted(counts.items())),
-                     "pool_usd_per_hour": round(_pool_price(pick, prices), 4),
+                     "pool_usd_per_hour": round(_pool_price(pick, prices, per_type), 4),
                      "tasks_moved": sum(pick[t]["pool"] == "mixed" for t in pick), "usd_per_hour": cost,
                      "saving_pct": 100 * (r.best_single - cost) / r.best_single})
     return pd.DataFrame(rows)
 
 
-def _pool_counts(pick: dict) -> dict[str, int]:
+def _pool_counts(pick: dict, cap: int) -> dict[str, int]:
     counts: dict[str, int] = {}
     for plan in pick.values():
-        for t, n in plan_gpus(plan["choice"]).items():
+        for t, n in plan_gpus(plan["choice"], cap).items():
             counts[t] = max(counts.get(t, 0), n)
     return counts
 
 
-def _pool_price(pick: dict, prices: dict[str, float]) -> float:
-    return sum(n * prices[t] for t, n in _pool_counts(pick).items())
+def _pool_price(pick: dict, prices: dict[str, float], cap: int) -> float:
+    return sum(n * prices[t] for t, n in _pool_counts(pick, cap).items())
 
 
 def per_task_table(df: pd.DataFrame, types: list[str]) -> pd.DataFrame:
@@ -375,7 +379,7 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
     eq_task = equal_price_per_task(df, types)
     sized = sized_pool_table(fleet, df, params.gpus_per_type, prices)
     budget = budget_pool_table(fleet, df, params.gpus_per_type, prices)
-    return "\n".join([
+    body = "\n".join([
         f"# fleet_mix: dollars per hour on single-type and mixed GPU pools ({params.pricing} prices)", "",
         f"{df['task'].nunique()} tasks ({(df.drop_duplicates('task')['family'] == 'seven').sum()} of configs/tasks, "
         f"{(df.drop_duplicates('task')['family'] == 'random').sum()} random), rates {params.rates_rps} rps, "
@@ -423,7 +427,8 @@ def summary_md(df: pd.DataFrame, params, prices: dict[str, float]) -> str:
         *(rest[:30] or ["- none"]), "",
         f"## FlowMaker's GB*s plan (`{params.gb_s_solver}`) priced in dollars", "",
         _md(gbs[gbs["pool"] == "mixed"]), "",
-        "## Columns", "", COLUMNS])
+        "## Columns", ""])
+    return body + "\n" + matching(COLUMNS, body)
 
 
 def plot(df: pd.DataFrame, path):

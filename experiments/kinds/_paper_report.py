@@ -58,12 +58,18 @@ def ci95(values) -> tuple[float, float]:
     return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
-def fmt(m: float, h: float, digits: int = 2, unit: str = "") -> str:
+#: metrics that are shares (a rate of requests): their intervals are clipped to what a share can be
+BOUNDS = {"goodput": (0.0, 1.0), "accuracy_ok_share": (0.0, 1.0)}
+
+
+def fmt(m: float, h: float, digits: int = 2, unit: str = "", bounds: tuple[float, float] | None = None) -> str:
+    """``m [m - h, m + h]``; ``bounds``: the interval's ends clipped to them (a share stays in [0, 1])."""
     if not np.isfinite(m):
         return "n/a"
     if not np.isfinite(h):
         return f"{m:.{digits}f}{unit}"
-    return f"{m:.{digits}f}{unit} [{m - h:.{digits}f}, {m + h:.{digits}f}]"
+    lo, hi = (max(m - h, bounds[0]), min(m + h, bounds[1])) if bounds else (m - h, m + h)
+    return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 IDX = ["trace", "load_pct", "seed"]
@@ -129,7 +135,7 @@ def by_load_table(df: pd.DataFrame, metric: str, digits: int = 3) -> list[str]:
     loads = sorted(df.load_pct.unique())
     lines = ["| selector | trace | " + " | ".join(f"{x:g}%" for x in loads) + " |", "|---|---|" + "---|" * len(loads)]
     for (sel, tr), g in df.groupby(["selector", "trace"], sort=False):
-        vals = [fmt(*ci95(g[g.load_pct == x][metric]), digits=digits) for x in loads]
+        vals = [fmt(*ci95(g[g.load_pct == x][metric]), digits=digits, bounds=BOUNDS.get(metric)) for x in loads]
         lines.append(f"| {sel} | {tr} | " + " | ".join(vals) + " |")
     return lines
 

@@ -30,6 +30,13 @@ def style_for(name: str, index: int = 0, *, optimum: bool = False) -> dict:
     return kw
 
 
+def tie_marks(kw: dict, index: int, count: int) -> dict:
+    """``kw`` (:func:`style_for`'s) for series ``index`` of ``count`` drawn at its true values:
+    hollow markers, the earlier series larger and underneath, so series equal at a point show as
+    concentric rings there instead of being moved off their values."""
+    return {**kw, "ms": 4 + 2.2 * (count - 1 - index), "mfc": "none", "mew": 1.3, "zorder": 2 + index}
+
+
 def dodge(values, index: int, count: int, *, log: bool, spread: float = 0.06):
     """``values`` shifted a little per series (``index`` of ``count``) so that equal points of
     several series stay visible side by side: all series together span ``spread``, a factor on a

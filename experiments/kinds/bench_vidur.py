@@ -4,7 +4,11 @@ The same requests for both simulators: the first 2,000 requests of the Azure 202
 trace as vidur ships it (``<shared>/vidur/data/processed_traces/splitwise_conv.csv``), each
 clipped as vidur's trace replay clips it (the prompt shortened so that prompt + output <= 4,096
 tokens, ``TraceReplayRequestGenerator``), inter-arrival times stretched x6 or x7.
-Llama-2-70B, A100-80GB, TP2, one replica, vLLM (v0) scheduling.
+Llama-2-70B, A100-80GB, TP2, one replica, vLLM (v0) scheduling. Both simulators time steps on
+vidur's operator measurements: ours with the vidur-only calibration
+(``load_default_calibration(serving=False)``), not the serving calibration of current engines
+that is the default since issue 23 (a simulator-against-simulator check of the scheduling and
+memory rules, not of the step times).
 
 Cases (one JSON line each, one row each of ``results.parquet``: TTFT/TPOT/E2E mean, p50, p90 in s, preemptions, KV capacity, and
 the ratio ours / vidur of the mean and p90 of each metric against vidur's recorded run):
@@ -86,14 +90,19 @@ def _row(case: str, lat: dict, extra: dict) -> dict:
 
 def ours() -> list[dict]:
     from harness.simulate import SimulateConfig, simulate
+    from profiler.analytic import AnalyticModel
+    from profiler.calibration import load_default_calibration
     from profiler.engine import EngineConfig
+    from profiler.steps import gpu_spec, model_spec
 
+    step = AnalyticModel(calibration=load_default_calibration(serving=False)).step_model(
+        model_spec("llama-2-70b"), gpu_spec("a100-80gb"), 2, 1)
     trace = requests()
     rows = []
     for case, (scale, engine, against) in CASES.items():
         t0 = time.perf_counter()
         s = simulate(trace, SimulateConfig(model="llama-2-70b", gpu="a100-80gb", tp=2, time_scale=scale,
-                                           engine=EngineConfig(**engine))).summary
+                                           engine=EngineConfig(**engine)), step=step).summary
         ref = VIDUR[against]
         ratio = {f"{k}_{q}_vs_vidur": round(s[f"{k}_s"][q] / ref[k][i], 3)
                  for k in ("ttft", "tpot", "e2e") for i, q in enumerate(("mean", "p90"))}

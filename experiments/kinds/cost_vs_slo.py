@@ -139,14 +139,14 @@ def summary_md(df: pd.DataFrame, params: Params) -> str:
 
 def plot(df: pd.DataFrame, path):
     """One panel per task: cost (log) against the latency SLO (log, tightening to the right), one
-    look per selector; a legend entry says below which SLO the selector has no plan. Series equal
-    to another are drawn a little apart vertically (``dodge``) so none hides another."""
+    look per selector; a legend entry says below which SLO the selector has no plan. Every point is
+    at its value; series equal to another show as concentric hollow rings (``tie_marks``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from experiments.kinds._plotstyle import dodge, style_for
+    from experiments.kinds._plotstyle import style_for, tie_marks
     tasks = list(dict.fromkeys(df["task"]))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.2 * len(tasks), 6.2), squeeze=False)
     plain = FuncFormatter(lambda v, _: f"{v:g}")
@@ -164,8 +164,9 @@ def plot(df: pd.DataFrame, path):
             else:
                 label = f"{name} (none below {ok['latency_slo_s'].min():.3g} s)" if len(lost) or len(ok) < len(g) \
                     else name
-            y = g["cost_gb_s"] if name == "milp" else dodge(g["cost_gb_s"], i, len(names), log=True, spread=0.16)
-            ax.plot(g["latency_slo_s"], y, label=label, **style_for(name, i, optimum=(name == "milp")))
+            look = style_for(name, i, optimum=(name == "milp"))
+            ax.plot(g["latency_slo_s"], g["cost_gb_s"], label=label,
+                    **(look if name == "milp" else tie_marks(look, i, len(names))))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.invert_xaxis()               # the SLO tightens to the right
@@ -180,7 +181,7 @@ def plot(df: pd.DataFrame, path):
         ax.legend(fontsize=7.5, title="selector (where its plans stop)", title_fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.suptitle("Cost of each selector's plan as the latency SLO tightens (milp, thick: the proved optimum;\n"
-                 "equal curves are drawn up to 8% apart so that none hides another)", fontsize=10)
+                 "every point at its value; equal curves show as concentric rings)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,126 +1,164 @@
-"""The simulator against real serving measurements (issue 23 item 2's sources; item 5's report
-builds on these rows). Not yet an experiment kind of ``experiments.run`` (no ``Params``): run
-``python -m experiments.kinds.fidelity [--write]``, which prints the comparison and, with
-``--write``, records it in ``configs/calibration/real_serving.yaml``.
+"""Fidelity report (issue 23 item 5): the simulator against public real serving measurements, per
+source, model, GPU, engine and load, simulated vs measured TTFT, TPOT and E2E (mean, and p90 where
+the source has per-request data), with MAPE, before and after the serving calibration.
 
-Sources (third-party data under ``$FLOWMAKER_SHARED_DATA/real-serving``, described in its
-README; nothing is copied, only the figures derived here):
+``before`` is the step model on vidur's operator fits alone (``load_default_calibration(
+serving=False)``, the model before issue 23); ``after`` is the default model (vidur.yaml +
+configs/calibration/serving.yaml, fitted by ``python -m profiler calibrate-serving``). Sources
+(configs/calibration/public_serving.yaml, and the llm-d / Splitwise data of
+``$FLOWMAKER_SHARED_DATA/real-serving``; row builders and methods: ``_fidelity_sources``):
+llm-d (vLLM ~0.8.5 V1, per-request logs, replayed), LLM-Inference-Bench (TensorRT-LLM and vLLM
+0.4/0.5 offline batches, step model), InferenceBench / Musgrave / ai-factory pages (vLLM 0.21-0.23,
+closed-loop re-runs), Splitwise (2023 engine, reference). A source whose data is absent is one
+``source missing`` line in the summary, not an error.
 
-- ``llmd-h100``, ``llmd-a100``: llm-d-benchmark per-request logs (commit 5fbe3ac), vLLM
-  ``vllm/vllm-openai:latest`` of 2025-05 (about 0.8.5, V1 engine, defaults: chunked prefill with
-  the V1 budget, prefix caching on), Llama-3.1-70B-Instruct TP2, ``--gpu-memory-utilization
-  0.95``; 2 replicas on H100-80GB-HBM3 behind a plain Service (QPS 4-40), 1 replica on
-  A100-SXM4-80GB (QPS 0.5-1.34); LMBench multi-round ShareGPT chat. Each log is replayed with its
-  own launch times and token counts through ``harness.simulate`` (``vllm-v1``, round-robin for
-  the Service).
-- ``splitwise``: Splitwise's profiled prefill and decode-iteration times (``perf_model.csv``,
-  commit 8f99e7d), Llama-2-70B on DGX-A100/H100 at TP 2/4/8, an unnamed 2023 engine; compared
-  with the step model directly (batch 64 rows dropped as the README advises).
+Outputs in the run folder (and, with ``publish``, results/fidelity/): ``fidelity.parquet`` (one
+row per source x load x metric x statistic x calibration) and ``summary.md``.
+
+``python -m experiments.kinds.fidelity --write`` re-records configs/calibration/real_serving.yaml,
+the llm-d errors of the ``before`` model (the state the fit started from).
 """
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from experiments.kinds._fidelity_sources import (LLMD, closed_loop_rows, llmd_files, llmd_point, llmd_rows,
+                                                 real_serving_dir, splitwise_rows, step_rows, steps_for)
 
 OUT = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "real_serving.yaml"
-LLMD = {"llmd-h100": ("llm-d-benchmark/data/openshift/exp-3/H100/vllm-standalone-llama-3-70b-2replicas-H100",
-                      "h100-sxm", 2),
-        "llmd-a100": ("llm-d-benchmark/data/openshift/exp-0/vllm-70b", "a100-80gb", 1)}
-SPLITWISE = "splitwise-sim/data/perf_model.csv"
+CALIBRATIONS = ("before", "after")
+__all__ = ["LLMD", "Params", "llmd_files", "real_serving_dir", "run"]
 
 
-def real_serving_dir() -> Path:
-    from profiler.catalog import shared_data_path
-    return shared_data_path() / "real-serving"
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    llmd_loads: int | None = Field(default=None, ge=1, description="first N load points per llm-d "
+                                   "deployment (None: all)")
+    argonne: bool = Field(default=True, description="LLM-Inference-Bench offline batches (step model)")
+    splitwise: bool = True
+    closed_loop_requests: int = Field(default=64, ge=4, le=10_000, description="requests per closed-loop re-run")
+    publish: bool = Field(default=False, description="copy fidelity.parquet and summary.md to results/<experiment>/")
 
 
-def _err(sim: float, meas: float) -> float:
-    return round(sim / meas - 1, 4)
+def calibration(which: str) -> Any:
+    from profiler.calibration import Calibration, load_default_calibration
+    return load_default_calibration(serving=which == "after") or Calibration()
 
 
-def llmd_point(source: str, path: Path) -> dict[str, Any]:
-    """One llm-d log (one load point) measured against its replay in the simulator."""
-    import pandas as pd
+def rows(params: Params) -> tuple[pd.DataFrame, list[str]]:
+    """Every source's rows under both calibrations, and the missing-source lines."""
+    from profiler.calibration_serving import load_points, sources_path
+    from profiler.catalog import read_yaml_file
+    sources = read_yaml_file(sources_path())["sources"]
+    points, missing = load_points()
+    table = [p for p in points if p.metric in ("batch_latency", "ttft") and p.source.startswith("argonne")]
+    out: list[dict[str, Any]] = []
+    for which in CALIBRATIONS:
+        steps = steps_for(calibration(which))
+        got, miss = llmd_rows(steps, params.llmd_loads)
+        got += closed_loop_rows(sources, steps, params.closed_loop_requests)
+        if params.argonne:
+            got += step_rows(table, sources, steps)
+        if params.splitwise:
+            more, m2 = splitwise_rows(steps)
+            got, miss = got + more, miss + m2
+        out += [{**r, "calibration": which} for r in got]
+        missing = list(dict.fromkeys(missing + miss))
+    return pd.DataFrame(out), missing
 
-    from harness.simulate import SimulateConfig, simulate
-    from harness.trace import Trace
-    from profiler.engine import EngineConfig
-    _, gpu, replicas = LLMD[source]
-    d = pd.read_csv(path).sort_values("launch_time")
-    out = np.maximum(d.generation_tokens.to_numpy(), 1)
-    trace = Trace(path.stem, (d.launch_time - d.launch_time.min()).to_numpy(), d.prompt_tokens.to_numpy(), out)
-    cfg = SimulateConfig(model="llama-3.1-70b", gpu=gpu, tp=2, replicas=replicas, router="round-robin",
-                         engine=EngineConfig(gpu_memory_utilization=0.95))
-    s = simulate(trace, cfg).summary
-    multi = d.generation_tokens > 1
-    meas = {"ttft_s": float(d.ttft.mean()),
-            "tpot_s": float((d.generation_time[multi] / (d.generation_tokens[multi] - 1)).mean()),
-            "e2e_s": float((d.ttft + d.generation_time).mean())}
-    row: dict[str, Any] = {"source": source, "load": "qps " + re.findall(r"_([\d.]+)$", path.stem)[0],
-                           "requests": len(d), "sim_overloaded": bool(s["overloaded"])}
-    for k, v in meas.items():
-        row[f"{k[:-2]}_meas"], row[f"{k[:-2]}_sim"] = round(v, 4), round(s[k]["mean"], 4)
-        row[f"{k[:-2]}_err"] = _err(s[k]["mean"], v)
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """MAPE (%) per source, engine, GPU, metric and statistic, before and after side by side
+    (llm-d points the simulator calls overloaded are left out: their queues grow without bound)."""
+    if df.empty:
+        return pd.DataFrame()
+    calm = df[~df.sim_overloaded]
+    keys = ["source", "engine", "model", "gpu", "tp", "method", "metric", "stat"]
+    m = calm.assign(ape=calm.error.abs() * 100).pivot_table(index=keys, columns="calibration", values="ape",
+                                                             aggfunc="mean")
+    n = calm[calm.calibration == "after"].groupby(keys).size().rename("points")
+    return m.join(n).reset_index().reindex(columns=[*keys, "points", *CALIBRATIONS])
+
+
+def markdown(df: pd.DataFrame, missing: list[str]) -> str:
+    lines = ["# Fidelity: simulator vs public real serving measurements", "",
+             "MAPE (%) of the simulated against the measured figure; `before`: the step model on "
+             "vidur's operator fits alone; `after`: the default model with the serving calibration "
+             "(configs/calibration/serving.yaml). llm-d points the simulator calls overloaded are "
+             "left out of the MAPE (listed in the parquet). `step` rows compare offline batches with "
+             "the step model directly (their `error` is the MAPE over the batches of the row); `replay` and `closed-loop` rows run `harness.simulate`. "
+             "Sources and their provenance: configs/calibration/public_serving.yaml, docs/profiler.md.", ""]
+    s = summary(df)
+    if not s.empty:
+        cols = list(s.columns)
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in s.itertuples(index=False):
+            lines.append("| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r) + " |")
+        lines.append("")
+        per = df[(df.calibration == "after") & ~df.sim_overloaded & (df["stat"] == "mean")]
+        lines += ["## Every point (after; mean)", "",
+                  "| source | gpu | load | metric | measured | simulated | error % |", "|---|---|---|---|---|---|---|"]
+        for r in per.itertuples(index=False):
+            lines.append(f"| {r.source} | {r.gpu} | {r.load} | {r.metric} | {r.measured:.4g} | "
+                         f"{r.simulated:.4g} | {100 * r.error:+.1f} |")
+        lines.append("")
+    lines += [f"- {m}" for m in missing] or ["- every source's data was found"]
+    return "\n".join(lines) + "\n"
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    df, missing = rows(params)
+    if not df.empty:
+        atomic_write_parquet(ctx.run_dir / "fidelity.parquet", df)
+    text = markdown(df, missing)
+    atomic_write_text(ctx.run_dir / "summary.md", text)
+    if params.publish:
+        import shutil
+        for name in ("fidelity.parquet", "summary.md"):
+            if (ctx.run_dir / name).exists():
+                shutil.copyfile(ctx.run_dir / name, ctx.run_dir.parent / name)
+    print(text)
+
+
+# -- the record of the pre-fit errors (configs/calibration/real_serving.yaml) ---------------------
+def legacy_row(source: str, path: Path) -> dict[str, Any]:
+    """One llm-d load point under the `before` model, in real_serving.yaml's flat form."""
+    rs = {(r["metric"], r["stat"]): r for r in llmd_point(source, path, steps_for(calibration("before")))}
+    first = next(iter(rs.values()))
+    row: dict[str, Any] = {"source": source, "load": first["load"], "requests": first["requests"],
+                           "sim_overloaded": first["sim_overloaded"]}
+    for m in ("ttft", "tpot", "e2e"):
+        r = rs[(m, "mean")]
+        row[f"{m}_meas"], row[f"{m}_sim"] = round(r["measured"], 4), round(r["simulated"], 4)
+        row[f"{m}_err"] = round(r["simulated"] / r["measured"] - 1, 4)
     return row
 
 
-def llmd_rows() -> list[dict[str, Any]]:
-    rows = []
-    for source, (sub, _, _) in LLMD.items():
-        files = sorted((real_serving_dir() / sub).glob("LMBench_sharegpt_output_*.csv"),
-                       key=lambda p: float(re.findall(r"_([\d.]+)$", p.stem)[0]))
-        rows += [llmd_point(source, p) for p in files]
-    return rows
-
-
-def splitwise_rows() -> list[dict[str, Any]]:
-    """Per (GPU, TP): the step model's prefill and decode-iteration error against Splitwise."""
-    import pandas as pd
-
-    from profiler.steps import step_model
-    df = pd.read_csv(real_serving_dir() / SPLITWISE)
-    df = df[(df.model == "llama2-70b") & df.hardware.isin(["a100-80gb", "h100-80gb"]) & (df.batch_size < 64)]
-    keys = ["hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
-    g = df.groupby(keys, as_index=False)[["prompt_time", "token_time"]].median()
-    rows = []
-    for (hw, tp), part in g.groupby(["hardware", "tensor_parallel"]):
-        sm = step_model("llama-2-70b", {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}[hw], int(tp), 1)
-        pe, de = [], []
-        for r in part.itertuples():
-            p, b, t = int(r.prompt_size), int(r.batch_size), int(r.token_size)
-            pe.append(sm.step_s(b * p, float(b) * p * p, 0, 0.0, prefill_seqs=b) * 1e3 / r.prompt_time - 1)
-            de.append(sm.step_s(0, 0.0, b, float(b) * (p + t / 2)) * 1e3 / r.token_time - 1)
-        b1 = part[part.batch_size == 1]
-        rows.append({"source": "splitwise", "gpu": hw, "tp": int(tp), "configs": len(part),
-                     "prefill_mape": round(float(np.mean(np.abs(pe))), 4), "prefill_bias": round(float(np.mean(pe)), 4),
-                     "decode_mape": round(float(np.mean(np.abs(de))), 4), "decode_bias": round(float(np.mean(de)), 4),
-                     "decode_ms_batch1_meas": round(float(b1.token_time.median()), 2)})
-    return rows
-
-
-def mape(rows: list[dict[str, Any]], metric: str) -> float:
-    return round(float(np.mean([abs(r[f"{metric}_err"]) for r in rows])), 4)
+def mape(rows_: list[dict[str, Any]], metric: str) -> float:
+    return round(float(np.mean([abs(r[f"{metric}_err"]) for r in rows_])), 4)
 
 
 def main(argv: list[str] | None = None) -> int:
     import yaml
     ap = argparse.ArgumentParser(prog="python -m experiments.kinds.fidelity", description=__doc__.split("\n")[0])
-    ap.add_argument("--write", action="store_true", help=f"record the rows in {OUT.name}")
+    ap.add_argument("--write", action="store_true", help=f"record the before-fit llm-d rows in {OUT.name}")
     args = ap.parse_args(argv)
-    llmd, split = llmd_rows(), splitwise_rows()
-    for r in llmd + split:
+    llmd = [legacy_row(src, p) for src in LLMD for p in llmd_files(src)]
+    for r in llmd:
         print(r)
-    summary = {src: {m: mape([r for r in llmd if r["source"] == src and not r["sim_overloaded"]], m)
-                     for m in ("ttft", "tpot", "e2e")} for src in LLMD}
-    print("MAPE over the points the simulator does not call overloaded:", summary)
+    summ = {src: {m: mape([r for r in llmd if r["source"] == src and not r["sim_overloaded"]], m)
+                  for m in ("ttft", "tpot", "e2e")} for src in LLMD}
+    print("MAPE over the points the simulator does not call overloaded:", summ)
     if args.write:
         head = OUT.read_text().split("\nsummary:")[0] if OUT.exists() else ""
-        body = yaml.safe_dump({"summary": summary, "llmd": llmd, "splitwise": split}, sort_keys=False, width=120)
-        OUT.write_text(head + "\n" + body)
+        OUT.write_text(head + "\n" + yaml.safe_dump({"summary": summ, "llmd": llmd}, sort_keys=False, width=120))
     return 0
 
 

@@ -144,7 +144,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     text = _marked(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}")
     if (summary["spec_ok"] < summary["tasks"]).any():
         text += ("\n* not every task met its SLOs: the total covers the spec_ok tasks only "
-                 "(columns: README.md, 'Output columns')")
+                 "(columns: the glossary of the run's summary.md)")
     return text
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -51,7 +52,10 @@ from typing import Any
 import yaml
 
 from harness.servers.launcher import ServerSpec, build_command, config_files
+from flowmaker.entry import command_name, one_line
 from selector.deployment import Deployment
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("sh", "compose", "k8s")
 IMAGES = {"vllm": "vllm/vllm-openai:latest", "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest",
@@ -143,15 +147,17 @@ def deployments_from_json(obj: Any) -> list[Deployment]:
             if it.get("deployment") is not None:
                 out.append(Deployment.from_dict(it["deployment"]))
         elif _is_problem(it):
-            raise ValueError(RESOLVED_NOT_PLAN)
+            raise ValueError(resolved_not_plan())
         else:
-            raise ValueError("expected a plan (python -m selector solve --json) or a deployment; "
+            raise ValueError(f"expected a plan ({command_name('selector')} solve --json) or a deployment; "
                              f"got keys {', '.join(sorted(it)) or 'none'}")
     return out
 
 
-RESOLVED_NOT_PLAN = ("a resolved problem, not a plan: run `python -m selector solve FILE --json > plan.json` "
-                     "first and export plan.json")
+def resolved_not_plan() -> str:
+    """The message for a resolved problem given where a plan is expected, naming the user's command."""
+    return (f"a resolved problem, not a plan: run `{command_name('selector')} solve FILE --json > plan.json` "
+            "first and export plan.json")
 
 
 def _is_problem(obj: Any) -> bool:
@@ -159,22 +165,53 @@ def _is_problem(obj: Any) -> bool:
     return isinstance(obj, Mapping) and "task" in obj and "workflows" in obj
 
 
-def load_deployments(path: str | Path) -> list[Deployment]:
-    """The deployments in the plan file ``path``; ValueError with a message that does not repeat
-    the path (the callers name it), e.g. :data:`RESOLVED_NOT_PLAN` for a resolved problem (YAML or JSON)."""
+def read_plan_file(path: str | Path) -> Any:
+    """The parsed plan file ``path``; ValueError with a message that does not repeat the path (the
+    callers name it), e.g. :func:`resolved_not_plan` for a resolved problem (YAML or JSON)."""
     from flowmaker.inputs import InputError, parse_text, read_text
     p = Path(path)
     try:         # bounded: size, nesting (flowmaker.inputs)
         text = read_text(p)
-        obj = parse_text(text, json_syntax=True, where=str(p))
+        return parse_text(text, json_syntax=True, where=str(p))
     except InputError as exc:
         try:     # resolve writes YAML: say what the file is instead of where its JSON breaks
             problem = exc.message.startswith("malformed JSON") and _is_problem(parse_text(text, json_syntax=False,
                                                                                           where=str(p)))
         except InputError:
             problem = False
-        raise ValueError(RESOLVED_NOT_PLAN if problem else exc.message) from None
-    return deployments_from_json(obj)
+        raise ValueError(resolved_not_plan() if problem else exc.message) from None
+
+
+def load_deployments(path: str | Path, *, skip_infeasible: bool = True) -> list[Deployment]:
+    """The deployments in the plan file ``path`` (:func:`read_plan_file`); ``skip_infeasible``
+    False: ValueError naming the first task of the plan set that has no deployment."""
+    obj = read_plan_file(path)
+    deps = deployments_from_json(obj)
+    check_deployed(obj, skip_infeasible)
+    return deps
+
+
+def check_deployed(obj: Any, skip_infeasible: bool) -> None:
+    """ValueError naming the first task of the plan set ``obj`` that has no deployment, unless
+    ``skip_infeasible`` (then a warning per such task)."""
+    bad = undeployed_tasks(obj)
+    if bad and not skip_infeasible:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ValueError(f"task {bad[0]}{more} has no deployment: nothing exported; --skip-infeasible exports "
+                         "the other tasks' servers")
+    for b in bad:
+        log.warning("skipped task %s: it has no deployment", b)
+
+
+def undeployed_tasks(obj: Any) -> list[str]:
+    """The plans in ``obj`` (a plan set) that deploy nothing, as ``name (status: reason)``."""
+    items = obj.get("plans", obj) if isinstance(obj, Mapping) else obj
+    out = []
+    for it in items if isinstance(items, list) else [items]:
+        if isinstance(it, Mapping) and "status" in it and it.get("deployment") is None:
+            why = f"{it.get('status')}: {it['reason']}" if it.get("reason") else str(it.get("status"))
+            out.append(one_line(f"{it.get('task', '?')} ({why})", 300))
+    return out
 
 
 def _portable(cmd: list[str]) -> list[str]:
@@ -327,11 +364,16 @@ def _k8s(specs: Mapping[str, ServerSpec], image: str | None, namespace: str, gpu
 def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str | None = None,
                 model_paths: Mapping[str, str] | None = None, base_port: int = 8100, engine: Any = None,
                 instance_args: Mapping[str, Sequence[str]] | None = None, image: str | None = None,
-                namespace: str = "default", **common: Any) -> str:
+                namespace: str = "default", skip_infeasible: bool = False, **common: Any) -> str:
     """``python -m harness export``: the plan file's servers rendered as ``fmt``. Each instance
-    runs on its plan's GPU type; ``gpu`` names the type of instances whose plan names none."""
+    runs on its plan's GPU type; ``gpu`` names the type of instances whose plan names none. A plan
+    set with a task that has no deployment is refused unless ``skip_infeasible``; every command
+    follows ``harness.servers.export_rules`` (ValueError naming the instance that breaks one)."""
     from harness.servers.deploy import instance_gpu, specs_for_instances
-    deps = load_deployments(path)
+    from harness.servers.export_rules import apply_rules, warn_gpu_mismatch
+    obj = read_plan_file(path)
+    deps = deployments_from_json(obj)
+    check_deployed(obj, skip_infeasible)
     instances = [i for d in deps for i in d.instances]
     if not instances:
         raise ValueError(f"{path}: the plan deploys no instance")
@@ -339,6 +381,8 @@ def export_plan(path: str | Path, fmt: str, *, backend: str = "vllm", gpu: str |
     untyped = [i.id for i in instances if i.id not in types]
     if untyped:
         raise ValueError(f"instance {untyped[0]} names no gpu_type (a plan without GPU types): give --gpu")
+    warn_gpu_mismatch(obj, instances, instance_gpu(None, gpu))
     specs = specs_for_instances(instances, model_paths=model_paths, backend=backend, base_port=base_port,
                                 engine=engine, gpu=gpu, instance_args=instance_args, **common)
+    specs = apply_rules(specs, instances, deps, types)
     return render(specs, fmt, image=image, namespace=namespace, gpus=types)

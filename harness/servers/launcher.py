@@ -25,6 +25,7 @@ How :class:`EngineConfig` maps to each backend (``-`` = no flag; the backend's o
 | prefix_caching | ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` | ``kv_cache_config.enable_block_reuse`` | - (refused when asked for) |
 | scheduler vllm-v1, sarathi / vllm | ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill`` | ``--enable_chunked_prefill`` / - | - |
 | long_prefill_token_threshold (> 0) | ``--long-prefill-token-threshold`` | - | - |
+| (context length: ``ServerSpec.max_model_len``, ``harness.servers.export_rules``) | ``--max-model-len`` | ``--max_seq_len`` | - |
 
 A fourth backend, ``torch`` (``harness/servers/torchserve.py``: the profiler's decoder behind a
 stdlib HTTP server, PyTorch only), takes ``model`` = an architecture JSON and serves one
@@ -47,7 +48,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,7 +65,8 @@ class ServerSpec(BaseModel):
     (vLLM's ``--gpu-memory-utilization`` is ``engine.gpu_memory_utilization``, the share of each
     GPU's total memory; None: :attr:`engine_config`, the backend's default); ``kv_free_fraction`` / ``kv_max_tokens``: TensorRT-LLM's
     ``free_gpu_memory_fraction`` (of the memory free after weights and buffers) and
-    ``KvCacheConfig.max_tokens``; ``served_model_name``: the name clients send (default: the
+    ``KvCacheConfig.max_tokens``; ``max_model_len``: the context length (``export_rules``; None: the
+    model's); ``served_model_name``: the name clients send (default: the
     model); ``api_key_env``: the server requires the key held in that environment variable
     (passed to vLLM as ``VLLM_API_KEY``, never on the command line); ``extra_args`` go last on this server's command line; ``env`` is added
     to the launcher's environment."""
@@ -82,9 +84,12 @@ class ServerSpec(BaseModel):
     engine: EngineConfig | None = None
     kv_free_fraction: float | None = Field(None, gt=0, le=1)
     kv_max_tokens: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    cpus: tuple[int, ...] = Field((), description="CPU cores the server process (and every thread it starts) "
+                                  "may run on (os.sched_setaffinity; ignored where the OS lacks it); () = any")
     startup_timeout_s: float = Field(300.0, gt=0)
 
     @property
@@ -162,6 +167,8 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
             cmd += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
         if e.kv_capacity_tokens is not None:
             cmd += ["--num-gpu-blocks-override", str(math.ceil(e.kv_capacity_tokens / e.block_size))]
+        if spec.max_model_len is not None:
+            cmd += ["--max-model-len", str(spec.max_model_len)]
         if spec.served_model_name:
             cmd += ["--served-model-name", spec.served_model_name]
     elif b == "torch":
@@ -178,6 +185,8 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
                "--max_batch_size", str(e.max_num_seqs), "--max_num_tokens", str(e.token_budget)]
         if spec.kv_free_fraction is not None:
             cmd += ["--kv_cache_free_gpu_memory_fraction", _num(spec.kv_free_fraction)]
+        if spec.max_model_len is not None:
+            cmd += ["--max_seq_len", str(spec.max_model_len)]
         if e.scheduler in CHUNKED:
             cmd.append("--enable_chunked_prefill")
         cmd += ["--config", str(Path(config_dir) / trtllm_config_name(spec))]
@@ -230,6 +239,14 @@ class ServerStartError(RuntimeError):
     """The server exited or did not become healthy in time; the message ends with its log tail."""
 
 
+def _pinning(cpus: tuple[int, ...]) -> Callable[[], None] | None:
+    """A pre-exec hook that pins the child to ``cpus`` (None when there is nothing to pin or the OS
+    has no ``sched_setaffinity``): set before exec, so every thread the server starts inherits it."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return None
+    return lambda: os.sched_setaffinity(0, set(cpus))
+
+
 class ServerProcess:
     """One server: its command (and config files) written next to its log ``<log_dir>/<name>.log``."""
 
@@ -246,7 +263,7 @@ class ServerProcess:
         env = server_env(self.spec)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True, preexec_fn=_pinning(self.spec.cpus))
         log.close()
         return self
 

@@ -23,3 +23,19 @@ def test_small_sweep(tmp_path) -> None:
     assert (merged["cost_gb_s"].dropna() >= merged.loc[merged["cost_gb_s"].notna(), "cost_gb_s_opt"] - 1e-9).all()
     md = (ctx.run_dir / "summary.md").read_text()
     assert "GPU memory" in md and "| chat" in md
+
+
+def test_the_figure_draws_every_point_at_its_value(tmp_path, monkeypatch) -> None:
+    """Identical curves are not moved apart (issue 27 item 5): each line's y data are its costs;
+    ties show as rings of different sizes."""
+    import matplotlib.figure
+
+    seen = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: seen.append(fig))
+    slo = [3.0, 2.0, 1.0]
+    df = pd.DataFrame({"task": "chat", "sharing": "memory", "selector": ["milp"] * 3 + ["flowmaker"] * 3,
+                       "latency_slo_s": slo * 2, "cost_gb_s": [20.0, 20.0, 21.0] * 2})
+    cost_vs_slo.plot(df, tmp_path / "f.png")
+    lines = [ln for ln in seen[0].axes[0].get_lines() if len(ln.get_ydata())]
+    assert [list(ln.get_ydata()) for ln in lines] == [[20.0, 20.0, 21.0]] * 2
+    assert lines[0].get_markersize() != lines[1].get_markersize()

@@ -1,5 +1,6 @@
-"""Issue 23 item 2: the real-serving figures recorded in configs/calibration/real_serving.yaml are
-what the shared data and the simulator give (experiments/kinds/fidelity.py)."""
+"""Issue 23 item 2: the real-serving figures recorded in configs/calibration/real_serving.yaml (the
+errors before the serving fit) are what the shared data and the simulator on vidur's constants
+alone give (experiments/kinds/fidelity.py, ``legacy_row``)."""
 from __future__ import annotations
 
 import pytest
@@ -27,8 +28,8 @@ def test_one_llmd_point_is_re_derived_from_the_log_and_the_simulator():
     path = fidelity.real_serving_dir() / fidelity.LLMD["llmd-a100"][0] / "LMBench_sharegpt_output_0.5.csv"
     if not path.exists():
         pytest.skip("the real-serving data is not in the shared data")
-    row = fidelity.llmd_point("llmd-a100", path)
+    row = fidelity.legacy_row("llmd-a100", path)
     rec = next(r for r in _recorded()["llmd"] if r["source"] == "llmd-a100" and r["load"] == "qps 0.5")
     assert row["ttft_meas"] == rec["ttft_meas"] and row["tpot_meas"] == rec["tpot_meas"]
-    for m in ("ttft", "tpot", "e2e"):        # the simulator as of the recording (re-record after a change)
+    for m in ("ttft", "tpot", "e2e"):        # the `before` model as recorded (re-record after a change)
         assert row[f"{m}_sim"] == pytest.approx(rec[f"{m}_sim"], rel=0.02)

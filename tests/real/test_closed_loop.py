@@ -6,11 +6,12 @@ one run's wall-clock noise alone reaches tens of percent, so this test asks for 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
-from harness.closedloop import run_loop, workload
+from harness.closedloop import run_loop, summary_md, workload
 from harness.closedloop_model import LoopConfig, ServedStep, Shape, StageSize, call_service_s
 
 
@@ -42,16 +43,26 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
     cfg = LoopConfig(shape=Shape(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=512),
                      stages=(StageSize(prompt_tokens=96, output_tokens=12), StageSize(prompt_tokens=48, output_tokens=8)),
-                     requests=8, loads=(0.3,), profile_prompts=(16, 64, 128, 256), profile_output=16,
+                     requests=8, loads=(0.3,), repeats=2, block_requests=4, pin_cores=True,
+                     profile_prompts=(16, 64, 128, 256), profile_output=16,
                      profile_repeats=3, probes=((40, 10), (120, 10), (80, 16)), base_port=free_port(),
                      startup_timeout_s=180, timeout_s=120)
     res = run_loop(cfg, tmp_path, log=lambda m: None)
     assert json.loads((tmp_path / "closed_loop.json").read_text())["loads"][0]["load"] == 0.3
-    (ld,) = res["loads"]
-    sim, live = ld["simulated"], ld["measured"]
-    assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
-    for m in ("tpot_mean_s", "e2e_mean_s", "ttft_mean_s"):
-        assert 1 / 2.5 < sim[m] / live[m] < 2.5, (m, sim[m], live[m])
+    assert [ld["repeat"] for ld in res["loads"]] == [0, 1]
+    for ld in res["loads"]:
+        sim, live = ld["simulated"], ld["measured"]
+        assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
+        assert [b["block"] for b in ld["blocks"]] == [0, 1] and all(b["requests"] == 4 for b in ld["blocks"])
+        for m in ("tpot_mean_s", "e2e_mean_s", "ttft_mean_s"):
+            assert 1 / 2.5 < sim[m] / live[m] < 2.5, (m, sim[m], live[m])
+    calls = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    for src in ("simulated", "measured"):   # 2 repeats x 8 requests x 2 stages, each with its queue wait
+        mine = [c for c in calls if c["source"] == src]
+        assert len(mine) == 32 and all(c["queue_s"] >= -1e-9 and c["ttft_s"] > 0 for c in mine)
+    if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1:
+        assert res["server_cpus"][0] != res["server_cpus"][1]
+    assert "every repeat within" in summary_md(res)
     # the fit is measured on this (shared, noisy) machine: it must land near the measured table,
     # not necessarily beat the uncalibrated guess in every run (one CI run: 15.0% -> 16.3% under load)
     assert 0 <= res["calibration"]["tpot_s_mape_pct_after"] < 50, res["calibration"]

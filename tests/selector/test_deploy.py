@@ -69,3 +69,28 @@ def test_apply_refuses_an_existing_instance_id() -> None:
                 plan.deployment.apply(cluster)
             return
     pytest.fail("no random problem deployed a new instance")
+
+
+def test_later_tasks_are_not_checked_against_earlier_tasks_instances() -> None:
+    """Section 8 as section 11 states it: every task is checked against the input cluster; the
+    second task does not list the first one's model, yet it is deployed (it cannot reuse that
+    instance), as the joint ``sequential`` greedy deploys it."""
+    from selector.joint import make_task_set
+    from solvers.joint_registry import get_joint_solver
+    from tests.solvers.test_joint import one_stage
+    cluster = Cluster.model_validate({"gpus": [{"id": i, "mem_gb": 48.0, "used_gb": 0.0} for i in range(2)]})
+    tasks = [one_stage("a", 1, 20.0), one_stage("b", 1, 20.0)]
+    plans, final = deploy_sequence(tasks, cluster, get_solver("exhaustive"))
+    assert [p.status for p in plans] == ["optimal", "optimal"]
+    assert [i.model for i in final.instances] == ["a-m", "b-m"]
+    joint = get_joint_solver("sequential").select(make_task_set(cluster, tasks))
+    assert joint.cluster == final
+
+
+def test_sequence_checks_every_task_before_solving_any() -> None:
+    from tests.solvers.test_joint import one_stage
+    cluster = Cluster.model_validate({"gpus": [{"id": 0, "mem_gb": 48.0, "used_gb": 0.0}]})
+    bad = one_stage("b", 1, 20.0)
+    bad["perf"][0]["model"] = "nope"
+    with pytest.raises(ProblemError, match="perf"):
+        deploy_sequence([one_stage("a", 1, 20.0), bad], cluster, get_solver("exhaustive"))

@@ -127,5 +127,52 @@ def test_time_limit_is_checked() -> None:
 
 
 def test_registry_fails_loudly() -> None:
-    with pytest.raises(KeyError, match="known: sequential, exhaustive, milp"):
+    with pytest.raises(KeyError, match="known: sequential, exhaustive, milp, local"):
         get_joint_solver("mlip")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=8, deadline=None)
+def test_task_cost_bounds_hold_at_the_optimum(seed: int, mode: tuple[str, str]) -> None:
+    """The milp's gap bound (solvers/_joint_bound.py): each served task of the joint optimum
+    costs at least its task bound, and the total at least the sum of the smallest bounds."""
+    from solvers._joint_bound import served_bound
+    from solvers._joint_data import prepare_joint
+    from solvers._joint_model import JointModel
+    ts = random_task_set(seed, sharing=mode[0], objective=mode[1])
+    best = get_joint_solver("exhaustive").select(ts)          # equal to the brute force (tests above)
+    lb = JointModel(prepare_joint(ts), workers=1, seed=0).task_lb
+    for k, plan in enumerate(best.plans):
+        if plan.solved:
+            cost = plan.cost_gb_s if mode[1] == "gb_s" else plan.usd_per_hour
+            assert cost >= lb[k] - 1e-9 * max(1.0, cost), (k, cost, lb[k])
+    assert best.total_cost >= served_bound(lb, best.served) - 1e-9 * max(1.0, best.total_cost)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=6, deadline=None)
+def test_local_search_lies_between_greedy_and_optimum(seed: int, mode: tuple[str, str]) -> None:
+    """``local`` (a heuristic from the greedy answer): never worse than ``sequential``, never better
+    than the exact optimum, and never claims a proof while it serves a task."""
+    ts = random_task_set(seed, sharing=mode[0], objective=mode[1])
+    local = get_joint_solver("local").select(ts)
+    greedy = get_joint_solver("sequential").select(ts)
+    best = get_joint_solver("exhaustive").select(ts)
+    tol = 1e-9 * max(1.0, greedy.total_cost)
+    assert (local.served, -local.total_cost) >= (greedy.served, -greedy.total_cost - tol)
+    assert (local.served, -local.total_cost) <= (best.served, -best.total_cost + tol)
+    assert local.status == ("feasible" if local.served else local.status)
+
+
+@pytest.mark.parametrize("case", ["joint-greedy-skips", "joint-same-tasks-for-less"])
+def test_local_search_finds_the_worked_examples_optimum(case: str) -> None:
+    """Both worked examples are one move from the greedy answer: ``local`` makes it."""
+    from selector.joint import load_task_set
+    from tests.solvers.test_joint_examples import EXAMPLES
+    ts = load_task_set(EXAMPLES / f"{case}.yaml")
+    local = get_joint_solver("local").select(ts)
+    best = get_joint_solver("exhaustive").select(ts)
+    assert local.status == "feasible" and local.extra["moves"] >= 1
+    assert local.served == best.served and abs(local.total_cost - best.total_cost) <= 1e-9 * max(1.0, best.total_cost)
