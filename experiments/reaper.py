@@ -60,10 +60,12 @@ def watch(root: int) -> None:
 
 def start_reaper() -> subprocess.Popen | None:
     """A reaper for this process (None where there is no /proc to watch)."""
+    from profiler.catalog import repo_root   # here: the reaper process itself stays light
+
     if not Path(f"/proc/{os.getpid()}/stat").exists():
         return None
     return subprocess.Popen([sys.executable, "-m", "experiments.reaper", str(os.getpid())],
-                            cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL,
+                            cwd=repo_root(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -145,13 +145,6 @@ class Workload:
         return len(self.arrival_s)
 
 
-class _NoSlowdown(Colocation):
-    """Colocation off: instances sharing a GPU do not slow each other (GPU busy time is still kept)."""
-
-    def factor(self, gpus: Sequence[GpuSlot]) -> float:
-        return 1.0
-
-
 class _Req:
     __slots__ = ("i", "task", "stage", "left", "acc_ok", "diff", "ps", "os")
 
@@ -183,7 +176,7 @@ class ClusterSim:
         self._busy_until_s = busy_until_s
         self._track_busy = track_busy and share_gpus
         self._share = share_gpus
-        self._colo = Colocation() if colocation else _NoSlowdown()
+        self._colo = Colocation() if colocation else None   # off: GPU busy time is still kept
         self._gpu, self._step = gpu, step_override
         self.instances: dict[str, LLMCore] = {}
         for spec in instances:

@@ -111,12 +111,52 @@ def bench_pgvector(repeats: int, index_rows: Sequence[int] = (32, 256, 1024)) ->
     return {"ingestion_ms_by_rows": ins, "searching_ms_by_index_rows_and_queries": search}
 
 
+def bench_paired(repeats: int, batches: Sequence[int], tokens: Sequence[int], query_tokens: int = 24) -> dict:
+    """The MiniLM cross-encoder and the MiniLM embedder on the same compute, timed alternately per
+    point (each the fastest of ``repeats``), so both see the same machine load: a cross-encoder
+    forward over N (query, candidate) pairs of t tokens against an embedding of N texts of t tokens.
+    Their ratio is what the cross-encoder table (``cross-encoder-minilm_cpu.yaml``) is checked with."""
+    from orchestrator.engines.real.embedding import EmbeddingReranker, SentenceEmbeddingEngine, build_minilm_cross_encoder
+    ce = EmbeddingReranker(name="ce", cross_encoder_dir=build_minilm_cross_encoder(
+        os.path.join(tempfile.gettempdir(), "flowmaker_minilm_cross_encoder")))
+    emb = SentenceEmbeddingEngine(name="minilm", max_batch=max(batches))
+    ce.warm()
+    emb.warm()
+    out: dict[str, Any] = {"batch_sizes": list(batches), "pair_tokens": [t + query_tokens for t in tokens],
+                           "embedding_ms": [], "cross_encoder_ms": [], "ratio": [], "load_1min": []}
+    for t in tokens:
+        e_row, c_row, r_row, l_row = [], [], [], []
+        for b in batches:
+            e = _timed(emb, [Invocation("e", Kind.EMBEDDING, {"texts": [text(i, t + query_tokens) for i in range(b)]},
+                                        n_items=b)])
+            c = _timed(ce, [Invocation("r", Kind.RERANKING, {"query": text(99, query_tokens),
+                                                             "candidates": [[text(i, t) for i in range(b)]]},
+                                       {"top_n": 3}, n_items=b)])
+            e(), c()                                     # warm-up
+            es, cs = [], []
+            for _ in range(repeats):                     # alternately: the same load for both
+                es.append(e())
+                cs.append(c())
+            e_row.append(round(1e3 * min(es), 2))
+            c_row.append(round(1e3 * min(cs), 2))
+            r_row.append(round(min(cs) / min(es), 3))
+            l_row.append(round(os.getloadavg()[0], 2))
+        for k, row in zip(("embedding_ms", "cross_encoder_ms", "ratio", "load_1min"), (e_row, c_row, r_row, l_row)):
+            out[k].append(row)
+    ce.close()
+    emb.close()
+    return out
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     threads: int = Field(default=1, ge=1)                                 # torch intra-op threads
     repeats: int = Field(default=5, ge=1)                                 # timed runs per size; the fastest counts
     # default all but cross-encoder (the MiniLM cross-encoder reranker of the real runs)
-    only: list[Literal["embedding", "reranker", "cross-encoder", "pgvector"]] | None = None
+    only: list[Literal["embedding", "reranker", "cross-encoder", "pgvector", "paired"]] | None = None
+    # `paired`: the cross-encoder and the embedder timed alternately on these sizes (same load)
+    paired_batches: list[int] = Field(default_factory=lambda: [1, 4, 16], min_length=1)
+    paired_tokens: list[int] = Field(default_factory=lambda: [32, 128], min_length=1)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -125,12 +165,15 @@ def run(params: Params, ctx: RunContext) -> None:
     torch.set_num_threads(params.threads)
     which = params.only or ["embedding", "reranker", "pgvector"]
     out: dict[str, Any] = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                                      f"torch threads {params.threads}", "repeats": params.repeats}
+                                      f"torch threads {params.threads}", "repeats": params.repeats,
+                           "load_before": " / ".join(f"{x:.2f}" for x in os.getloadavg())}
     fns = {"embedding": bench_embedding, "reranker": bench_reranker, "pgvector": bench_pgvector,
-           "cross-encoder": lambda r: bench_reranker(r, cross_encoder=True)}
+           "cross-encoder": lambda r: bench_reranker(r, cross_encoder=True),
+           "paired": lambda r: bench_paired(r, params.paired_batches, params.paired_tokens)}
     for w in which:
         out[w] = fns[w](params.repeats)
         print(yaml.safe_dump({w: out[w]}, sort_keys=False, default_flow_style=None), flush=True)
+    out["load_after"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     text = yaml.safe_dump(out, sort_keys=False, default_flow_style=None)
     atomic_write_text(ctx.run_dir / "profiles.yaml", text)
     atomic_write_text(ctx.run_dir / "summary.md", f"# Non-LLM engines on this CPU (bench_nonllm)\n\n```yaml\n{text}```\n")

@@ -1,26 +1,28 @@
-"""Beyond the paper (issue 19): re-selection when load shifts, with migration cost.
+"""Beyond the paper (issues 19, 25): re-selection when load shifts, with migration cost, judged on
+held-out days and seeds of a week.
 
-A compressed day (``harness.adaptive.diurnal``: the Azure 2023 traces' request sizes under a
-day-long rate curve) is replayed on the cluster simulator under four policies, each deploying the
-tasks in order on the same cluster:
+The Azure LLM inference traces of 2024 (a week: ``configs/profiles/azure2024_week.yaml``, one
+curve per trace; ``curves`` maps each task to one) give every task's rate over the week; request
+sizes come from the Azure 2023 traces. Every run deploys the tasks in order on the same cluster
+(the cluster file's GPUs repeated ``nodes`` times). The experiment runs in two stages of cells
+(``experiments.executor``), each an *arm* (``experiments.kinds._reselection_arms``):
 
-- ``static-peak``: the selector's plans for every task's rate at the busiest moment, all day;
-- ``static-mean``: its plans for the day's mean rates, all day;
-- ``adaptive``: the controller of ``harness.adaptive.controller`` re-runs the selector as the load
-  shifts (workflow, models, configs and reuse together) and migrates;
-- ``adaptive-fixed-workflow`` (Murakkab-like): the same controller, the selector restricted to the
-  developer's workflow (``solvers.baselines.common.developer_workflow`` / ``only_workflow``), so
-  only models, configs and reuse move.
+1. **choices** (never on the reported seeds): the controller tuned on the ``tune`` days and
+   seeds (each candidate of ``controllers`` against static-peak there: the cheapest in GPU-seconds
+   held whose goodput is within ``goodput_tol`` of static-peak's); the right-sized static plan on
+   the ``report`` days with the ``rightsize_seeds`` (the smallest ``rightsize`` multiplier of the
+   peak plan whose goodput is within ``goodput_tol`` of static-peak's); and, seed-independent, on
+   the report days: ``static-peak``, ``static-peak-fixed-workflow`` and the hourly ``oracle``;
+2. **report** (the ``report`` days and seeds): ``adaptive`` (the tuned controller),
+   ``adaptive-fixed-workflow`` (the same controller, the selector restricted to the developer's
+   workflow: compared with ``static-peak-fixed-workflow``; both on the first report seed), ``static-right`` (the chosen
+   multiplier); on the first report seed the start-up sweep (``startup_sweep``: every instance
+   ready after that many profile seconds) and the GPU cap (``gpu_cap``); and the uncompressed
+   segment (``uncompressed``: compression 1, static-peak and adaptive).
 
-Cluster: the cluster file's GPUs repeated ``nodes`` times (ids renumbered), its sharing mode kept.
-Outputs (docs/reselection.md): ``results.parquet`` (one row per policy and seed), ``tasks.parquet``,
-``decisions.parquet`` (every re-selection), ``instances.parquet`` (every instance's start, ready,
-drain, release), ``memory.parquet`` (GB held at every change), ``hourly.parquet`` (per profile
-hour: requests, goodput, mean GB), ``memory.png``, ``migrations.png``, ``goodput.png`` and
-``summary.md``; with ``publish``, the summary, the figures and the small tables (:data:`PUBLISHED`)
-are copied to ``results/<experiment>/``. Each (policy, seed) cell is run by
-``experiments.executor`` (local processes or Ray), written atomically to ``cells/`` and skipped
-on a rerun with ``--run-id``.
+Outputs as before (docs/reselection.md): ``results``, ``tasks``, ``decisions``, ``instances``,
+``memory``, ``hourly`` parquet (a ``phase`` column), ``choices.json``, figures and ``summary.md``;
+``publish`` copies the summary, figures and the small tables to ``results/<experiment>/``.
 """
 from __future__ import annotations
 
@@ -28,27 +30,32 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
 
-import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
-from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
+from experiments.kinds._reselection_arms import Arm, arm_cell, oracle_cell
+from flowmaker.entry import UserError
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList
 
-POLICIES = ("static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow")
-Policy = Literal["static-peak", "static-mean", "adaptive", "adaptive-fixed-workflow"]
+#: the experiment's control loop, in profile seconds (divided by the compression in a run): tick
+#: every 4 min, rates over 48 min (short) and 72 min (long), 72 min after a migration before
+#: moving down, 24 min before moving up again, no headroom over the capacity rows
+WEEK_CONTROLLER = ControllerConfig(interval_s=240.0, window_s=2880.0, window_long_s=4320.0, headroom=1.0,
+                                   drift_down=0.15, up_gap_s=1440.0, cooldown_s=4320.0)
 
-#: the experiment's control loop, in simulated seconds of a day compressed 48x (one profile hour =
-#: 75 s): tick every 4 profile minutes, rates over 48 min (short) and 72 min (long), 1.2 h after a
-#: migration before moving down, no headroom over the capacity rows (docs/reselection.md)
-DAY_CONTROLLER = ControllerConfig(interval_s=5.0, window_s=60.0, window_long_s=90.0, headroom=1.0,
-                                  drift_down=0.15, up_gap_s=30.0, cooldown_s=90.0)
+
+class Segment(BaseModel):
+    """A part of the profile: ``hours`` from ``start_hour`` (wrapping), under ``seeds``."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    start_hour: float = Field(0.0, ge=0)
+    hours: float = Field(24.0, gt=0)
+    seeds: list[int] = Field(default=[0], min_length=1)
+    compression: float | None = Field(None, gt=0, description="default: the profile's")
 
 
 class Params(BaseModel):
@@ -57,27 +64,38 @@ class Params(BaseModel):
     cluster: str = Field("a6000x8-compute", description="configs/clusters/<name>.yaml")
     nodes: int = Field(8, ge=1, description="copies of the cluster file's GPUs")
     selector: str = Field("flowmaker", description="registry name of the selector every policy runs")
-    policies: list[Policy] = Field(default=list(POLICIES), min_length=1)
-    trace: Literal["code", "conv"] = Field("conv", description="Azure 2023 trace whose request sizes are drawn")
-    profile: DiurnalProfile = Field(default=DiurnalProfile(peak_x=6.0, compression=48.0))
-    controller: ControllerConfig = Field(default=DAY_CONTROLLER)
-    seeds: list[int] | None = Field(None, min_length=1, description="workload seeds (default: the run's seed)")
+    trace: str = Field("conv", pattern="^(code|conv)$", description="Azure 2023 trace whose request sizes are drawn")
+    profile: DiurnalProfile = Field(default=DiurnalProfile(peak_x=6.0, compression=96.0))
+    curves: dict[str, str] = Field(default_factory=dict, description="task -> week curve (configs/profiles)")
+    report: Segment = Field(default=Segment())
+    tune: Segment | None = Field(None, description="days and seeds the controller is tuned on")
+    controllers: dict[str, ControllerConfig] = Field(default={"default": WEEK_CONTROLLER}, min_length=1,
+                                                     description="candidates, times in profile seconds")
+    rightsize: list[float] = Field(default=[], description="static multipliers of the peak plan tried")
+    rightsize_seeds: list[int] = Field(default=[], description="seeds the right-sized static plan is chosen on")
+    goodput_tol: float = Field(0.01, ge=0, lt=1, description="relative goodput loss allowed against static-peak")
+    startup_fixed_s: float = Field(30.0, ge=0, description="start-up besides weights (profile s)")
+    load_gb_per_s: float = Field(0.5, gt=0, description="weights loaded per profile second")
+    startup_sweep: list[float] = Field(default=[], description="uniform start-ups (profile s) run on the first seed")
+    gpu_cap: int | None = Field(None, ge=1, description="adaptive run on the first seed with this many GPUs")
+    uncompressed: Segment | None = Field(None, description="a segment run at compression 1")
+    fixed_workflow: bool = Field(True, description="run the fixed-workflow pair (on the first report seed)")
+    seeds_overlap_ok: bool = Field(False, description="allow tuning and right-size seeds among the reported")
     price_per_gb_s: float = Field(1e-6, ge=0, description="USD per GB-second of reserved memory")
     data_dir: str | None = Field(None, description="shared data folder (Azure traces)")
-    scheduler: Literal["vllm-v1", "vllm", "padded", "sarathi"] = "vllm"
+    scheduler: str = Field("vllm", pattern="^(vllm-v1|vllm|padded|sarathi)$")
     publish: bool = Field(False, description="copy the summary, figures and small tables to results/<experiment>/")
 
-
-class DeveloperWorkflow:
-    """A selector restricted to the developer's workflow (Murakkab keeps the workflow fixed)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.name = inner, f"{inner.name}-fixed-workflow"
-
-    def select(self, problem, *, time_limit_s: float = 60.0):
-        from solvers.baselines.common import developer_workflow, only_workflow
-        wf = problem.workflows[developer_workflow(problem)].name
-        return self.inner.select(only_workflow(problem, wf), time_limit_s=time_limit_s)
+    @model_validator(mode="after")
+    def _held_out(self) -> Params:
+        unknown = set(self.curves) - set(self.tasks)
+        if unknown:
+            raise ValueError(f"curves: tasks not in the experiment: {sorted(unknown)}")
+        rep = set(self.report.seeds)
+        used = set(self.rightsize_seeds) | (set(self.tune.seeds) if self.tune else set())
+        if rep & used and not self.seeds_overlap_ok:
+            raise ValueError(f"tuning / right-size seeds {sorted(rep & used)} are among the reported seeds")
+        return self
 
 
 def setup(params: Params):
@@ -101,116 +119,141 @@ def setup(params: Params):
     return problems, tokens, cluster, gpu
 
 
-def run_policy(policy: str, params: Params, problems, tokens, cluster, gpu: str, workload):
-    """One day under ``policy`` (module docstring); returns ``harness.adaptive.sim.DayResult``."""
-    from harness.adaptive.controller import TaskModel
-    from harness.adaptive.sim import simulate_day
-    from profiler.engine import EngineConfig
-    from solvers.registry import get_solver
-    try:
-        selector = get_solver(params.selector)
-    except (KeyError, TypeError) as exc:
-        raise UserError(f"field 'params.selector': {exc}") from None
-    prof, cfg = params.profile, params.controller
-    base = [p.task.arrival_rate_rps for p in problems]
-    if policy == "static-peak":
-        rates, cfg = [prof.peak_x * r * prof.peak_multiplier() for r in base], cfg.model_copy(update={"adaptive": False})
-    elif policy == "static-mean":
-        rates, cfg = [prof.peak_x * r * prof.mean_multiplier() for r in base], cfg.model_copy(update={"adaptive": False})
-    else:
-        rates = [r * cfg.headroom for r in prof.rates_at(base, 0.0)]
-        cfg = cfg.model_copy(update={"adaptive": True})
-        if policy == "adaptive-fixed-workflow":
-            selector = DeveloperWorkflow(selector)
-    tasks = [TaskModel(p, t) for p, t in zip(problems, tokens)]
-    return simulate_day(tasks, cluster, selector, workload, gpu=gpu, initial_rates=rates, end_s=prof.duration_s,
-                        config=cfg, engine=EngineConfig(scheduler=params.scheduler),
-                        price_per_gb_s=params.price_per_gb_s)
+def segment_profile(params: Params, seg: Segment, compression: float | None = None) -> DiurnalProfile:
+    return DiurnalProfile(**{**params.profile.model_dump(), "start_hour": seg.start_hour, "hours": seg.hours,
+                             "compression": compression or seg.compression or params.profile.compression})
 
 
-def _cell(policy: str, seed: int, params: Params, res, wl) -> dict[str, pd.DataFrame]:
-    """The cell's tables (one row for results; long tables for the rest)."""
-    prof = params.profile
-    hours = prof.hours
-    n_tasks = len(params.tasks)
-    s = res.summary
-    row = {"policy": policy, "seed": seed, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))},
-           "migrations_per_task_hour": s["migrations"] / (n_tasks * hours),
-           "day_s": prof.duration_s, "profile_hours": hours, "compression": prof.compression}
-    key = {"policy": policy, "seed": seed}
-    hb = np.minimum((wl.arrival_s // prof.hour_s).astype(int), int(np.ceil(hours)) - 1)
-    steps = np.array(res.gb_steps)
-    hourly = []
-    for h in range(int(np.ceil(hours))):
-        m = hb == h
-        a, b = h * prof.hour_s, min((h + 1) * prof.hour_s, prof.duration_s)
-        hourly.append({**key, "hour": prof.start_hour + h, "requests": int(m.sum()),
-                       "goodput": float(res.good[m].mean()) if m.any() else None, "gb_mean": _mean_gb(steps, a, b),
-                       "rate_x": float(prof.multiplier((a + b) / 2))})
-    tasks = [{**key, **t} for t in res.per_task]
-    decisions = [{**key, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in d.items()}}
-                 for d in res.decisions]
-    return {"results": pd.DataFrame([row]), "tasks": pd.DataFrame(tasks), "decisions": pd.DataFrame(decisions),
-            "instances": pd.DataFrame([{**key, **r} for r in res.instances]),
-            "memory": pd.DataFrame([{**key, "t_s": t, "gb": g} for t, g in res.gb_steps]),
-            "hourly": pd.DataFrame(hourly)}
+def _arm(params: Params, phase: str, policy: str, seg: Segment, seed: int, ctl: ControllerConfig, *,
+         adaptive: bool, compression: float | None = None, **kw) -> Arm:
+    return Arm(phase=phase, policy=policy, adaptive=adaptive, profile=segment_profile(params, seg, compression),
+               controller=ctl, seed=seed, **{"startup_fixed_s": params.startup_fixed_s,
+                                              "load_gb_per_s": params.load_gb_per_s, **kw})
 
 
-def _mean_gb(steps: np.ndarray, a: float, b: float) -> float:
-    """Time-average of the step function ``steps`` ((t, GB) rows) over ``[a, b)``."""
-    ts, gs = steps[:, 0], steps[:, 1]
-    edges = np.clip(np.concatenate([ts, [np.inf]]), a, b)
-    return float((gs * np.diff(edges)).sum() / (b - a)) if b > a else 0.0
+def choice_arms(params: Params) -> list[Arm]:
+    """Stage 1 (module docstring)."""
+    first = next(iter(params.controllers.values()))
+    arms = []
+    if params.tune is not None and len(params.controllers) > 1:
+        for s in params.tune.seeds:
+            arms.append(_arm(params, "tune", "static-peak", params.tune, s, first, adaptive=False))
+            arms += [_arm(params, "tune", f"adaptive-{n}", params.tune, s, c, adaptive=True)
+                     for n, c in params.controllers.items()]
+    for s in params.rightsize_seeds:
+        arms.append(_arm(params, "rightsize", "static-peak", params.report, s, first, adaptive=False))
+        arms += [_arm(params, "rightsize", f"static-x{m:g}", params.report, s, first, adaptive=False, rate_x=m)
+                 for m in params.rightsize]
+    for s in params.report.seeds:
+        arms.append(_arm(params, "report", "static-peak", params.report, s, first, adaptive=False))
+        if params.fixed_workflow and s == params.report.seeds[0]:
+            arms.append(_arm(params, "report", "static-peak-fixed-workflow", params.report, s, first,
+                             adaptive=False, fixed_workflow=True))
+    if params.uncompressed is not None:
+        arms += [_arm(params, "uncompressed", "static-peak", params.uncompressed, s, first, adaptive=False,
+                      compression=1.0) for s in params.uncompressed.seeds]
+    return arms
+
+
+def choose(frames: pd.DataFrame, params: Params) -> dict:
+    """The tuned controller and the right-sized multiplier from stage 1's results."""
+    tol = params.goodput_tol
+    out: dict = {"controller": next(iter(params.controllers)), "rate_x": 1.0, "tune": [], "rightsize": []}
+    t = frames[frames.phase == "tune"].groupby("policy").agg(goodput=("goodput", "mean"), gpu_s=("gpu_s_held", "mean"))
+    if len(t):
+        ref = t.goodput.get("static-peak", 1.0)
+        cands = t[t.index.str.startswith("adaptive-")]
+        ok = cands[cands.goodput >= ref * (1 - tol)]
+        best = ok.gpu_s.idxmin() if len(ok) else cands.goodput.idxmax()
+        out["controller"] = best.removeprefix("adaptive-")
+        out["tune"] = [{"policy": p, **r} for p, r in t.to_dict("index").items()]
+    r = frames[frames.phase == "rightsize"].groupby("policy").agg(goodput=("goodput", "mean"),
+                                                                  gpu_s=("gpu_s_held", "mean"))
+    if len(r):
+        ref = r.goodput.get("static-peak", 1.0)
+        ok = [m for m in sorted(params.rightsize) if r.goodput.get(f"static-x{m:g}", -1.0) >= ref * (1 - tol)]
+        out["rate_x"] = ok[0] if ok else 1.0
+        out["rightsize"] = [{"policy": p, **v} for p, v in r.to_dict("index").items()]
+    return out
+
+
+def report_arms(params: Params, choice: dict) -> list[Arm]:
+    """Stage 2 (module docstring)."""
+    ctl = params.controllers[choice["controller"]]
+    seg, first = params.report, params.report.seeds[0]
+    arms = []
+    for s in seg.seeds:
+        arms.append(_arm(params, "report", "adaptive", seg, s, ctl, adaptive=True))
+        if params.fixed_workflow and s == first:
+            arms.append(_arm(params, "report", "adaptive-fixed-workflow", seg, s, ctl, adaptive=True,
+                             fixed_workflow=True))
+        if choice["rate_x"] < 1.0:
+            arms.append(_arm(params, "report", "static-right", seg, s, ctl, adaptive=False, rate_x=choice["rate_x"]))
+    arms += [_arm(params, "sweep", f"adaptive-startup-{x:g}s", seg, first, ctl, adaptive=True, startup_fixed_s=x,
+                  load_gb_per_s=1e9) for x in params.startup_sweep]
+    if params.gpu_cap is not None:
+        arms.append(_arm(params, "cap", f"adaptive-cap-{params.gpu_cap}", seg, first, ctl, adaptive=True,
+                         gpu_cap=params.gpu_cap))
+    if params.uncompressed is not None:
+        arms += [_arm(params, "uncompressed", "adaptive", params.uncompressed, s, ctl, adaptive=True,
+                      compression=1.0) for s in params.uncompressed.seeds]
+    return arms
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The cells' rows in one table; a column empty in one cell (e.g. no release time in a static
-    day) takes its type from the cells that fill it."""
+    """The cells' rows in one table; a column empty in one cell takes its type from the others."""
     cols = list(dict.fromkeys(c for f in frames for c in f.columns))
     full = [f.dropna(axis=1, how="all") for f in frames if len(f)]
     return pd.concat(full, ignore_index=True).reindex(columns=cols) if full else pd.DataFrame(columns=cols)
 
 
 TABLES = ("results", "tasks", "decisions", "instances", "memory", "hourly")
-#: what ``publish`` copies beside the run folders (a few tens of kB)
-PUBLISHED = ("summary.md", "memory.png", "migrations.png", "goodput.png", "results.parquet", "tasks.parquet",
-             "hourly.parquet", "memory.parquet", "decisions.parquet")
+#: what ``publish`` copies beside the run folders (a few hundred kB)
+PUBLISHED = ("summary.md", "choices.json", "memory.png", "migrations.png", "goodput.png", "results.parquet",
+             "tasks.parquet", "hourly.parquet", "memory.parquet", "decisions.parquet")
 
 
-def policy_cell(policy: str, seed: int, params: Params, problems, tokens, cluster, gpu: str, trace,
-                source: str) -> dict[str, pd.DataFrame]:
-    """One (policy, seed) cell: the seed's day of requests replayed under ``policy``; its tables."""
-    from harness.adaptive.diurnal import diurnal_workload
-    wl = diurnal_workload(trace, [p.task.arrival_rate_rps for p in problems], params.profile, seed=seed)
-    t0 = time.perf_counter()
-    res = run_policy(policy, params, problems, tokens, cluster, gpu, wl)
-    cell = _cell(policy, seed, params, res, wl)
-    cell["results"]["trace_source"] = source
-    cell["results"]["cell_wall_s"] = time.perf_counter() - t0
-    return cell
-
-
-def _report(cell, tables: dict[str, pd.DataFrame]) -> None:
+def _report(cell, tables) -> None:
     r = tables["results"].iloc[0]
-    print(f"{r.policy} seed {r.seed}: goodput {r.goodput:.4f}, cost {r.reserved_gb_s:.4g} GB*s, "
-          f"migrations {int(r.migrations)}, {r.wall_s:.1f} s", flush=True)
+    print(f"{r.phase} {r.policy} seed {r.seed}: goodput {r.goodput:.4f}, {r.gpu_s_held:.4g} GPU-s held, "
+          f"{r.reserved_gb_s:.4g} GB*s, wall {r.wall_s:.1f} s", flush=True)
 
 
 def run(params: Params, ctx: RunContext) -> None:
-    from harness.workload import azure_or_synthetic
     from experiments.kinds._reselection_report import plots, summary_md
+    from experiments.executor import is_done
+    from harness.workload import azure_or_synthetic
+    t0 = time.perf_counter()
     problems, tokens, cluster, gpu = setup(params)
     trace, source = azure_or_synthetic(params.trace, data_dir=params.data_dir, seed=ctx.seed)
     source = Path(source).name if Path(source).is_file() else source
-    cells = [Cell(f"{policy}__{seed}", policy_cell, (policy, seed, params, problems, tokens, cluster, gpu, trace,
-                                                       source), tables=TABLES)
-             for seed in params.seeds or [ctx.seed] for policy in params.policies]
-    results = run_cells(ctx, cells, desc="reselection", on_done=_report if ctx.progress else None)
-    frames = {t: _concat([r[t] for r in results]) for t in TABLES}
+    common = (params, problems, tokens, cluster, gpu)
+    on_done = _report if ctx.progress else None
+
+    def cells(arms: list[Arm]) -> list[Cell]:
+        return [Cell(a.name, arm_cell, (a, *common, trace, source), tables=TABLES, label=a.policy) for a in arms]
+
+    oracle = _arm(params, "report", "oracle-hourly", params.report, params.report.seeds[0],
+                  next(iter(params.controllers.values())), adaptive=True)
+    stage1 = [Cell(oracle.name, oracle_cell, (oracle, *common), tables=("results", "hourly"), label="oracle"),
+              *cells(choice_arms(params))]
+    skipped = sum(is_done(ctx, c) for c in stage1)
+    res1 = run_cells(ctx, stage1, desc="reselection: choices", on_done=on_done)
+    choice = choose(_concat([r["results"] for r in res1]), params)
+    atomic_write_text(ctx.run_dir / "choices.json", json.dumps(choice, indent=1))
+    stage2 = cells(report_arms(params, choice))
+    skipped += sum(is_done(ctx, c) for c in stage2)
+    res2 = run_cells(ctx, stage2, desc="reselection: report", on_done=on_done)
+    frames = {t: _concat([r[t] for r in res1 + res2 if t in r]) for t in TABLES}
     for t, df in frames.items():
         atomic_write_parquet(ctx.run_dir / f"{t}.parquet", df)
     plots(frames, params, ctx.run_dir)
-    atomic_write_text(ctx.run_dir / "summary.md", summary_md(frames, params, source))
+    n = len(stage1) + len(stage2)
+    wall = (f"Wall time of this invocation: {time.perf_counter() - t0:.0f} s for {n} cells"
+            + (f", {skipped} of them finished by an earlier invocation (resumed: not the full run's time)."
+               if skipped else " (the full run)."))
+    atomic_write_text(ctx.run_dir / "summary.md", summary_md(frames, params, source, choice, wall,
+                                                                  len(cluster.gpus)))
     if params.publish:
         for name in PUBLISHED:
             if (ctx.run_dir / name).exists():

@@ -17,6 +17,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
+from experiments.kinds import _teola_critical as critical
 from experiments.kinds import _teola_passes as by_pass
 from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
@@ -131,19 +132,46 @@ def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, 
     return f"{app_name}__{rate:g}rps__{scheme_name}__n{n}__s{seed}{tag}"
 
 
-def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
-               cap: dict[str, int] | None = None) -> pd.DataFrame:
-    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
+def _simulate(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
+              cap: dict[str, int] | None = None, traces: dict | None = None) -> tuple[list, list, dict]:
+    """One (app, rate, scheme, queries, seed, batch cap) simulation: its configs, results and engines."""
     app, scheme = _app(p, app_name), get_scheme(scheme_name)
     rng = np.random.default_rng([seed, abs(int(rate * 1000)), len(app_name)])
     cfgs = app.query_configs(n, rng)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
-    res = simulate(app.template(), cfgs, arrivals, _engines(app, scheme, p), scheme=scheme, seed=seed,
-                   dispatch_overhead_s=p.dispatch_overhead_s, max_batch=cap)
+    engines = _engines(app, scheme, p)
+    res = simulate(app.template(), cfgs, arrivals, engines, scheme=scheme, seed=seed,
+                   dispatch_overhead_s=p.dispatch_overhead_s, max_batch=cap, traces=traces)
+    return cfgs, res, engines
+
+
+def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
+               cap: dict[str, int] | None = None) -> pd.DataFrame:
+    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
+    cfgs, res, _ = _simulate(p, app_name, rate, scheme_name, n, seed, cap)
     return pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
                          "qid": [r.qid for r in res], "arrival_s": [r.arrival_s for r in res],
                          "latency_s": [r.latency_s for r in res], "n_primitives": [r.n_primitives for r in res],
                          "doc_tokens": [c.doc_tokens for c in cfgs]})
+
+
+def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int, at_rate: float) -> pd.DataFrame:
+    """The same simulation as a cell, its queries' critical paths (``_teola_critical``), filed under ``at_rate``."""
+    traces: dict = {}
+    _, _, engines = _simulate(p, app_name, rate, scheme_name, n, seed, traces=traces)
+    mb = {k: v[0].max_batch_size() for k, v in engines.items()}
+    return pd.DataFrame(critical.path_rows(traces, mb)).assign(
+        app=app_name, rate_rps=at_rate, scheme=scheme_name, setting="one_query" if n == 1 else "load")
+
+
+def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
+    """Critical paths of Teola and the best baseline where Teola is slower (seed 0): one query, and at the rate."""
+    rows = sp[(sp.speedup_mean < 1.0) & ~sp.saturated]
+    jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
+            for s in ("teola", best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
+    cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j)) for j in jobs]
+    return critical.parts(pd.concat(run_cells(ctx, cells, desc="critical paths"), ignore_index=True)) if cells \
+        else pd.DataFrame()
 
 
 def _decompose_reps(p: Params, app_name: str) -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -195,11 +223,13 @@ def run(params: Params, ctx: RunContext) -> None:
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
     dec = _decomposition(params, frames["decomposition"], summary) if len(frames["decomposition"]) else pd.DataFrame()
+    paths = _paths(params, ctx, sp)
     for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap),
-                     ("decomposition", dec)]:
+                     ("decomposition", dec), ("critical_paths", paths)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", df)
     report.plot(summary, ab, ctx.run_dir)
     md = report.markdown(sp, ab, cap, params) + ("\n".join(by_pass.markdown(dec)) + "\n" if len(dec) else "")
+    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s)) + "\n" if len(paths) else ""
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 

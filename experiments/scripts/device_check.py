@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+# a stand-alone script (PyTorch and the standard library only): the repository is not importable
+# until its root is on the path, so the root cannot come from profiler.catalog.repo_root
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 

@@ -28,17 +28,19 @@ what other tasks already put on reused instances deducted):
    memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-Each re-selection runs the selector twice: on the task's full problem, and (``rescale``) within
-the serving variant (its workflow, and per stage the models and configs it serves with), and
-takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least (the migration
-cost). Old instances of the same model and config are kept (``keep_matching``). A plan that
-routes to the same instances only updates the planned rate (outcome ``update``); one that starts
-or drains an instance is a **migration**. A task with a migration under way is not re-selected
-until its new version serves, and the gaps count from when a migration completes. Hysteresis:
-the capacity test (a plan is replaced when the load outgrows it, not when the estimate wobbles),
-the long window and the cooldown for moves down, the gap after every migration, the saving rule
-and the margin. Start-up of a new instance (the simulator's model): ``startup_fixed_s +
-weights_gb / load_gb_per_s`` (weights read from disk).
+**Back-off**: a move up (rules 1-2, or placing an unplaced task) that finds no plan, or an SLO
+move that finds only the serving plan, *blocks* the task at its ``r_s``: rules 1-2 wait until
+``|r_s - blocked| > drift_down * blocked`` (the load changed); moves down still apply.
+
+Each re-selection runs the selector on the task's full problem and (``rescale``) within the
+serving variant; a move down (and an adaptive first deployment) also once per bound of
+``shrink_tp`` (configs of at most that many GPUs per replica: memory x latency prefers large TP
+at any load); it takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least.
+Old instances of the same model and config are kept (``keep_matching``). A plan that routes to
+the same instances only updates the planned rate (outcome ``update``); one that starts or drains
+an instance is a **migration**; gaps count from when it completes. Start-up of a new instance
+(the simulator's model): ``startup_fixed_s + weights_gb / load_gb_per_s``. docs/reselection.md
+has the rules' rationale (hysteresis) and the parameters.
 """
 from __future__ import annotations
 
@@ -87,6 +89,8 @@ class ControllerConfig(BaseModel):
     keep_matching: bool = Field(True, description="keep an old instance of the same model and config")
     rescale: bool = Field(True, description="also re-select within the serving variant and take the plan "
                                             "whose memory over cooldown_s, start-up included, is least")
+    shrink_tp: tuple[int, ...] = Field((), description="moves down (and an adaptive first deployment) also "
+                                                       "re-select with at most this many GPUs per replica")
     drain_poll_s: float = Field(1.0, gt=0, description="how often draining instances are checked")
 
 
@@ -150,6 +154,7 @@ class Controller:
         self.last_move = {n: -math.inf for n in names}
         self.next_up = {n: -math.inf for n in names}
         self.next_down = {n: -math.inf for n in names}
+        self.blocked: dict[str, float] = {}          # task -> estimate at which moving up found nothing
         self.decisions: list[dict] = []
         self.select_s = 0.0
         self._models = [{m.name for m in t.problem.models} for t in tasks]
@@ -178,15 +183,18 @@ class Controller:
             r_l = self.backend.arrivals(k, now - wl, now) / wl
             cur = self.ledger.current.get(name)
             since = now - self.last_move[name]
+            blocked = name in self.blocked and abs(r_s - self.blocked[name]) <= c.drift_down * self.blocked[name] + TOL
+            if not blocked:
+                self.blocked.pop(name, None)
             if cur is None:
-                if now >= self.next_up[name]:
+                if now >= self.next_up[name] and not blocked:
                     self._reselect(k, max(r_s * c.headroom, c.min_rate_rps), r_s, "unplaced", now)
                 continue
             p = cur.rate_rps
             # misses are judged on requests the serving version took (not those of the plan it replaced)
             judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
                                                    tm.problem.task.latency_slo_s)
-            up_ok = since >= c.up_gap_s and now >= self.next_up[name]
+            up_ok = since >= c.up_gap_s and now >= self.next_up[name] and not blocked
             cap = self.rate_capacity(cur) * (1 + c.drift_up)
             # a Poisson count of mean cap * w / headroom has sd sqrt(that): noise alone rarely passes
             if r_s * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok:
@@ -288,11 +296,13 @@ class Controller:
         return self.cfg.startup_fixed_s + step_model(spec.model, spec.gpu_name(self.gpu), spec.tp, spec.pp).weights_gb / \
             self.cfg.load_gb_per_s
 
-    def problem(self, k: int, name: str, rate_rps: float, cluster: Cluster, *, variant: Version | None = None) -> Problem:
+    def problem(self, k: int, name: str, rate_rps: float, cluster: Cluster, *, variant: Version | None = None,
+                max_gpus: int | None = None) -> Problem:
         """Task ``k``'s problem renamed ``name`` at ``rate_rps`` on ``cluster`` (no re-validation:
         every part comes from validated objects); with ``variant``, only its workflow and, per
         stage, the models and configs it serves with (new replicas or reuse of any instance of
-        them): the serving variant re-scaled."""
+        them): the serving variant re-scaled; with ``max_gpus``, only configs of at most that
+        many GPUs per replica (``tp * pp``)."""
         p = self.tasks[k].problem
         update: dict[str, Any] = {"task": p.task.model_copy(update={"name": name, "arrival_rate_rps": rate_rps}),
                                   "cluster": cluster}
@@ -302,6 +312,8 @@ class Controller:
                     for s in map(self._spec, st.instance_ids)}
             update["workflows"] = tuple(w for w in p.workflows if w.name == wf)
             update["perf"] = tuple(r for r in p.perf if r.workflow == wf and (r.stage, r.model, r.tp, r.pp) in opts)
+        if max_gpus is not None:
+            update["perf"] = tuple(r for r in update.get("perf", p.perf) if r.tp * r.pp <= max_gpus)
         return p.model_copy(update=update)
 
     def sim_task(self, v: Version) -> SimTask:
@@ -321,11 +333,15 @@ class Controller:
         plans = [("reselect", self._select(self.problem(k, vname, target, view)))]
         if c.rescale and cur is not None:
             plans.append(("rescale", self._select(self.problem(k, vname, target, view, variant=cur))))
+        if c.adaptive and reason in ("down", "initial", "unplaced"):
+            plans += [(f"tp<={b}", self._select(self.problem(k, vname, target, view, max_gpus=b))) for b in c.shrink_tp]
         row["select_s"] = sum(dt for _, (_, dt) in plans)
         cands = [self._candidate(name, how, plan) for how, (plan, _) in plans if plan.deployment is not None]
         if not cands:
             self.next_up[name] = now + c.up_gap_s
             self.next_down[name] = now + c.cooldown_s
+            if reason in ("up", "slo", "unplaced"):
+                self.blocked[name] = est
             self.decisions.append({**row, "outcome": "infeasible", "why": plans[0][1][0].reason})
             return
         best = min(cands, key=lambda x: (x.score, x.how != "rescale"))
@@ -350,6 +366,8 @@ class Controller:
             self.last_move[name] = now
         elif reason == "down":
             self.next_down[name] = now + c.cooldown_s          # the plan is as small as it gets for now
+        elif reason == "slo":
+            self.blocked[name] = est                           # a bigger plan is not there: wait for the load
         self.decisions.append({**row, "outcome": outcome, "version": vname, "workflow": raw.workflow,
                                "started": ",".join(i.id for i in started), "draining": ",".join(h.spec.id for h in drained),
                                "kept": ",".join(v.kept), "started_gb": sum(i.mem_gb for i in started),

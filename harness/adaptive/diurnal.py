@@ -1,9 +1,10 @@
 """Day-long workloads: a rate curve over the hours of a day, compressed in time, with request sizes
 drawn from a trace (the Azure 2023 traces by default).
 
-The profile (:class:`DiurnalProfile`) gives one multiplier per hour of the day, in ``(0, 1]`` with
-the busiest hour at 1 (:data:`DEFAULT_HOURLY`, documented in docs/reselection.md), linear between
-hour midpoints and wrapping from 23:30 to 00:30. At profile hour ``h`` task ``k`` receives
+The profile (:class:`DiurnalProfile`) gives one multiplier per hour of the day (24 values) or of
+the week (168 values, Monday 00:00 first: :func:`load_week`, the Azure 2024 traces' week), in
+``(0, 1]`` with the busiest hour at 1 (:data:`DEFAULT_HOURLY`, documented in docs/reselection.md),
+linear between hour midpoints and wrapping from the last hour to the first. At profile hour ``h`` task ``k`` receives
 
     rate_k(h) = peak_x * arrival_rate_rps_k * hourly(h)
 
@@ -39,6 +40,24 @@ DEFAULT_HOURLY: tuple[float, ...] = (
     0.92, 0.95, 1.00, 0.96, 0.88, 0.75, 0.62, 0.55, 0.50, 0.45, 0.40, 0.34)
 
 DAY_S = 86_400.0
+WEEK_H = 168
+
+
+def load_week(curve: str, path: str | None = None) -> tuple[float, ...]:
+    """The 168 hourly multipliers of ``curve`` in a week file (default
+    ``configs/profiles/azure2024_week.yaml``: ``code`` and ``conv``, the Azure 2024 traces'
+    week, Monday 00:00 UTC first; how they were derived is in the file's header)."""
+    import yaml
+    from pathlib import Path
+    from selector.taskspec import CONFIGS
+    f = Path(path) if path else CONFIGS / "profiles" / "azure2024_week.yaml"
+    data = yaml.safe_load(f.read_text())
+    if curve not in data:
+        raise KeyError(f"unknown week curve {curve!r} in {f.name} (known: {', '.join(sorted(data))})")
+    values = tuple(float(x) for day in data[curve] for x in day)
+    if len(values) != WEEK_H:
+        raise ValueError(f"week curve {curve!r} in {f.name} has {len(values)} hours, not {WEEK_H}")
+    return values
 
 
 class DiurnalProfile(BaseModel):
@@ -48,19 +67,26 @@ class DiurnalProfile(BaseModel):
     the day simulated."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    hourly: tuple[float, ...] = Field(default=DEFAULT_HOURLY, min_length=24, max_length=24)
+    hourly: tuple[float, ...] = Field(default=DEFAULT_HOURLY, min_length=24, max_length=WEEK_H)
     peak_x: float = Field(default=4.0, gt=0)
     compression: float = Field(default=8.0, gt=0)
-    start_hour: float = Field(default=0.0, ge=0, lt=24)
-    hours: float = Field(default=24.0, gt=0, le=24 * 7)
+    start_hour: float = Field(default=0.0, ge=0, lt=WEEK_H)
+    hours: float = Field(default=24.0, gt=0, le=WEEK_H)
 
     @field_validator("hourly")
     @classmethod
     def _positive(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if len(v) not in (24, WEEK_H):
+            raise ValueError(f"hourly needs 24 (a day) or {WEEK_H} (a week) multipliers, got {len(v)}")
         if any(not np.isfinite(x) or x <= 0 for x in v):
             raise ValueError("every hourly multiplier must be a finite number > 0")
         top = max(v)
         return tuple(float(x) / top for x in v)
+
+    @property
+    def period_h(self) -> int:
+        """Hours after which the curve repeats (24 or 168)."""
+        return len(self.hourly)
 
     @property
     def duration_s(self) -> float:
@@ -73,13 +99,14 @@ class DiurnalProfile(BaseModel):
         return 3600.0 / self.compression
 
     def hour_at(self, t_s: np.ndarray | float) -> np.ndarray | float:
-        """Profile hour (0 <= h, may pass 24 on a multi-day run) at simulated time ``t_s``."""
+        """Profile hour (0 <= h, may pass the period on a run that wraps) at simulated time ``t_s``."""
         return self.start_hour + np.asarray(t_s, dtype=float) * self.compression / 3600.0
 
     def multiplier(self, t_s: np.ndarray | float) -> np.ndarray:
         """The curve (share of the peak rate) at simulated time ``t_s``."""
-        h = np.mod(self.hour_at(t_s), 24.0)
-        xs = np.arange(-0.5, 25.0, 1.0)                         # hour midpoints, wrapped at both ends
+        n = self.period_h
+        h = np.mod(self.hour_at(t_s), float(n))
+        xs = np.arange(-0.5, n + 1.0, 1.0)                      # hour midpoints, wrapped at both ends
         ys = np.array((self.hourly[-1],) + self.hourly + (self.hourly[0],))
         return np.interp(h, xs, ys)
 
@@ -120,18 +147,22 @@ def diurnal_arrivals(profile: DiurnalProfile, rate_rps: float, rng: np.random.Ge
     return out[out < profile.duration_s]
 
 
-def diurnal_workload(trace: Trace, base_rps: Sequence[float], profile: DiurnalProfile, *, seed: int = 0,
-                     grid_s: float = 1.0) -> Workload:
+def diurnal_workload(trace: Trace, base_rps: Sequence[float], profile: DiurnalProfile | Sequence[DiurnalProfile], *,
+                     seed: int = 0, grid_s: float = 1.0) -> Workload:
     """The day's requests for tasks whose problems name ``base_rps`` (module docstring): task
-    ``k`` at ``peak_x * base_rps[k] * multiplier(t)``; sizes drawn from ``trace``; seeded."""
+    ``k`` at ``peak_x * base_rps[k] * multiplier(t)`` of ``profile`` (or of ``profile[k]``: one
+    curve per task); sizes drawn from ``trace``; seeded."""
     if not len(trace):
         raise ValueError(f"trace {trace.name} has no requests")
+    profiles = [profile] * len(base_rps) if isinstance(profile, DiurnalProfile) else list(profile)
+    if len(profiles) != len(base_rps):
+        raise ValueError(f"{len(profiles)} profiles for {len(base_rps)} tasks")
     rng = np.random.default_rng(seed)
     times, tasks = [], []
-    for k, r in enumerate(base_rps):
+    for k, (r, prof) in enumerate(zip(base_rps, profiles)):
         if r < 0:
             raise ValueError(f"task {k}: negative rate {r}")
-        a = diurnal_arrivals(profile, profile.peak_x * float(r), rng, grid_s=grid_s)
+        a = diurnal_arrivals(prof, prof.peak_x * float(r), rng, grid_s=grid_s)
         times.append(a)
         tasks.append(np.full(len(a), k, dtype=np.int64))
     arrival = np.concatenate(times) if times else np.zeros(0)

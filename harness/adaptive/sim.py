@@ -14,7 +14,8 @@ arrays, so the controller sees only what has happened by ``now``.
 ``end_s`` and polls at modelled ready times and every ``drain_poll_s`` while something drains.
 Cost is the GB x seconds every instance held, from its start to its release (or the end of the
 run: ``max(last completion or failure, last arrival, end_s)``), and in dollars the whole GPUs
-they held over the same spans (``gpu_s_held``, ``usd``: ``harness.billing.gpu_bill``); the other
+they held over the same spans (``gpu_s_held``, ``usd``: ``harness.billing.gpu_bill``), and the
+GPU-seconds during which some instance on a GPU was mid-iteration (``busy_gpu_s``); the other
 cell metrics are ``harness.replay.cell_metrics``'s (docs/metrics.md).
 """
 from __future__ import annotations
@@ -160,7 +161,7 @@ def simulate_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
     """One policy over ``workload`` (module docstring); ``config.adaptive = False``: the first
     deployment stays all day."""
     t0 = time.perf_counter()
-    sim = ClusterSim(gpu=gpu, instances=[], engine=engine, track_busy=False,
+    sim = ClusterSim(gpu=gpu, instances=[], engine=engine, track_busy=True,
                      tasks=[SimTask(t.name, t.problem.task.latency_slo_s, (), placed=False) for t in tasks])
     ctl = Controller(tasks, cluster, selector, SimBackend(sim, workload), gpu=gpu, config=config)
     ctl.deploy(initial_rates, now=0.0, warm=True)
@@ -170,7 +171,8 @@ def simulate_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, wo
     res = sim.run(workload)
     return day_result(ctl, workload, res["done_s"], res["failed"], res["acc_ok"], end_s=end_s,
                       price_per_gb_s=price_per_gb_s,
-                      extra={"events": sim.events, "sim_wall_s": sim.wall_s, "wall_s": time.perf_counter() - t0,
+                      extra={"busy_gpu_s": float(sum(sim.gpu_busy_s.values())), "events": sim.events,
+                             "sim_wall_s": sim.wall_s, "wall_s": time.perf_counter() - t0,
                              "preemptions": sum(i.preemptions for i in sim.instances.values())})
 
 

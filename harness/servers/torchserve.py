@@ -178,5 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the repository (profiler.torch_model)
+    # run as a stand-alone script (the device machine): the repository is not importable yet, so
+    # its root cannot come from profiler.catalog.repo_root; this puts it on the path for profiler.torch_model
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.exit(main())

@@ -67,6 +67,7 @@ def _prefill_cost(v: CoreView, s: Seq) -> tuple[int, int]:
 
 class VllmV0:
     name = "vllm"
+    decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
 
     def __init__(self) -> None:
         self._blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
@@ -148,6 +149,7 @@ class PaddedPrefill(VllmV0):
 
 class Sarathi:
     name = "sarathi"
+    decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
 
     def __init__(self, *, chunk_size: int = 512) -> None:
         if chunk_size < 1:

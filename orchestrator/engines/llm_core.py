@@ -15,71 +15,41 @@ context prefilled again on readmission) sends it back to WAITING; one that can n
 cache is FAILED at once. An idle core that receives work starts its next iteration at the end
 of the instant (the event loop's ``defer``), so every submission of an instant can join it.
 
-Bookkeeping, O(1) amortised per iteration whatever the batch size: KV in blocks of
-``block_size`` tokens (vLLM's paged allocation); a decoding sequence needs a new block exactly
-when its context is a multiple of ``block_size``, so sequences are grouped by ``(ctx0 - join)
-mod block_size`` and group ``(-k) mod block_size`` is the demand of decode iteration ``k``. A
-decoding sequence's last iteration (and each streamed piece's) is known when it joins, so it
-waits in a bucket per iteration index. ``ctx_sum`` (the decode batch's total context, what
-decode attention reads) grows by the batch size per decode iteration.
+Bookkeeping, O(1) amortised per iteration whatever the batch size: the paged KV cache, the
+decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core's base class).
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE, DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan,
+from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan, PagedKV,
                                           PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig
 
 
-class IterationEnd(Event):
-    __slots__ = ("inst",)
-    priority = P_DONE
-
-    def __init__(self, time: float, inst: LLMCore) -> None:
-        self.time, self.inst = time, inst     # Event.__init__ inlined: one per iteration
-
-    def handle(self, sim: Simulator) -> list[Event]:
-        return self.inst.end_iteration(self.time)
-
-
-class LLMCore:
+class LLMCore(PagedKV, Event):
     """A model instance. ``sink(seq, now)`` is told of every finished, parked or rejected
     sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``policy`` decides its
     iterations (default: the one ``config.scheduler`` names); ``loop`` is the event loop it runs
-    on (:meth:`bind`)."""
+    on (:meth:`bind`). One iteration runs at a time, so the core is its own iteration-end event
+    (``time``: when the running iteration ends; :meth:`handle` ends it)."""
+
+    priority = P_DONE
 
     def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
                  policy: Policy | None = None, on_piece: PieceSink | None = None,
                  gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None,
                  loop: Simulator | None = None) -> None:
-        bs = config.block_size
-        if kv_tokens < bs:
-            raise ValueError(f"{name}: KV cache of {kv_tokens} tokens holds less than one block")
-        self.name, self.step, self.sink, self.on_piece, self.loop = name, step, sink, on_piece, loop
-        self.config = config
+        PagedKV.__init__(self, name, kv_tokens, config, on_piece)
+        self.time = 0.0
+        self.step, self.sink, self.loop = step, sink, loop
         self.policy: Policy = policy or make_admission(config)
-        self.max_batch, self.max_batch_tokens, self.block_size = config.max_num_seqs, config.max_num_batched_tokens, bs
-        self.total_blocks = kv_tokens // bs
-        self.watermark = int(config.watermark * self.total_blocks)
-        self.free = self.total_blocks
-        self.gpus = tuple(gpus)
-        self.colocation = colocation if len(self.gpus) else None
-        self.waiting: deque[Seq] = deque()
-        self.prefilling: deque[Seq] = deque()    # admitted, prompt not fully prefilled
-        self.running: dict[int, Seq] = {}        # decoding, in admission order
-        self.ready: deque[Seq] = deque()         # continue a parked KV with nothing to prefill
-        self.background: deque[Seq] = deque()    # low-priority prefills (Seq.background)
-        self.parked: dict[Hashable, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
-        self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
-        self.mark_buckets: dict[int, list[Seq]] = {}
-        self.groups = [0] * bs
-        self.dit = 0                              # decode iterations run so far
-        self.ctx_sum = 0
+        self._quiet_decode = bool(getattr(self.policy, "decodes_when_quiet", False))
+        self.gpus = tuple(gpus)                   # slots whose busy time it keeps
+        self.colocation = colocation if self.gpus else None
         self.chunks: tuple[tuple[Seq, int], ...] = ()   # this iteration's prefill work
         self.n_decode = 0                         # this iteration's decode batch
         self.busy = self.kicked = False
@@ -90,7 +60,7 @@ class LLMCore:
         self.busy_s = 0.0
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
-        self._end = IterationEnd(0.0, self)
+        self._me = (self,)
 
     def bind(self, loop: Simulator) -> None:
         """Run on ``loop`` from now on (where it defers its next iteration's start)."""
@@ -105,42 +75,6 @@ class LLMCore:
             a = self.step.step_s(0, 0.0, n, 0.0)
             c = self._decode_coef[n] = (a, (self.step.step_s(0, 0.0, n, 1e6) - a) / 1e6)
         return c[0] + c[1] * ctx
-
-    # ---- capacity (the CoreView a policy reads) ----------------------------------------
-    @property
-    def kv_tokens(self) -> int:
-        return self.total_blocks * self.block_size
-
-    @property
-    def used_kv_tokens(self) -> int:
-        """KV held (blocks in use x block size), parked prefixes included."""
-        return (self.total_blocks - self.free) * self.block_size
-
-    def blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def new_blocks(self, s: Seq) -> int:
-        """Blocks ``s`` must newly take to be admitted (its parked prefix is already held)."""
-        return self.blocks(s.have + s.eff) - s.held
-
-    def fits(self, s: Seq) -> bool:
-        """Whether the sequence could ever run: its whole context fits the usable cache."""
-        return self.blocks(s.tokens0 + s.output) <= self.total_blocks - self.watermark
-
-    def need_blocks(self) -> int:
-        """New blocks the decode batch needs in the next decode iteration."""
-        return self.groups[-self.dit % self.block_size]
-
-    def needs_block(self, s: Seq) -> bool:
-        return (s.ctx0 - s.join) % self.block_size == -self.dit % self.block_size
-
-    def held_blocks(self, s: Seq) -> int:
-        if s.state == DECODE:
-            return self.blocks(s.ctx0 + self.dit - s.join)
-        return self.blocks(s.have + s.eff)
-
-    def recompute_tokens(self, s: Seq) -> int:
-        return s.tokens0 + s.gen + (self.dit - s.join if s.state == DECODE else 0)
 
     # ---- arrivals ------------------------------------------------------------------
     def submit(self, s: Seq, now: float, *, front: bool = False) -> Iterable[Event] | None:
@@ -222,41 +156,8 @@ class LLMCore:
             s.state = PREFILL
             self._join_decode(s, now, events)
 
-    def _preempt(self, s: Seq) -> None:
-        """Recomputation preemption: free ``s``'s blocks, requeue it at the head of the queue."""
-        if s.state == DECODE:
-            k = self.dit
-            ctx = s.ctx0 + (k - s.join)
-            del self.running[s.id]
-            self.free += -(-ctx // self.block_size)
-            self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % self.block_size] -= 1
-            s.gen += k - s.join
-        elif s.state == PREFILL and s.eff > s.filled:
-            if self.prefilling[-1] is s:
-                self.prefilling.pop()
-            else:
-                self.prefilling.remove(s)
-            self.free += self.blocks(s.have + s.eff)
-        else:
-            raise RuntimeError(f"{self.name}: plan preempts sequence {s.id}, which is not admitted")
-        s.eff = s.tokens0 + s.gen
-        s.have = s.held = s.filled = 0
-        s.state = WAITING
-        s.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(s)
-
     def _apply(self, plan: IterationPlan, now: float) -> float:
         """Apply ``plan``; returns the iteration's duration (0: nothing runs)."""
-        if plan is DECODE_ONLY and self.running:      # most iterations: the whole batch decodes
-            self.free -= self.groups[-self.dit % self.block_size]
-            self.n_decode = n = len(self.running)
-            self.chunks = ()
-            if self.free < 0:
-                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
-            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
-            return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         preempt, decode, chunks = plan
         if preempt:
             for s in preempt:
@@ -303,41 +204,74 @@ class LLMCore:
         self.kicked = False
         if self.busy:
             return None
+        return self._start(now)
+
+    def _start(self, now: float) -> Sequence[Event] | None:
+        """Start the next iteration at ``now`` (nothing else can happen at this instant); returns
+        the events it causes, the core's own iteration end last (none when it stays idle)."""
         events: list[Event] | None = None
-        if self.ready:
-            events = []
-            self._admit_ready(now, events)
-        dur = self._apply(self.policy.schedule(self), now)
+        running = self.running
+        if (self._quiet_decode and running and not (self.waiting or self.prefilling or self.ready or self.background)
+                and self.free >= self.groups[-self.dit % self.block_size]):
+            plan = DECODE_ONLY          # what the policy answers here (Policy.decodes_when_quiet)
+        else:
+            if self.ready:
+                events = []
+                self._admit_ready(now, events)
+            plan = self.policy.schedule(self)
+        if plan is DECODE_ONLY and running:        # most iterations: the whole batch decodes
+            self.free = free = self.free - self.groups[-self.dit % self.block_size]
+            self.n_decode = n = len(running)
+            self.chunks = ()
+            if free < 0:
+                raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-free} blocks")
+            c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined
+            dur = c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
+        else:
+            dur = self._apply(plan, now)
         if dur <= 0.0:
             self.busy = False
             return events
-        if self.colocation is not None:
+        if self.gpus:
+            most = 0
             for g in self.gpus:
                 if not g.busy:          # the GPU turns busy: its busy time runs from now (to until_s)
                     g.since = now if now < g.until_s else g.until_s
                 g.busy += 1
-            dur *= self.colocation.factor(self.gpus)
+                if g.busy > most:
+                    most = g.busy
+            if most > 1 and self.colocation is not None:   # alone on its GPUs: full speed
+                dur *= self.colocation.factor(self.gpus)
         self.busy = True
         self.iter_start = now
         self.iterations += 1
         if self.chunks:
             self.prefill_iterations += 1
-        end = self._end                 # one iteration at a time: its end event is reused
-        end.time = now + dur
+        self.time = now + dur
         if events:
-            events.append(end)
+            events.append(self)
             return events
-        return (end,)
+        return self._me
 
-    def end_iteration(self, now: float) -> list[Event]:
-        if self.colocation is not None:
+    def end_iteration(self, now: float) -> list[Event] | None:
+        """End the running iteration at ``now``; the next one starts at the instant's end."""
+        self.time = now
+        return self.handle(None)
+
+    def handle(self, sim: Simulator | None) -> list[Event] | Sequence[Event] | None:
+        """The running iteration ends (at ``time``): tokens, finished sequences, the sink's events;
+        then the next iteration starts at once when nothing else can happen at this instant on
+        ``sim`` (the loop running it: ``Simulator.instant_over``), else at the instant's end (the
+        loop's ``defer``)."""
+        now = self.time
+        if self.gpus:
             for g in self.gpus:
                 g.busy -= 1
                 if not g.busy:
                     g.busy_s += (now if now < g.until_s else g.until_s) - g.since
         self.busy_s += now - self.iter_start
-        done: list[Seq] = []
-        events: list[Event] = []
+        done: list[Seq] | None = None
+        events: list[Event] | None = None
         n = self.n_decode
         if n:
             self.tokens += n
@@ -345,7 +279,31 @@ class LLMCore:
             self.ctx_sum += n
             self.dit = k + 1
             if self.mark_buckets or k in self.buckets:
+                done, events = [], []
                 self._advance_decode(k, done, events, now)
+        if self.chunks:
+            if done is None:
+                done, events = [], []
+            self._end_chunks(now, done, events)     # type: ignore[arg-type]
+        if done:
+            for s in done:
+                s.state = DONE
+                s.done_s = now
+                self.outstanding -= 1
+                self.completed += 1
+                new = self.sink(s, now)
+                if new:
+                    events.extend(new)              # type: ignore[union-attr]
+        self.busy = False
+        if (self.running or self.waiting or self.ready or self.prefilling or self.background) and not self.kicked:
+            if not events and sim is not None and sim.instant_over(now):
+                return self._start(now)             # what the deferred start would do next
+            self.kicked = True                  # _wake() inlined: once per iteration
+            self.loop.defer(self)               # type: ignore[union-attr] - an iteration ran, so it has a loop
+        return events
+
+    def _end_chunks(self, now: float, done: list[Seq], events: list[Event]) -> None:
+        """This iteration's prefill chunks are done: completed prompts park, finish or decode."""
         for s, n in self.chunks:
             self.tokens += n
             s.filled += n
@@ -368,19 +326,6 @@ class LLMCore:
                 done.append(s)
             else:
                 self._join_decode(s, now, events)
-        for s in done:
-            s.state = DONE
-            s.done_s = now
-            self.outstanding -= 1
-            self.completed += 1
-            new = self.sink(s, now)
-            if new:
-                events.extend(new)
-        self.busy = False
-        if (self.waiting or self.running or self.ready or self.prefilling or self.background) and not self.kicked:
-            self.kicked = True                  # _wake() inlined: once per iteration
-            self.loop.defer(self)               # type: ignore[union-attr] - an iteration ran, so it has a loop
-        return events
 
     def _park(self, s: Seq) -> None:
         if s.park is None:       # nothing will continue it: free the KV
@@ -392,71 +337,3 @@ class LLMCore:
         """Drop a parked KV nobody will continue."""
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)
-
-    def _emit_marks(self, s: Seq, now: float, events: list[Event]) -> None:
-        """Report every mark the sequence has reached (``gen`` tokens) and not reported yet."""
-        if self.on_piece is None:
-            return
-        while s.mark_i < len(s.marks) and s.marks[s.mark_i] <= s.gen:
-            new = self.on_piece(s, s.mark_i, now)
-            s.mark_i += 1
-            if new:
-                events.extend(new)
-
-    def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        self._emit_marks(s, now, events)
-        s.state = DECODE
-        s.ctx0 = s.have + s.eff
-        s.join = k = self.dit
-        s.finish = f = k + s.output - s.gen - 1
-        if s.first_s != s.first_s and s.gen:
-            s.first_s = now
-        self.running[s.id] = s
-        self.groups[(s.ctx0 - k) % self.block_size] += 1
-        self.ctx_sum += s.ctx0
-        b = self.buckets.get(f)
-        if b is None:
-            self.buckets[f] = [s]
-        else:
-            b.append(s)
-        if s.mark_i < len(s.marks) and self.on_piece is not None:
-            # mark m is reached at the end of decode iteration k + m - gen - 1
-            for m in s.marks[s.mark_i:]:
-                self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
-
-    def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
-        """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
-        if self.mark_buckets:
-            for s in self.mark_buckets.pop(k, ()):
-                # stale entries (a preempted and readmitted sequence) do not match
-                if (s.state == DECODE and s.mark_i < len(s.marks)
-                        and s.join + s.marks[s.mark_i] - s.gen - 1 == k):
-                    new = self.on_piece(s, s.mark_i, now)
-                    s.mark_i += 1
-                    if new:
-                        events.extend(new)
-        bucket = self.buckets.pop(k, None)
-        if not bucket:
-            return
-        bs = self.block_size
-        for s in bucket:
-            if s.state != DECODE or s.finish != k:
-                continue  # preempted since (and maybe rescheduled to another index)
-            ctx = s.ctx0 + (k + 1 - s.join)
-            del self.running[s.id]
-            self.free += -(-ctx // bs)
-            self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % bs] -= 1
-            s.gen = s.output
-            s.state = DONE  # guards against a second bucket entry after a re-admission
-            done.append(s)
-
-    def check(self) -> None:
-        """Recount the O(1) bookkeeping from scratch (tests; slow)."""
-        used = sum(self.blocks(s.ctx0 + self.dit - s.join) for s in self.running.values())
-        used += sum(self.blocks(s.have + s.eff) for s in self.prefilling)
-        used += sum(s.held for q in (self.ready, self.waiting, self.background) for s in q)
-        used += sum(self.blocks(t) for t, _ in self.parked.values())
-        assert used + self.free == self.total_blocks, (used, self.free, self.total_blocks)
-        assert self.ctx_sum == sum(s.ctx0 + self.dit - s.join for s in self.running.values())
-        assert sum(self.groups) == len(self.running)

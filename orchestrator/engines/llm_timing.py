@@ -36,7 +36,8 @@ class Colocation:
     are busy on one of its GPUs takes ``k`` times as long (the slowest shard bounds it).
 
     Approximation: the factor is fixed when the iteration starts, so an instance that
-    starts first is slowed from its next iteration on (iterations last milliseconds)."""
+    starts first is slowed from its next iteration on (iterations last milliseconds). An
+    instance alone on its GPUs (every ``busy`` 1) runs at full speed: the core does not ask."""
 
     def factor(self, gpus: Sequence[GpuSlot]) -> float:
         if len(gpus) == 1:

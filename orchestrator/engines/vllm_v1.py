@@ -50,6 +50,7 @@ NO_CAP = 1 << 62
 
 class VllmV1:
     name = "vllm-v1"
+    decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
 
     def schedule(self, v: CoreView) -> IterationPlan:
         budget = v.max_batch_tokens

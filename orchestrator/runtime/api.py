@@ -90,7 +90,8 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
              engines: Mapping[str, Sequence[Engine]], *, scheme: Scheme | str = "teola",
              batching: BatchingPolicy | None = None, seed: int = 0,
              payloads: Sequence[Mapping[str, Any]] | None = None, cache: GraphCache | None = None,
-             dispatch_overhead_s: float = 0.0, max_batch: Mapping[str, int] | None = None) -> list[RequestResult]:
+             dispatch_overhead_s: float = 0.0, max_batch: Mapping[str, int] | None = None,
+             traces: dict[int, QueryRun] | None = None) -> list[RequestResult]:
     """Run one query per ``(query_configs[i], arrivals_s[i])`` through ``template``.
 
     ``engines`` maps each engine name used by the template to its instances (fresh ones: they
@@ -99,7 +100,8 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
     ``seed`` unless ``payloads`` are given. ``dispatch_overhead_s`` delays every batch start
     (communication). ``max_batch`` caps named engines' batches (items in flight per instance)
     below their profiled max efficient batch. Returns results ordered by query index; latencies
-    in seconds.
+    in seconds. ``traces``, if given, receives each query's run (its graph and every node's
+    completion time, ``QueryRun.done_s``: what a critical path is read from).
     """
     prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
                    payloads=payloads, cache=cache)
@@ -108,4 +110,7 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
     scheds = {name: EngineScheduler(name=name, instances=inst, policy=prep.policy(), max_batch=ctx.max_batch[name])
               for name, inst in engines.items()}
     state = SimState(schedulers=scheds, dispatch_overhead_s=dispatch_overhead_s)
-    return run_events(state, runs)
+    results = run_events(state, runs)
+    if traces is not None:
+        traces.update(state.queries)
+    return results

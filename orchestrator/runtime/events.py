@@ -14,9 +14,10 @@ in ``events_handled``). Events it causes at the same instant run before the next
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
-from collections import deque
+from itertools import count
 from typing import Any, Protocol
 
 
@@ -75,17 +76,21 @@ class Simulator:
         self.now = 0.0
         self.events_handled = 0
         self._heap: list[tuple[float, int, int, Event]] = []
-        self._seq = 0
+        self._seq = count(1)                    # insertion order: ties in time and priority
         self._deferred: deque[AtInstantEnd] = deque()
         #: ``defer(item)``: call ``item.at_instant_end(now)`` once every event of the current instant
         #: has run (the queue's own append: no Python call per iteration of an engine core)
         self.defer: Callable[[AtInstantEnd], None] = self._deferred.append
 
+    def instant_over(self, now: float) -> bool:
+        """Whether nothing else happens at ``now``: no event left at that time and nothing deferred
+        (work started now runs next, as it would at the instant's end)."""
+        return not self._deferred and (not self._heap or self._heap[0][0] > now)
+
     def push(self, event: Event) -> None:
         if event.time < self.now:
             raise ValueError(f"event at {event.time} s is before the clock ({self.now} s)")
-        self._seq += 1
-        heappush(self._heap, (event.time, event.priority, self._seq, event))
+        heappush(self._heap, (event.time, event.priority, next(self._seq), event))
 
     def push_all(self, events: Iterable[Event] | None) -> None:
         if events:
@@ -94,22 +99,22 @@ class Simulator:
 
     def run(self, until_s: float = float("inf")) -> float:
         """Handle events up to ``until_s``; returns the simulated time of the last event."""
-        heap, deferred = self._heap, self._deferred
+        heap, deferred, seq = self._heap, self._deferred, self._seq
         n = 0
+        now = self.now
         while True:
-            if deferred and (not heap or heap[0][0] > self.now):   # the instant is over
-                new = deferred.popleft().at_instant_end(self.now)
+            if deferred and (not heap or heap[0][0] > now):   # the instant is over
+                new = deferred.popleft().at_instant_end(now)
             elif heap and heap[0][0] <= until_s:
-                t, _, _, ev = heappop(heap)
-                self.now = t
+                now, _, _, ev = heappop(heap)
+                self.now = now
                 n += 1
                 new = ev.handle(self)
             else:
                 break
             if new:
                 for e in new:
-                    self._seq += 1
-                    heappush(heap, (e.time, e.priority, self._seq, e))
+                    heappush(heap, (e.time, e.priority, next(seq), e))
         self.events_handled += n
         return self.now
 

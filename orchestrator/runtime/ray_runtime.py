@@ -1,6 +1,6 @@
 """Ray as the distributed runtime: each engine's scheduler and instances run in a Ray actor
-(experiment cells run as Ray tasks through ``experiments.executor``, which starts Ray here;
-:func:`map_cells` is what ``teola_real_cpu``'s interleaved blocks still use). The in-process runtime (:mod:`orchestrator.runtime.realtime`)
+(experiment cells, ``teola_real_cpu``'s blocks included, run as Ray tasks through
+``experiments.executor``, which starts Ray here). The in-process runtime (:mod:`orchestrator.runtime.realtime`)
 stays the default; this module reuses it whole and only moves each :class:`EngineHost` into an
 actor: the graph scheduler stays in the driver, ``enqueue`` / ``dispatch`` become actor calls,
 and completions come back through a long-poll (one thread per actor feeds the driver's event
@@ -38,7 +38,6 @@ import secrets
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.runtime.realtime import EngineHost, RealtimeReport, drain, run_realtime
@@ -249,31 +248,3 @@ def run_ray(template: Any, query_configs: Sequence[Any], arrivals_s: Sequence[fl
                 pass
     _ = ray
     return rep
-
-
-def map_cells(fn: Callable[..., Any], cells: Sequence[tuple], *, address: str | None = None,
-              max_parallel: int = 1, num_gpus: float = 0) -> list[Any]:
-    """Run ``fn(*cell)`` for every cell as a Ray task (``num_gpus`` each), at most
-    ``max_parallel`` at a time (1 keeps wall-clock measurements from disturbing each other);
-    results in cell order. On any exit other than success (Ctrl-C included) the tasks still
-    running are cancelled. A failed cell raises with the worker's exception and traceback."""
-    ray = init_ray(address)
-    task = ray.remote(num_cpus=0, num_gpus=num_gpus)(fn)
-    out: list[Any] = [None] * len(cells)
-    running: dict[Any, int] = {}
-    try:
-        for i, cell in enumerate(cells):
-            if len(running) >= max_parallel:
-                done, _ = ray.wait(list(running), num_returns=1)
-                out[running.pop(done[0])] = ray.get(done[0])
-            running[task.remote(*cell)] = i
-        while running:
-            ref = next(iter(running))
-            out[running.pop(ref)] = ray.get(ref)
-    finally:
-        for ref in running:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - Ray already shutting down
-                pass
-    return out

@@ -55,6 +55,7 @@ class QueryRun:
     store: dict[str, Any] = field(default_factory=dict)
     finish_s: float | None = None
     error: str | None = None
+    done_s: dict[str, float] = field(default_factory=dict)   # node id -> when it completed (critical paths)
 
 
 class SimState:
@@ -134,6 +135,7 @@ class SimState:
         if nid in q.store:
             raise RuntimeError(f"query {q.qid}: node {nid} completed twice")
         q.store[nid] = value
+        q.done_s[nid] = self.now
         out: list = []
         for c in q.graph.children[nid]:
             if q.graph.nodes[c].stream_of == nid:

@@ -1,14 +1,19 @@
-"""The small re-selection experiment (issue 19) runs end to end through ``python -m experiments.run``:
-every table, figure and the summary with its targets are written, ``publish`` copies them beside the
-run folders, and a rerun with the same run id skips the finished cells."""
+"""The small re-selection experiment (issues 19, 25) runs end to end through ``python -m
+experiments.run``: both stages (choices on other seeds and days, then the held-out report), every
+table, figure and the summary with its targets and generated dependence text are written,
+``publish`` copies them beside the run folders, and a rerun with the same run id skips the
+finished cells and says it resumed."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
+from experiments.kinds.reselection import Params
 from experiments.run import main
 from profiler.catalog import load_prices
 
@@ -29,18 +34,36 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     for f in ["memory.png", "migrations.png", "goodput.png"]:
         assert (run / f).stat().st_size > 10_000, f
         assert (top / f).read_bytes() == (run / f).read_bytes()                 # published
-    res = pd.read_parquet(run / "results.parquet").set_index("policy")
-    assert list(res.index) == ["static-peak", "adaptive"] and (res.requests == res.requests.iloc[0]).all()
-    assert res.loc["static-peak", "migrations"] == 0 and res.loc["adaptive", "migrations"] >= 1
-    assert (res.goodput > 0.9).all() and (res.reserved_gb_s > 0).all()
+    res = pd.read_parquet(run / "results.parquet")
+    assert set(res.phase) == {"tune", "rightsize", "report", "sweep", "cap", "uncompressed"}
+    rep = res[res.phase == "report"].set_index("policy")
+    assert {"static-peak", "adaptive", "oracle-hourly", "static-peak-fixed-workflow",
+            "adaptive-fixed-workflow"} <= set(rep.index)
+    sim = rep.drop(index="oracle-hourly")
+    assert (sim.requests == sim.requests.iloc[0]).all()                         # one workload per seed
+    assert rep.loc["static-peak", "migrations"] == 0 and rep.loc["adaptive", "migrations"] >= 1
+    assert (sim.goodput > 0.85).all() and (sim.reserved_gb_s > 0).all() and (sim.busy_gpu_s > 0).all()
+    assert (sim.busy_gpu_s <= sim.gpu_s_held + 1e-6).all()                      # busy within held
     a6000 = load_prices()["a6000"].usd_per_hour("on_demand")                  # the cluster's prices are kept
-    assert (res.gpu_s_held > 0).all() and np.allclose(res.usd, res.gpu_s_held / 3600.0 * a6000)
-    mem = pd.read_parquet(run / "memory.parquet")
-    assert mem[mem.policy == "adaptive"].gb.nunique() > 2                       # memory moves with the load
+    assert np.allclose(sim.usd, sim.gpu_s_held / 3600.0 * a6000)
+    assert rep.loc["oracle-hourly", "reserved_gb_s"] <= rep.loc["static-peak", "reserved_gb_s"]   # a bound
+    choices = json.loads((run / "choices.json").read_text())
+    assert choices["controller"] in cfg["params"]["controllers"] and choices["rate_x"] in [*cfg["params"]["rightsize"], 1.0]
+    assert (res.phase == "uncompressed").sum() == 2 and (res[res.phase == "uncompressed"].compression == 1).all()
     md = (top / "summary.md").read_text()
-    assert md == (run / "summary.md").read_text() and "## Targets (issue 19)" in md and "| adaptive |" in md
+    assert md == (run / "summary.md").read_text() and "## Targets (issue 25), per seed" in md
+    assert "## What the headline depends on (generated" in md and "(the full run)" in md
     assert "| adaptive |" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main(args) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp                    # finished cells are skipped
+    assert "finished by an earlier invocation (resumed" in (run / "summary.md").read_text()
+
+
+def test_reported_seeds_must_be_held_out():
+    cfg = yaml.safe_load(CFG.read_text())["params"]
+    with pytest.raises(ValueError, match="among the reported seeds"):
+        Params(**{**cfg, "rightsize_seeds": cfg["report"]["seeds"]})
+    with pytest.raises(ValueError, match="curves"):
+        Params(**{**cfg, "curves": {"nope": "code"}})

@@ -285,3 +285,86 @@ def test_rising_load_changes_the_workflow_and_drains_the_old_one():
     w_ids = [i for i, h in ctl.ledger.held.items() if h.spec.model == MODEL]      # first window straddles the step
     assert set(moves[-1]["draining"].split(",")) == set(w_ids) and sorted(back.stopped) == sorted(w_ids)
     assert ctl.ledger.current["a"].deployment.workflow == "v" and ctl.ledger.held_gb() == pytest.approx(20.0)
+
+
+def test_an_infeasible_target_is_not_retried_until_the_load_changes():
+    """Issue 25: a task whose load no plan can carry is re-selected once, not every tick; when
+    the load moves by more than drift_down it is tried again."""
+    ctl, _ = _controller(lambda t: 1.0 if t < 20 else (50.0 if t < 400 else 70.0))
+    ctl.deploy([1.0])
+    _run(ctl, 395)
+    tried = [d for d in ctl.decisions[1:] if d["outcome"] == "infeasible"]
+    assert {d["reason"] for d in tried} == {"up"} and ctl.blocked["a"] == pytest.approx(50.0, rel=0.05)
+    assert len(tried) <= 3 and all(d["t_s"] <= 45 for d in tried)   # while the window fills; then none for 350 s
+    _run_from(ctl, 400, 500)
+    again = [d for d in ctl.decisions if d["outcome"] == "infeasible" and d["t_s"] >= 400]
+    assert 1 <= len(again) <= 3                                       # 70 rps: the load changed
+
+
+def test_slo_misses_the_plan_cannot_fix_block_the_task_instead_of_growing_its_target():
+    ctl, _ = _controller(lambda t: 1.0, misses=lambda t: 0.5 if t >= 40 else 0.0)
+    ctl.deploy([1.0])
+    _run(ctl, 400)
+    slo = [d for d in ctl.decisions if d["reason"] == "slo"]
+    assert slo[-1]["outcome"] == "infeasible" and "a" in ctl.blocked     # the bumps end where no plan fits
+    assert len(slo) <= 4 and slo[-1]["t_s"] <= 150                       # then none for 250 s (50 ticks)
+
+
+def _run_from(ctl, start, until, step=1.0):
+    t = start
+    while t <= until:
+        if abs(t / ctl.cfg.interval_s - round(t / ctl.cfg.interval_s)) < 1e-9:
+            ctl.tick(t)
+        ctl.poll(t)
+        t += step
+
+
+def test_week_profile_has_weekday_peaks_and_weekend_troughs_per_trace():
+    from harness.adaptive.diurnal import load_week
+    code, conv = load_week("code"), load_week("conv")
+    assert len(code) == len(conv) == 168 and max(code) == pytest.approx(1.0, abs=1e-3)
+    day = lambda c, d: max(c[24 * d:24 * d + 24])                     # noqa: E731 (0 = Monday)
+    assert day(code, 5) < 0.3 * day(code, 2) and day(code, 6) < 0.3 * day(code, 1)    # weekend trough (code)
+    assert day(conv, 6) < 0.65 * day(conv, 0)                                  # Sunday below Monday (conv)
+    p = DiurnalProfile(hourly=code, start_hour=160.0, hours=16.0, compression=3600.0)
+    assert p.multiplier(8.5) == pytest.approx(code[0], abs=1e-9)               # wraps Sunday -> Monday
+    with pytest.raises(KeyError):
+        load_week("nope")
+    with pytest.raises(ValueError):
+        DiurnalProfile(hourly=(1.0,) * 48)
+
+
+def test_diurnal_workload_takes_one_curve_per_task():
+    trace = Trace("t", np.arange(50.0), np.arange(1, 51), np.arange(51, 101)[::-1].copy())
+    flat = DiurnalProfile(hourly=(1.0,) * 24, compression=48, peak_x=1.0)
+    low = DiurnalProfile(hourly=(0.25,) * 12 + (1.0,) + (0.25,) * 11, compression=48, peak_x=1.0)
+    wl = diurnal_workload(trace, [2.0, 2.0], [flat, low], seed=1)
+    n0, n1 = (wl.task == 0).sum(), (wl.task == 1).sum()
+    assert n1 / n0 == pytest.approx(low.mean_multiplier(), rel=0.1)
+    with pytest.raises(ValueError):
+        diurnal_workload(trace, [2.0, 2.0], [flat], seed=1)
+
+
+def test_shrink_tp_lowers_the_floor_the_memory_latency_objective_leaves():
+    """Memory x latency prefers TP2 (12 GB x 0.5 s) over TP1 (10 GB x 1 s) at any load; a move
+    down or an adaptive first deployment with ``shrink_tp`` also tries TP1 and keeps the plan
+    that holds less memory, still within the SLO."""
+    two = parse_problem({
+        "task": {"name": "a", "accuracy_slo": 10.0, "latency_slo_s": 5.0, "arrival_rate_rps": 0.2},
+        "models": [{"name": MODEL, "accuracy": 20.0, "active_params_b": 3.1}],
+        "configs": [{"tp": 1, "pp": 1}, {"tp": 2, "pp": 1}],
+        "workflows": [{"name": "w", "stages": [{"name": "s"}]}],
+        "deployments": [{"model": MODEL, "tp": 1, "pp": 1, "mem_gb": 10.0}, {"model": MODEL, "tp": 2, "pp": 1,
+                                                                                "mem_gb": 12.0}],
+        "perf": [{"workflow": "w", "stage": "s", "model": MODEL, "tp": 1, "pp": 1, "latency_s": 1.0,
+                  "capacity_rps": 1.0},
+                 {"workflow": "w", "stage": "s", "model": MODEL, "tp": 2, "pp": 1, "latency_s": 0.5,
+                  "capacity_rps": 2.0}],
+        "cluster": {"gpus": [{"id": g, "mem_gb": 48.0, "used_gb": 0.0} for g in range(4)]}})
+    tps = {}
+    for shrink in ((), (1,)):
+        ctl = Controller([TaskModel(two, {"w": [(100, 10)]})], two.cluster, get_solver("flowmaker"),
+                         Scripted(lambda t: 0.2), gpu="a6000", config=CFG.model_copy(update={"shrink_tp": shrink}))
+        ctl.deploy([0.2])
+        tps[shrink] = sorted(h.spec.tp for h in ctl.ledger.held.values())
+    assert tps == {(): [2], (1,): [1]}

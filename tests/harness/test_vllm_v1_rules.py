@@ -18,7 +18,9 @@ from tests.harness.helpers import LinearStep, make_trace
 
 
 class _Recorder(VllmV1):
-    """V1 that keeps every plan it returns."""
+    """V1 that keeps every plan it returns (so the core asks it every time)."""
+
+    decodes_when_quiet = False
 
     def __init__(self) -> None:
         self.plans: list[IterationPlan] = []

@@ -33,6 +33,12 @@ def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
         parts, total = g[~g.part.str.startswith("total")], g[g.part.str.startswith("total")].iloc[0]
         assert abs(parts.factor.prod() / total.factor - 1) < 1e-9
         assert abs(total.factor - total.baseline_s / total.teola_s) < 1e-9
+    paths = pd.read_parquet(run / "critical_paths.parquet")       # where Teola is slower: both schemes' paths
+    slower = sp[(sp.speedup_mean < 1) & ~sp.saturated]
+    assert set(zip(paths.app, paths.rate_rps)) == set(zip(slower.app, slower.rate_rps))
+    md = (run / "summary.md").read_text()
+    for r in slower.itertuples():
+        assert f"### {r.app} at {r.rate_rps:g} req/s" in md and "Binding parts of Teola's path" in md
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main([str(CFG), "--results", str(tmp_path), "--run-id", "t", "--no-progress"]) == 0

@@ -16,15 +16,6 @@ def ray_local():
     ray.shutdown()
 
 
-def _square(x: int) -> int:
-    return x * x
-
-
-def test_cells_run_as_ray_tasks_in_order(ray_local):
-    from orchestrator.runtime.ray_runtime import map_cells
-    assert map_cells(_square, [(i,) for i in range(5)], max_parallel=2) == [0, 1, 4, 9, 16]
-
-
 def test_engines_in_actors_match_simulation(ray_local):
     from orchestrator import load_app, simulate
     from orchestrator.engines.factory import build_instances, load_engine_spec

@@ -86,3 +86,9 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     b = pd.read_parquet(run_dir / "blocks.parquet")                # one block per (repeat, rate, app), order rotated
     assert len(b) == 2 and b.order.iloc[0] != b.order.iloc[1] and b.load_before.str.count("/").eq(2).all()
     assert "| naive_rag | 20 |" in (run_dir / "summary.md").read_text()
+    cells = sorted((run_dir / "cells").glob("*.parquet"))      # experiments.executor cells: resumable
+    assert len(cells) == 2 + 2 * 2                              # isolated per app; (queries, block) per block
+    stamp = {c: c.stat().st_mtime_ns for c in cells}
+    assert main([str(cfg), "--results", str(tmp_path / "res"), "--run-id", run_dir.name, "--no-progress"]) == 0
+    assert {c: c.stat().st_mtime_ns for c in cells} == stamp
+    pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "summary.parquet"), s)
