@@ -91,7 +91,7 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
     no cap when ``drain_cap_s`` is None), its cost and both costs per served request.
     ``reserved_gb_s`` is reserved GB x residency (what a cluster bills), not the selection
     objective ``cost_gb_s`` (new GB x end-to-end latency of one request). ``gpu_s_held`` and
-    ``usd`` (``usd_window`` over the fixed window): the whole GPUs the instances hold, in dollars at
+    ``usd`` (``gpu_s_held_window`` and ``usd_window`` over the fixed window): the whole GPUs the instances hold, in dollars at
     ``prices`` (the cluster's US dollars per GPU-hour by GPU type; NaN without), see
     :func:`harness.billing.gpu_bill`."""
     slo = np.array([t.latency_slo_s for t in tasks])[workload.task]
@@ -119,10 +119,10 @@ def cell_metrics(tasks: Sequence[SimTask], instances: Sequence[InstanceSpec], wo
         summary.update({
             "window_s": window_s, "drain_s": drain, "residency_window_s": win, "reserved_window_gb_s": gb * win,
             "cost_window_usd": gb * win * price_per_gb_s,
-            "usd_window": gpu_bill(((i, 0.0, win) for i in instances), prices)[1],
             "cost_per_served_usd": gb * residency_s * price_per_gb_s / n if n else None,
             "cost_window_per_served_usd": gb * win * price_per_gb_s / n if n else None,
         })
+        summary["gpu_s_held_window"], summary["usd_window"] = gpu_bill(((i, 0.0, win) for i in instances), prices)
     per_task = []
     for k, t in enumerate(tasks):
         m = workload.task == k

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowmaker.entry import UserError
@@ -40,11 +41,44 @@ def load_slo_set(name: str) -> SloSet:
         raise UserError(f"{path}: {str(exc).splitlines()[0]}") from None
 
 
-def _solver(spec: str):
+#: selectors with fixed rules that read neither the problem's objective nor (but for their own
+#: placement option) anything a scenario's objective changes: their plans are shared across objectives
+OBJECTIVE_BLIND = ("langchain", "routellm")
+
+
+def takes_placement(spec: str) -> bool:
+    """Whether the selector has its own placement rule and a ``placement`` option (LangChain,
+    RouteLLM: ``solvers.baselines.common.PLACEMENTS``); the others place by the spec already."""
+    import inspect
+
+    from solvers.registry import REGISTRY
+    name = spec.partition(":")[0]
+    if name not in REGISTRY:
+        return False
+    module, cls = REGISTRY[name].split(":")
+    return "placement" in inspect.signature(getattr(__import__(module, fromlist=[cls]), cls)).parameters
+
+
+def plan_key(sharing: str, slo_set: str, spec: str, plan_load_pct: float, unplaced: tuple[str, ...],
+             placement: str, objective: str) -> PlanKey:
+    """The plan key, with the settings a selector ignores set to their defaults, so that scenarios
+    differing only there share its plans and cells (FlowMaker in the fair-placement row, LangChain
+    under another objective)."""
+    placement = placement if takes_placement(spec) else "own"
+    objective = "gb_s" if spec.partition(":")[0] in OBJECTIVE_BLIND else objective
+    return PlanKey(sharing, slo_set, spec, plan_load_pct, unplaced, placement, objective)
+
+
+def _solver(spec: str, placement: str = "own"):
+    """The selector of ``spec``; ``placement`` (``own`` or ``spec``) goes to the baselines that
+    take it (:func:`takes_placement`)."""
     from solvers.registry import get_solver
     name, _, setting = spec.partition(":")
+    kwargs = {"setting": setting} if setting else {}
+    if placement != "own" and takes_placement(spec):
+        kwargs["placement"] = placement
     try:
-        return get_solver(name, **({"setting": setting} if setting else {}))
+        return get_solver(name, **kwargs)
     except (KeyError, TypeError) as exc:
         raise UserError(f"field 'params.selectors': {spec}: {exc}") from None
 
@@ -60,6 +94,8 @@ class PlanKey:
     selector: str               # registry spec, 'name:setting' allowed
     plan_load_pct: float        # the load the sequence is planned for (rates = load x planned rates)
     unplaced: tuple[str, ...] = ()
+    placement: str = "own"      # the baselines' placement: own rule, or FlowMaker's ("spec")
+    objective: str = "gb_s"     # the problems' objective (spec section 5 or 10's usd_per_hour)
 
 
 @dataclass(frozen=True)
@@ -71,17 +107,37 @@ class CellKey:
     load_pct: float
     seed: int
 
+    work: str = ""              # digest of what the replay reads of the plan (:func:`work_digest`)
+
     def name(self) -> str:
-        """The cell file's name: readable prefix, digest of the whole key."""
-        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        """The cell file's name: readable prefix, digest of what decides the replay: the plan's
+        work digest when set (two plan keys that deploy the same thing share the cell), else the
+        whole key."""
+        key = asdict(self) if not self.work else {k: v for k, v in asdict(self).items() if k != "plan"}
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return f"{label(self.plan.selector)}__{self.trace}__{self.load_pct:g}__s{self.seed}__{digest}"
 
+    def fields(self) -> dict:
+        """The key's fields as a results row has them (a shared cell's row takes its key's)."""
+        p = self.plan
+        return {"sharing": p.sharing, "slo_set": p.slo_set, "selector": label(p.selector), "placement": p.placement,
+                "objective": p.objective, "plan_load_pct": p.plan_load_pct, "unplaced": ",".join(p.unplaced)}
 
-def problem_at(problem, *, sharing: str, accuracy_slo: float, load_pct: float):
-    """``problem`` under ``sharing``, with the SLO set's accuracy SLO and rate x load."""
+
+def work_digest(seq: list) -> str:
+    """A digest of everything a replay reads of a deployment sequence: per task its problem's task
+    (rates, SLOs) and the deployment (None: not placed)."""
+    parts = [(p.task.model_dump(mode="json"), plan.deployment.to_dict() if plan is not None and
+              plan.deployment is not None else None) for p, plan in seq]
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def problem_at(problem, *, sharing: str, accuracy_slo: float, load_pct: float, objective: str = "gb_s"):
+    """``problem`` under ``sharing`` and ``objective``, with the SLO set's accuracy SLO and rate x load."""
     from selector.problem import parse_problem
     d = problem.to_dict()
     d["cluster"]["sharing"] = sharing
+    d["objective"] = objective
     d["task"]["accuracy_slo"] = accuracy_slo
     d["task"]["arrival_rate_rps"] *= load_pct / 100.0
     return parse_problem(d)
@@ -95,9 +151,9 @@ def deploy_sequence(problems, key: PlanKey, *, time_limit_s: float) -> tuple[lis
     missing = [p.task.name for p in problems if p.task.name not in slo]
     if missing:
         raise UserError(f"SLO set '{key.slo_set}' has no accuracy SLO for task {missing[0]}")
-    solver = _solver(key.selector)
-    at = [problem_at(p, sharing=key.sharing, accuracy_slo=slo[p.task.name], load_pct=key.plan_load_pct)
-          for p in problems]
+    solver = _solver(key.selector, key.placement)
+    at = [problem_at(p, sharing=key.sharing, accuracy_slo=slo[p.task.name], load_pct=key.plan_load_pct,
+                     objective=key.objective) for p in problems]
     cluster, seq, rows = at[0].cluster, [], []
     for p in at:
         p = with_cluster(p, cluster)
@@ -110,11 +166,23 @@ def deploy_sequence(problems, key: PlanKey, *, time_limit_s: float) -> tuple[lis
     return seq, rows
 
 
+def plan_frame(key: PlanKey, problems, *, time_limit_s: float) -> pd.DataFrame:
+    """:func:`deploy_sequence` as an executor cell: its records, the pickled sequence in the first
+    row's ``sequence`` (so plan keys are planned by the workers and a resumed run re-plans none)."""
+    import pickle
+    t0 = time.perf_counter()
+    seq, rows = deploy_sequence(problems, key, time_limit_s=time_limit_s)
+    df = pd.DataFrame(rows).assign(cell_wall_s=time.perf_counter() - t0)
+    df["sequence"] = [pickle.dumps(seq)] + [None] * (len(rows) - 1)
+    return df
+
+
 def _record(key: PlanKey, p, plan, select_s: float) -> dict:
     dep = plan.deployment if plan is not None else None
     insts = dep.instances if dep is not None else ()
     return {"sharing": key.sharing, "slo_set": key.slo_set, "selector": label(key.selector),
-            "plan_load_pct": key.plan_load_pct, "task": p.task.name, "accuracy_slo": p.task.accuracy_slo,
+            "placement": key.placement, "objective": key.objective, "plan_load_pct": key.plan_load_pct,
+            "task": p.task.name, "accuracy_slo": p.task.accuracy_slo,
             "arrival_rate_rps": p.task.arrival_rate_rps, "status": plan.status if plan else "left unplaced",
             "placed": dep is not None, "workflow": dep.workflow if dep is not None else None,
             "instances_new": len(insts), "gb_new": sum(i.mem_gb for i in insts),
@@ -152,6 +220,7 @@ def run_cell(cell: CellKey, seq: list, tokens, *, rates: tuple, gpu: str, gpu_id
     """Replay one cell (``rates``: the tasks' planned rates, 100% load); its row (docs/metrics.md)
     with the key's fields, per-task and per-GPU JSON."""
     from harness.replay import replay
+    t0 = time.perf_counter()
     wl, ptm, source = workload(cell.trace, cell.arrivals, cell.load_pct, cell.seed, window_s, rates,
                                max_peak_to_mean, data_dir)
     deps = [plan.deployment if plan is not None else None for _, plan in seq]
@@ -160,8 +229,11 @@ def run_cell(cell: CellKey, seq: list, tokens, *, rates: tuple, gpu: str, gpu_id
     summary = dict(res.summary)
     busy = summary.pop("gpu_busy_s")
     share = {g: busy.get(g, 0.0) / summary["residency_window_s"] for g in gpu_ids}
+    summary["busy_gpu_s"] = float(sum(busy.get(g, 0.0) for g in gpu_ids))     # busy GPU-seconds, window
     return {"sharing": cell.plan.sharing, "slo_set": cell.plan.slo_set, "selector": label(cell.plan.selector),
+            "placement": cell.plan.placement, "objective": cell.plan.objective,
             "plan_load_pct": cell.plan.plan_load_pct, "unplaced": ",".join(cell.plan.unplaced),
             "colocation": cell.colocation, "arrivals": cell.arrivals, "trace": cell.trace,
             "load_pct": cell.load_pct, "seed": cell.seed, "trace_source": source, "peak_to_mean": ptm,
-            **summary, "per_task": json.dumps(res.per_task), "gpu_busy_share": json.dumps(share)}
+            **summary, "cell_wall_s": time.perf_counter() - t0,
+            "per_task": json.dumps(res.per_task), "gpu_busy_share": json.dumps(share)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,27 @@ BANDS = (("low", (25, 50)), ("high", (75, 100)), ("overload", (200, 400)))
 
 PAPER = reference("flowmaker")["baselines"]     # selector -> the paper's figure (configs/reference)
 COST = "cost_window_usd"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resumed run reused: ``cells`` finished by earlier invocations and the sum of their
+    own wall times (``cell_wall_s``: each cell's replay as its worker timed it)."""
+    cells: int = 0
+    cell_wall_s: float = 0.0
+
+    @classmethod
+    def of(cls, frames: list[pd.DataFrame]) -> Resumed:
+        walls = [float(f["cell_wall_s"].iloc[0]) if "cell_wall_s" in f else float("nan") for f in frames]
+        return cls(cells=len(frames), cell_wall_s=float(sum(walls)))
+
+    def describe(self, wall_s: float) -> str:
+        """The run's own wall time: this invocation's, plus the earlier cells' own when resumed."""
+        if not self.cells:
+            return f"wall time {wall_s:.0f} s"
+        return (f"wall time {wall_s + self.cell_wall_s:.0f} s (a resumed run: this invocation {wall_s:.0f} s, "
+                f"plus the {self.cells} cells (plans and replays) of earlier invocations, {self.cell_wall_s:.0f} s "
+                "of their own wall time summed over cells)")
 
 
 def ci95(values) -> tuple[float, float]:
@@ -50,12 +72,18 @@ def fmt(m: float, h: float, digits: int = 2, unit: str = "", bounds: tuple[float
     return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+IDX = ["trace", "load_pct", "seed"]
+
+
+def series(df: pd.DataFrame, selector: str, metric: str) -> pd.Series:
+    """``metric`` of ``selector``'s rows indexed by (trace, load, seed), copying only that column."""
+    return df.loc[df.selector == selector, IDX + [metric]].set_index(IDX)[metric]
+
+
 def paired(df: pd.DataFrame, ref: str, base: str, metric: str, *, cost: bool) -> pd.Series:
     """Per (trace, load, seed): ``metric(ref) / metric(base)`` (goodput) or ``metric(base) / metric(ref)``
     (cost); inf where the denominator is 0."""
-    idx = ["trace", "load_pct", "seed"]
-    a = df[df.selector == ref].set_index(idx)[metric]
-    b = df[df.selector == base].set_index(idx)[metric]
+    a, b = series(df, ref, metric), series(df, base, metric)
     a, b = a.align(b, join="inner")
     num, den = (b, a) if cost else (a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -117,10 +145,7 @@ def not_below(df: pd.DataFrame, ref: str) -> tuple[int, list[str]]:
     interval (the paired difference's 95% interval lies below 0)."""
     n, worse = 0, []
     for base in [s for s in df.selector.unique() if s != ref]:
-        idx = ["trace", "load_pct", "seed"]
-        a = df[df.selector == ref].set_index(idx).goodput
-        b = df[df.selector == base].set_index(idx).goodput
-        d = (a - b).dropna()
+        d = (series(df, ref, "goodput") - series(df, base, "goodput")).dropna()
         for (tr, ld), x in d.groupby(level=["trace", "load_pct"]):
             n += 1
             m, h = ci95(x)
@@ -153,6 +178,21 @@ def deployments_table(deps: pd.DataFrame) -> list[str]:
     return lines
 
 
+def scenario_deps(deps: pd.DataFrame, sc, selectors) -> pd.DataFrame:
+    """The deployment records of ``selectors`` in scenario ``sc``: its sharing mode and SLO set and,
+    per selector, its placement and objective where the selector has records under them (a
+    selector that ignores one was planned under the default, ``_paper_plan.plan_key``)."""
+    d = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set) & deps.selector.isin(set(selectors))]
+    parts = []
+    for _, g in d.groupby("selector", sort=False):
+        for col, default in (("placement", "own"), ("objective", "gb_s")):
+            if col in g:
+                want = getattr(sc, col)
+                g = g[g[col] == (want if (g[col] == want).any() else default)]
+        parts.append(g)
+    return pd.concat(parts) if parts else d
+
+
 def _step(task: str, dep: str | None) -> str:
     """One task's deployment in a sequence: the new instances (model, TP, count) and the owners of reused ones."""
     if not isinstance(dep, str):       # None, or NaN: pandas 3 stores a missing string as NaN
@@ -178,22 +218,39 @@ def sequence_table(deps: pd.DataFrame) -> list[str]:
 
 
 def routellm_shares(df: pd.DataFrame) -> list[str]:
+    """RouteLLM's accuracy-SLO share per SLO set, sharing mode and setting; a share that the SLO set
+    makes true by construction (:func:`by_construction`) is marked, not counted as evidence."""
     sub = df[df.selector.str.startswith("routellm")]
     if sub.empty:
         return []
     lines = ["| SLO set | sharing | setting | strong share (router) | accuracy-SLO share, mean [95% CI] | min-max "
-             "over cells | paper | mean in the paper's range |", "|---|---|---|---|---|---|---|---|"]
-    strong = {"routellm-max-quality": 1.0, "routellm-balanced": 0.65, "routellm-min-cost": 0.35}
+             "over cells | paper | mean in the paper's range | evidence |", "|---|---|---|---|---|---|---|---|---|"]
+    strong = {"routellm-max-quality": 1.0, "routellm-balanced": 0.65, "routellm-min-cost": 0.35, "routellm-paper": 1.0}
     paper = reference("flowmaker")["routellm_accuracy_share"]
     for (slo, mode, sel), g in sub.groupby(["slo_set", "sharing", "selector"], sort=False):
         per_seed = g.groupby("seed").accuracy_ok_share.mean()
         cells = g.groupby(["trace", "load_pct"]).accuracy_ok_share.mean()
         m, h = ci95(per_seed)
-        lo, hi = paper.get(sel, (float("nan"), float("nan")))
+        lo, hi = paper.get(sel, paper.get("routellm-max-quality") if sel == "routellm-paper" else (float("nan"),) * 2)
         inside = "yes" if round(lo, 3) <= round(m, 3) <= round(hi, 3) else "no"
+        why = by_construction(slo)
         lines.append(f"| {slo} | {mode} | {sel} | {strong.get(sel, float('nan')):.0%} | {fmt(m, h, digits=3)} | "
-                     f"{cells.min():.3f}-{cells.max():.3f} | {lo:.1%}-{hi:.1%} | {inside} |")
+                     f"{cells.min():.3f}-{cells.max():.3f} | {lo:.1%}-{hi:.1%} | {inside} | "
+                     f"{'none: ' + why if why else 'yes'} |")
     return lines
+
+
+def by_construction(slo_set: str, weak: str = "qwen2.5-7b", strong: str = "qwen2.5-14b") -> str | None:
+    """Why RouteLLM's accuracy-SLO share is true by construction under ``slo_set`` (every task's SLO
+    lies above the weak model's accuracy and at most the strong one's, so the share is the
+    router's strong share whatever happens), or None when some SLO lies outside that interval."""
+    from experiments.kinds._paper_plan import load_slo_set
+    from profiler.catalog import load_accuracy
+    acc = load_accuracy(None)
+    slos = load_slo_set(slo_set).accuracy_slo.values()
+    if all(acc[weak] < v <= acc[strong] for v in slos):
+        return f"every SLO of `{slo_set}` is in ({acc[weak]:g}, {acc[strong]:g}]: the share is the router's"
+    return None
 
 
 def reuse_lines(df: pd.DataFrame, ref: str) -> list[str]:
@@ -208,17 +265,19 @@ def reuse_lines(df: pd.DataFrame, ref: str) -> list[str]:
 
 
 def sensitivity_table(df: pd.DataFrame, params, ref: str) -> list[str]:
-    """One row per scenario and baseline: FlowMaker's ratios per band, the scenario's settings."""
+    """One row per scenario and baseline at 25-100% load: FlowMaker's ratios per band, the scenario's
+    settings (overload-only scenarios are reported apart)."""
+    df = df[df.load_pct <= 100]
     bands = _bands(df)
-    lines = ["| scenario | sharing | SLO set | colocation | plans | arrivals | baseline | "
-             + " | ".join(f"goodput ratio {n.split()[0]}" for n, _ in bands) + " | "
+    lines = ["| scenario | sharing | SLO set | colocation | plans | arrivals | baseline placement | objective | "
+             "baseline | " + " | ".join(f"goodput ratio {n.split()[0]}" for n, _ in bands) + " | "
              + " | ".join(f"cost ratio {n.split()[0]}" for n, _ in bands) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * (2 * len(bands))]
+             "|---|---|---|---|---|---|---|---|---|" + "---|" * (2 * len(bands))]
     for sc in params.scenarios:
         sub = df[df.scenario == sc.name]
         plans = "per load" if sc.replan else f"once at {params.plan_load_pct:g}%"
         head = (f"| {sc.name} | {sc.sharing} | {sc.slo_set} | {'on' if sc.colocation else 'off'} | {plans} | "
-                f"{sc.arrivals or params.arrivals} | ")
+                f"{sc.arrivals or params.arrivals} | {sc.placement} | {sc.objective} | ")
         for base in [s for s in sub.selector.unique() if s != ref]:
             g = paired(sub, ref, base, "goodput", cost=False)
             c = paired(sub, ref, base, COST, cost=True)
@@ -228,8 +287,11 @@ def sensitivity_table(df: pd.DataFrame, params, ref: str) -> list[str]:
 
 
 def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, ref: str, main: bool) -> list[str]:
+    from experiments.kinds._paper_costs import units_by_load, units_ratio_table
     lines = [f"## Scenario `{sc.name}`: sharing {sc.sharing}, SLO set `{sc.slo_set}`, colocation "
-             f"{'on' if sc.colocation else 'off'}, {'re-planned per load' if sc.replan else 'planned once'}"]
+             f"{'on' if sc.colocation else 'off'}, {'re-planned per load' if sc.replan else 'planned once'}, "
+             f"baselines placed by {'their own rules' if sc.placement == 'own' else 'FlowMaker' + chr(39) + 's rule'}, "
+             f"objective {sc.objective}"]
     if sc.description:
         lines += ["", sc.description]
     lines += ["", "### Goodput per load (mean [95% CI] over seeds)", "", *by_load_table(sub, "goodput"),
@@ -238,15 +300,15 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
     lines += ["", f"{ref}'s goodput is below a baseline's beyond the interval in {len(worse)} of {n} "
                   "(baseline, trace, load) cells" + (": " + "; ".join(worse) if worse else ".")]
     lines += reuse_lines(sub, ref)
+    lines += ["", "### Cost four ways: ratio baseline / FlowMaker per load band (window; mean [95% CI] over seeds)",
+              "", *units_ratio_table(sub, ref)]
     if main:
-        lines += ["", "### Cost per load, window (USD, mean [95% CI])", "", *by_load_table(sub, COST, digits=4)]
-        if "usd_window" in sub:      # results published before the GPU-hour columns lack it
-            lines += ["", "### GPU dollars per load, window (whole GPUs held x price per GPU-hour, USD, mean "
-                      "[95% CI])", "", *by_load_table(sub, "usd_window", digits=4)]
+        lines += ["", "### Cost four ways per selector and load (window; mean [95% CI] over traces and seeds)", "",
+                  *units_by_load(sub)]
         lines += ["", "### Per-GPU utilisation (busy share of the residency window, mean over traces and seeds)",
                   "", *gpu_table(gpus[gpus.scenario == sc.name])]
-    keyed = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set)
-                 & deps.selector.isin(set(sub.selector)) & deps.plan_load_pct.isin(set(sub.plan_load_pct))]
+    keyed = scenario_deps(deps, sc, set(sub.selector))
+    keyed = keyed[keyed.plan_load_pct.isin(set(sub.plan_load_pct))]
     lines += ["", "### Deployments per planned load (sequence from the empty cluster; per task: deployments.parquet)",
               "", *deployments_table(keyed)]
     if main:
@@ -256,31 +318,46 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
 
 
 def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
-                 wall_s: float, cpu_s: float = float("nan"), execution: Execution = Execution()) -> None:
+                 wall_s: float, cpu_s: float = float("nan"), execution: Execution = Execution(),
+                 resumed: Resumed = Resumed()) -> None:
     """``summary.md`` and the plots: the first scenario's as goodput.png and cost.png, every other
-    scenario in ``params.plots`` (default: all) as goodput-<scenario>.png and cost-<scenario>.png."""
+    scenario in ``params.plots`` (default: all) as goodput-<scenario>.png and cost-<scenario>.png.
+    ``wall_s``: this invocation's wall time; ``resumed``: what earlier invocations of a resumed run
+    computed (the run's own wall time adds their cells' own)."""
+    from experiments.kinds._paper_costs import MAX_HEADLINE_LOAD, overload_md
+    from experiments.kinds._paper_dependence import dependence_md
     from experiments.kinds._paper_differences import differences_md
-    from experiments.kinds._paper_targets import targets_md
+    from experiments.kinds._paper_targets import headline, targets_md
     ref = params.reference
+    df, deps, gpus = _plain(df), _plain(deps), _plain(gpus)
     ptm = df.groupby(["trace", "load_pct"]).peak_to_mean.mean()
+    keys = ['selector', 'sharing', 'slo_set', 'colocation', 'plan_load_pct', 'unplaced', 'arrivals', 'trace',
+            'load_pct', 'seed'] + [k for k in ("placement", "objective") if k in df]
+    total_s = wall_s + resumed.cell_wall_s
     lines = ["# Paper goodput/cost experiment: summary", "",
-             f"Cells: {df.drop_duplicates(['selector', 'sharing', 'slo_set', 'colocation', 'plan_load_pct', 'unplaced', 'arrivals', 'trace', 'load_pct', 'seed']).shape[0]} "
-             f"simulated ({len(df)} scenario rows); {len(params.scenarios)} scenarios; seeds per cell: "
-             f"{df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().min()}; arrivals "
+             f"Cells: {df.cell.nunique() if 'cell' in df else df.drop_duplicates(keys).shape[0]} simulated "
+             f"({df.drop_duplicates(keys).shape[0]} plan-key cells, {len(df)} scenario rows); {len(params.scenarios)} "
+             f"scenarios; seeds per cell: {df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().min()}"
+             f"-{df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().max()}; arrivals "
              f"{params.arrivals} over a {params.window_s:g} s window; cost window = window + min(drain, "
              f"{drain_cap_s:.1f} s); trace source: {', '.join(sorted(set(df.trace_source)))}; "
-             f"wall time {wall_s:.0f} s (CPU {cpu_s:.0f} s, {execution.describe()}).", "",
+             f"{resumed.describe(wall_s)} (CPU {cpu_s:.0f} s, {execution.describe()}).", "",
              "Peak-to-mean of the arrivals (10 s bins, mean over cells): "
              + "; ".join(f"{tr} {ld:g}% {v:.2f}" for (tr, ld), v in ptm.items()), "",
              "Intervals: 95% t intervals over seeds (paired ratios); `[lo, hi]` after each mean; spans in "
              "parentheses are min-max over (trace, load) cells. Paper figures: shared/reference/flowmaker.md.", "",
-             *targets_md(df, params, wall_s=wall_s, cpu_s=cpu_s, workers=execution.describe()),
+             *targets_md(df, params, wall_s=total_s, cpu_s=cpu_s, workers=execution.describe(),
+                         wall_text=resumed.describe(wall_s)),
+             *dependence_md(df, params, headline(params)),
              "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
-             "## Sensitivity rows (goodput ratio FlowMaker / baseline, window cost ratio baseline / FlowMaker)", "",
-             *sensitivity_table(df, params, ref), ""]
+             "## Sensitivity rows at 25-100% (goodput ratio FlowMaker / baseline, window cost ratio baseline / "
+             "FlowMaker in reserved GB x s)", "", *sensitivity_table(df, params, ref), ""]
     for i, sc in enumerate(params.scenarios):
         sub = df[df.scenario == sc.name]
-        lines += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
+        if sub.load_pct.min() > MAX_HEADLINE_LOAD:
+            lines += overload_md(sub, deps, sc)
+        else:
+            lines += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
         if i == 0:
             plots(sub, out)                       # the headline: goodput.png, cost.png
         elif params.plots is None or sc.name in params.plots:
@@ -288,6 +365,13 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
     lines += differences_md(df, deps, params)
     lines += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """String columns as Python objects: pandas 3 backs them by pyarrow, whose take and factorize
+    made a third of the report's CPU time (thousands of small selections and groupings)."""
+    cols = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) and df[c].dtype != object]
+    return df.astype({c: object for c in cols}) if cols else df
 
 
 def plots(df: pd.DataFrame, out, suffix: str = "") -> None:

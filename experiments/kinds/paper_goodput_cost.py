@@ -7,8 +7,9 @@ A *scenario* is one row of the study: sharing mode (spec section 9), SLO set
 (``configs/slo_sets``), colocation penalty on or off, re-planning per load or once, arrival
 process, the selectors and tasks left unplaced. Every selector re-plans at every load (rates =
 load x the tasks' planned rates) from the empty cluster (spec section 8); the sequence per load
-is in ``deployments.parquet``. Each cell (plan, colocation, arrivals, trace, load, seed) is
-written atomically to ``cells/`` and shared by the scenarios that contain it; a rerun with
+is in ``deployments.parquet``. Each cell (what the plan deploys, colocation, arrivals, trace, load,
+seed) is written atomically to ``cells/`` and shared by the scenarios and plan keys that contain it
+(two selectors or placements that deploy the same thing replay it once); a rerun with
 ``--run-id`` skips finished cells. Outputs: ``results.parquet`` (one row per scenario and cell),
 ``tasks.parquet``, ``gpus.parquet`` (busy share per GPU), ``deployments.parquet``,
 ``goodput*.png``, ``cost*.png`` and ``summary.md`` (``experiments/kinds/_paper_report.py``).
@@ -28,7 +29,8 @@ from tqdm import tqdm
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from flowmaker.entry import UserError
 from experiments.executor import Cell, run_cells
-from experiments.kinds._paper_plan import CellKey, PlanKey, deploy_sequence, label, load_slo_set, run_cell
+from experiments.kinds._paper_plan import (CellKey, deploy_sequence, label, load_slo_set, plan_frame, plan_key,
+                                           run_cell, work_digest)
 from selector.taskspec import TaskList
 
 
@@ -42,6 +44,11 @@ class Scenario(BaseModel):
     slo_set: str = "current"
     colocation: bool = Field(default=True, description="charge instances sharing a GPU (harness.cluster)")
     replan: bool = Field(default=True, description="plan at every load; false: once, at plan_load_pct")
+    placement: Literal["own", "spec"] = Field(
+        default="own", description="the baselines' placement: their own rule, or FlowMaker's (spec: LeastLoaded, "
+                                   "compute-aware under sharing compute; docs/baselines.md)")
+    objective: Literal["gb_s", "usd_per_hour"] = Field(
+        default="gb_s", description="the problems' objective (spec section 5, or section 10's dollars per hour)")
     arrivals: Literal["poisson", "window"] | None = None
     loads_pct: list[float] | None = Field(default=None, min_length=1)
     seeds: int | None = Field(default=None, ge=1)
@@ -168,25 +175,47 @@ def load_traces(params, seed: int) -> dict:
     return traces
 
 
-def plan_all(params: Params, problems, seed: int = 0) -> tuple[dict, dict, list[dict]]:
+def plan_all(params: Params, problems, seed: int = 0, ctx: RunContext | None = None,
+             earlier: list | None = None) -> tuple[dict, dict, list[dict]]:
     """Every scenario's plan keys and cells: ``plans`` {PlanKey: sequence}, ``cells`` {CellKey:
     [scenario names]} (seeds ``seed``, ``seed + 1``, ...) and the deployment records (one per plan key
-    and task)."""
-    plans, cells, rows = {}, {}, []
+    and task). With ``ctx`` the plan keys are planned as executor cells (the config's workers; cells
+    ``plan__*`` of the run folder, so a resumed run re-plans none: the frames of those planned by an
+    earlier invocation go to ``earlier``), else here in turn."""
+    keyed = []
     for sc in params.scenarios:
         load_slo_set(sc.slo_set)                       # an unknown set fails before any work
         for spec in sc.selectors or params.selectors:
             unplaced = tuple(sc.unplaced.get(label(spec), ()))
             for load in sc.loads_pct or params.loads_pct:
-                key = PlanKey(sc.sharing, sc.slo_set, spec, load if sc.replan else params.plan_load_pct, unplaced)
-                if key not in plans:
-                    plans[key], recs = deploy_sequence(problems, key, time_limit_s=params.time_limit_s)
-                    rows += recs
-                for trace in params.traces:
-                    for i in range(sc.seeds or params.seeds):
-                        cell = CellKey(key, sc.colocation, sc.arrivals or params.arrivals, trace, load, seed + i)
-                        cells.setdefault(cell, []).append(sc.name)
+                keyed.append((sc, load, plan_key(sc.sharing, sc.slo_set, spec, load if sc.replan else
+                                                 params.plan_load_pct, unplaced, sc.placement, sc.objective)))
+    plans, rows = _plan_keys(params, problems, list(dict.fromkeys(k for _, _, k in keyed)), ctx,
+                             [] if earlier is None else earlier)
+    work = {k: work_digest(seq) for k, seq in plans.items()}
+    cells: dict = {}
+    for sc, load, key in keyed:
+        for trace in params.traces:
+            for i in range(sc.seeds or params.seeds):
+                cell = CellKey(key, sc.colocation, sc.arrivals or params.arrivals, trace, load, seed + i, work[key])
+                cells.setdefault(cell, []).append(sc.name)
     return plans, cells, rows
+
+
+def _plan_keys(params: Params, problems, keys: list, ctx: RunContext | None,
+               earlier: list) -> tuple[dict, list[dict]]:
+    """``{key: sequence}`` and the records of every key, in the keys' order."""
+    import pickle
+    if ctx is None:
+        out = {k: deploy_sequence(problems, k, time_limit_s=params.time_limit_s) for k in keys}
+        return {k: seq for k, (seq, _) in out.items()}, [r for _, recs in out.values() for r in recs]
+    cells = [Cell("plan__" + CellKey(k, True, "", "", 0.0, 0).name(), plan_frame, (k, problems),
+                  {"time_limit_s": params.time_limit_s}) for k in keys]
+    ran: set[str] = set()
+    frames = run_cells(ctx, cells, desc="plans", on_done=lambda c, _: ran.add(c.name))
+    earlier += [f.iloc[:1] for c, f in zip(cells, frames) if c.name not in ran]
+    plans = {k: pickle.loads(f["sequence"].iloc[0]) for k, f in zip(keys, frames)}
+    return plans, [r for f in frames for r in f.drop(columns=["sequence", "cell_wall_s"]).to_dict("records")]
 
 
 def cell_frame(cell: CellKey, seq: list, **setting) -> pd.DataFrame:
@@ -194,19 +223,29 @@ def cell_frame(cell: CellKey, seq: list, **setting) -> pd.DataFrame:
     return pd.DataFrame([run_cell(cell, seq, **setting)])
 
 
-def _replay_cells(ctx: RunContext, plans, cells, setting: dict) -> None:
+def _replay_cells(ctx: RunContext, plans, cells, setting: dict) -> set[str]:
     """Run every cell whose file is missing (``experiments.executor``: the config's runtime and
-    workers), each written atomically."""
-    simulated = 0
+    workers), each written atomically; the names of the cells this invocation ran."""
+    simulated, ran = 0, set()
 
     def done(cell: Cell, row: pd.DataFrame) -> None:
         nonlocal simulated
+        ran.add(cell.name)
         simulated += int(row["requests"].iloc[0])
         if ctx.progress:
             key = cell.args[0]
             tqdm.write(f"{label(key.plan.selector)} {key.trace} {key.load_pct:g}%: {simulated} requests simulated")
 
-    run_cells(ctx, [Cell(c.name(), cell_frame, (c, plans[c.plan]), setting) for c in cells], on_done=done)
+    slim = {k: _replayed(seq) for k, seq in plans.items()}
+    run_cells(ctx, [Cell(c.name(), cell_frame, (c, slim[c.plan]), setting) for c in cells], on_done=done)
+    return ran
+
+
+def _replayed(seq: list) -> list:
+    """A sequence as a replay reads it (``harness.replay.sim_tasks``: the task, models, cluster
+    and deployment): without the perf and deployment rows, which are 96% of its pickle (518 KB
+    -> 22 KB per cell shipped to a worker)."""
+    return [(p.model_copy(update={"perf": (), "deployments": ()}), plan) for p, plan in seq]
 
 
 def _cpu_since(c0) -> float:
@@ -216,21 +255,24 @@ def _cpu_since(c0) -> float:
 
 
 def run(params: Params, ctx: RunContext) -> None:
-    from experiments.kinds._paper_report import write_report
+    from experiments.kinds._paper_report import Resumed, write_report
     from profiler.engine import EngineConfig
 
     t0, c0 = time.perf_counter(), os.times()
     problems, gpu, tokens = resolve_all(params)
-    plans, cells, dep_rows = plan_all(params, problems, ctx.seed)
+    earlier: list[pd.DataFrame] = []
+    plans, cells, dep_rows = plan_all(params, problems, ctx.seed, ctx, earlier)
     atomic_write_parquet(ctx.run_dir / "deployments.parquet", pd.DataFrame(dep_rows))
     cap = params.drain_cap_s if params.drain_cap_s is not None else max(p.task.latency_slo_s for p in problems)
     setting = dict(tokens=tokens, rates=tuple(p.task.arrival_rate_rps for p in problems), gpu=gpu,
                    gpu_ids=[g.id for g in problems[0].cluster.gpus], engine=EngineConfig(scheduler=params.scheduler),
                    window_s=params.window_s, drain_cap_s=cap, price_per_gb_s=params.price_per_gb_s,
                    max_peak_to_mean=params.max_peak_to_mean, data_dir=params.data_dir)
-    _replay_cells(ctx, plans, cells, setting)
-    rows = [pd.read_parquet(ctx.cell_path(c.name())).assign(scenario=sc) for c, scs in cells.items() for sc in scs]
+    ran = _replay_cells(ctx, plans, cells, setting)
+    rows = [pd.read_parquet(ctx.cell_path(c.name())).assign(scenario=sc, cell=c.name(), **c.fields())
+            for c, scs in cells.items() for sc in scs]
     df = pd.concat(rows, ignore_index=True)
+    earlier += [pd.read_parquet(ctx.cell_path(n)) for n in {c.name() for c in cells} - ran]
     atomic_write_parquet(ctx.run_dir / "results.parquet", df.drop(columns=["per_task", "gpu_busy_share"]))
     keys = ["scenario", "selector", "trace", "load_pct", "seed"]
     tasks = [dict(zip(keys, k), **t) for *k, pt in df[keys + ["per_task"]].itertuples(index=False)
@@ -240,7 +282,8 @@ def run(params: Params, ctx: RunContext) -> None:
             for g, v in json.loads(js).items()]
     atomic_write_parquet(ctx.run_dir / "gpus.parquet", pd.DataFrame(gpus))
     write_report(params, ctx.run_dir, df.drop(columns=["per_task"]), pd.DataFrame(dep_rows), pd.DataFrame(gpus),
-                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0), execution=ctx.execution)
+                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0), execution=ctx.execution,
+                 resumed=Resumed.of(earlier))
     if params.publish:
         _publish(ctx.run_dir)
     print((ctx.run_dir / "summary.md").read_text())

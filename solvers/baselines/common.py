@@ -25,7 +25,7 @@ from dataclasses import replace
 from selector.deployment import Deployment, Serving, build_deployment
 from selector.evaluate import Evaluation, evaluate, infeasible_plan, to_plan
 from selector.index import NEW, Compiled, Option, compile_problem, remember
-from selector.placement import StageDemand, free_memory, gpu_busy, gpu_types, place
+from selector.placement import StageDemand, free_memory, gpu_busy, gpu_types, place, reuse_busy
 from selector.plan import Plan
 from selector.problem import TOL, Problem, check_references
 
@@ -128,10 +128,11 @@ def deployment(cp: Compiled, wi: int, options: Sequence[Option], placed, *, rule
                             rule=rule)
 
 
-def new_demands(options: Sequence[Option]) -> list[StageDemand]:
-    """Memory-only demands of the new options, each on its config's GPU type (spec section 10)."""
-    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, gpu_type=o.gpu_type)
-            for o in options if o.kind == NEW]
+def new_demands(options: Sequence[Option], *, util: bool = False) -> list[StageDemand]:
+    """Demands of the new options, each on its config's GPU type (spec section 10): memory-only,
+    or with each replica's utilisation ``u_s`` (``util``: section 9's compute-aware placement)."""
+    return [StageDemand(o.replicas, o.shards, o.mem_gb / o.shards, o.replica_util if util else 0.0,
+                        gpu_type=o.gpu_type) for o in options if o.kind == NEW]
 
 
 def default_config(problem: Problem) -> tuple[int, int, str]:
@@ -186,6 +187,28 @@ def compute_overload(problem: Problem, deploy: Deployment | None) -> str | None:
         return None
     return (f"placement (sharing: compute): the deployment puts summed utilisation {busy[over[0]]:.4g} "
             f"on GPU {over[0]}")
+
+
+#: a baseline's placement: ``own`` (its rule: LangChain packs first-fit, RouteLLM places by memory)
+#: or ``spec``: FlowMaker's rule, the spec's LeastLoaded (constraint 4) with section 9's
+#: compute bound under ``sharing: compute`` (docs/baselines.md, "Placement")
+PLACEMENTS = ("own", "spec")
+
+
+def check_placement(placement: str) -> str:
+    if placement not in PLACEMENTS:
+        raise KeyError(f"unknown placement '{placement}'; known: {', '.join(PLACEMENTS)}")
+    return placement
+
+
+def spec_place(problem: Problem, demands: Sequence[StageDemand], routed: dict[int, float] | None = None):
+    """New replicas placed as FlowMaker places them: LeastLoaded on free memory (spec constraint
+    4) and, under ``sharing: compute``, only on GPUs whose ``busy_g`` after the variant's reuse
+    (``routed``: instance index -> utilisation routed to it) plus the replica's ``util`` stays
+    <= 1 (section 9); section 10's GPU types. None when some replica cannot be placed."""
+    cluster = problem.cluster
+    busy = reuse_busy(cluster, routed or {}) if cluster.compute else None
+    return place(free_memory(cluster), demands, busy, types=gpu_types(cluster))
 
 
 def least_loaded(cp: Compiled, options: Sequence[Option]):

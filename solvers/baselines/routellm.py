@@ -21,6 +21,14 @@ easiest requests), then the strong ones with ``1 - threshold`` (only the strong 
 LeastLoaded places by memory, its reuse checks the instance's utilisation only); the spec face
 judges the strong variant under that mode and is infeasible when the deployment leaves a GPU
 busier than 1 (``common.spec_face``).
+
+``placement="spec"`` (the fair-placement row of the paper experiment) places as FlowMaker does:
+a stage reuses an instance only when section 9 also holds on its GPUs, and new replicas go by
+``common.spec_place`` (LeastLoaded, compute-aware under ``sharing: compute``). Setting ``paper``
+sizes RouteLLM as the paper's deployment (shared/reference/flowmaker.md: max-quality "reserves
+206-235 GB"): all requests to the strong model, served by one pool of ``floor(235 GB / instance
+GB)`` strong replicas (6 x qwen2.5-14b on an A6000) deployed with the first task whatever the load
+and shared by every later task, each stage's requests spread evenly over the pool.
 """
 from __future__ import annotations
 
@@ -33,19 +41,28 @@ from selector.placement import free_memory, gpu_types, place
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from solvers.base import Selector
-from solvers.baselines.common import compile_problem, default_config, evaluate, new_demands, servings, spec_face
+from selector.placement import reuse_busy
+from selector.deployment import Serving
+from solvers.baselines.common import (check_placement, compile_problem, default_config, evaluate, new_demands,
+                                      servings, spec_face, spec_place)
 
-SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65}
+SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65, "paper": 0.0}
+#: settings with a fixed pool of strong replicas (GB reserved at most): the paper's max-quality
+#: deployment reserved 206-235 GB (shared/reference/flowmaker.md, "vs RouteLLM")
+POOL_GB = {"paper": 235.0}
 
 
 class RouteLLMSelector(Selector):
     name = "routellm"
 
-    def __init__(self, *, setting: str = "balanced", strong: str = "qwen2.5-14b", weak: str = "qwen2.5-7b") -> None:
+    def __init__(self, *, setting: str = "balanced", strong: str = "qwen2.5-14b", weak: str = "qwen2.5-7b",
+                 placement: str = "own") -> None:
         if setting not in SETTINGS:
             raise KeyError(f"unknown RouteLLM setting '{setting}'; known: {', '.join(SETTINGS)}")
         self.setting, self.strong, self.weak = setting, strong, weak
-        self.threshold = SETTINGS[setting]
+        self.threshold, self.pool_gb = SETTINGS[setting], POOL_GB.get(setting)
+        self.placement = check_placement(placement)
+        self.rule = f"routellm/{setting}" + ("" if placement == "own" else f"+{placement}")
 
     def _models(self, problem: Problem, default) -> tuple[str, str] | None:
         on_default = [m for m in problem.models
@@ -69,7 +86,7 @@ class RouteLLMSelector(Selector):
             for o in st.options:
                 if o.model != mi:
                     continue
-                if o.kind == REUSE and util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add <= 1 + TOL:
+                if o.kind == REUSE and self._reusable(cp, o, share, util):
                     opt = o
                     util[o.instance] = util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add
                     break
@@ -79,9 +96,27 @@ class RouteLLMSelector(Selector):
                 return None
             if opt.kind == NEW:
                 load = share * p.task.arrival_rate_rps * spec.calls
-                opt = replace(opt, replicas=replicas_for(load, opt.capacity_rps))
+                n = replicas_for(load, opt.capacity_rps)
+                if self.pool_gb is not None:
+                    n = max(1, int(self.pool_gb / opt.mem_gb + TOL))
+                opt = replace(opt, replicas=n, replica_util=load / (n * opt.capacity_rps))
             out.append(opt)
         return out
+
+    def _reusable(self, cp, o, share: float, util: dict[int, float]) -> bool:
+        """Its own rule: the instance's utilisation stays <= 1; ``placement="spec"`` also section 9
+        on its GPUs (under ``sharing: compute``); the ``paper`` pool takes whatever is routed."""
+        if self.pool_gb is not None:
+            return True
+        after = util.get(o.instance, cp.base_util[o.instance]) + share * o.util_add
+        if after > 1 + TOL:
+            return False
+        if self.placement == "own" or not cp.problem.cluster.compute:
+            return True
+        routed = {i: u - cp.base_util[i] for i, u in util.items()}
+        routed[o.instance] = after - cp.base_util[o.instance]
+        busy = reuse_busy(cp.problem.cluster, routed)
+        return all(busy[g] <= 1 + TOL for g in cp.problem.cluster.instances[o.instance].gpus)
 
     def select(self, problem: Problem, *, time_limit_s: float = 60.0) -> Plan:
         t0 = time.perf_counter()
@@ -97,16 +132,20 @@ class RouteLLMSelector(Selector):
             # a model the router sends nothing to is not deployed (max-quality: no weak instance)
             weak = self._pick(cp, wi, pair[1], default, 1.0 - share, util) if self.threshold > 0 else []
         if strong is None or weak is None:
-            return spec_face(cp, None, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=None,
+            return spec_face(cp, None, solver=self.name, t0=t0, rule=self.rule, deploy=None,
                              why="no strong/weak option on every stage",
                              unplaced_reason="no strong/weak option on every stage")
         choice = [next(k for k, x in enumerate(cp.workflows[wi].stages[s].options) if x.key == o.key)
                   for s, o in enumerate(strong)]
         ev = evaluate(cp, wi, choice)
-        placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak),
-                       types=gpu_types(problem.cluster))
+        if self.placement == "spec":
+            routed = {i: u - cp.base_util[i] for i, u in util.items()}
+            placed = spec_place(problem, new_demands(strong, util=True) + new_demands(weak, util=True), routed)
+        else:
+            placed = place(free_memory(problem.cluster), new_demands(strong) + new_demands(weak),
+                           types=gpu_types(problem.cluster))
         deploy = None if placed is None else self._deployment(cp, wi, strong, weak, placed)
-        return spec_face(cp, ev, solver=self.name, t0=t0, rule=f"routellm/{self.setting}", deploy=deploy,
+        return spec_face(cp, ev, solver=self.name, t0=t0, rule=self.rule, deploy=deploy,
                          unplaced_reason="strong and weak replicas cannot be placed")
 
     def _deployment(self, cp, wi: int, strong, weak, placed) -> Deployment:
@@ -115,12 +154,24 @@ class RouteLLMSelector(Selector):
         Instances are listed strong first, then weak."""
         n = len(new_demands(strong))
         hard = servings(cp, strong, placed[:n], share=1.0 - self.threshold)
+        if self.pool_gb is not None:
+            hard = [self._pool(cp, o, h) for o, h in zip(strong, hard)]
         if weak:
             easy = servings(cp, weak, placed[n:], share=self.threshold, tag="weak")
             ways = [[e, h] for e, h in zip(easy, hard)]
         else:
-            ways = [[h] for h in hard]
-        dep = build_deployment(cp.problem, cp.workflows[wi].name, ways, rule=f"routellm/{self.setting}")
+            ways = [h if isinstance(h, list) else [h] for h in hard]
+        dep = build_deployment(cp.problem, cp.workflows[wi].name, ways, rule=self.rule)
         strong_ids = {iid for st in dep.stages for iid in st.routes[-1].instances}
         order = sorted(dep.instances, key=lambda i: i.id not in strong_ids)      # stable: stage order kept
         return replace(dep, instances=tuple(order))
+
+    def _pool(self, cp, o, serving: Serving) -> Serving | list[Serving]:
+        """The ``paper`` pool: a new stage keeps its replicas; a reusing stage is spread evenly over
+        every deployed instance of its model and config (the pool the first task deployed)."""
+        if o.kind == NEW:
+            return serving
+        p = cp.problem
+        ref = p.cluster.instances[o.instance]
+        pool = [i.id for i in p.cluster.instances if (i.model, i.tp, i.pp) == (ref.model, ref.tp, ref.pp)]
+        return [replace(serving, reuse=iid, share=serving.share / len(pool)) for iid in pool]
