@@ -73,7 +73,7 @@ def doc(name: str) -> str:
         path = Path(str(files("flowmaker_docs"))) / name
         if path.is_file():
             return str(path)
-    except ModuleNotFoundError:
+    except (ImportError, TypeError, ValueError, OSError):  # not installed, or an odd loader
         pass
     src = Path(__file__).resolve().parents[1] / "docs" / name
     return str(src) if src.is_file() else f"docs/{name}"
