@@ -15,7 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("selector", "solvers", "profiler", "harness", "orchestrator", "experiments", "flowmaker")
 #: modules whose job is to print: command lines, benchmarks, experiment kinds (their tables)
-PRINTING = ("cli.py", "cli_joint.py", "servecli.py", "tokens.py", "run.py", "device_check.py", "torchserve.py")
+PRINTING = ("cli.py", "cli_joint.py", "servecli.py", "tokens.py", "run.py", "device_check.py", "torchserve.py",
+            "sim_identity.py")
 
 
 def _sources() -> list[Path]:
