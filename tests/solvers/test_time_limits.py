@@ -129,9 +129,21 @@ def test_heuristic_stopped_by_its_limit_is_unknown(monkeypatch, module: str, nam
     assert "workflow" not in d
 
 
-def test_exhaustive_stopped_before_any_feasible_variant_is_unknown() -> None:
+def test_exhaustive_stopped_before_any_feasible_variant_is_unknown(monkeypatch) -> None:
+    """Deterministic: no candidate places (``_fits`` is False) and every clock read is a second
+    later, so the search stops after its first chunk with nothing found. (With the real clock the
+    first chunk's cheapest candidates are placed before the first deadline check, so whether a
+    0.01 s limit finds one depended on the machine's speed.)"""
+    import itertools
+    import time
+
+    from selector.search import BestWindow
     from selector.stress import many_instances_problem
-    plan = get_solver("exhaustive").select(many_instances_problem(utilization=0.1), time_limit_s=0.01)
+    p = many_instances_problem(utilization=0.1)
+    clock = itertools.count(0.0, 1.0)
+    monkeypatch.setattr(BestWindow, "_fits", lambda self, wf, choice: False)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    plan = get_solver("exhaustive").select(p, time_limit_s=0.01)
     assert plan.status == "unknown" and "time limit" in plan.reason
 
 
