@@ -42,13 +42,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.closedloop_model import (LoopConfig, Overheads, build_model, busy_share, calibrate, call_service_s,
-                                      probe_overheads, profile)
+from harness.closedloop_model import (LoopConfig, Overheads, ServedStep, build_model, busy_share, calibrate,
+                                      call_service_s, probe_overheads, profile, traffic_overheads)
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
 from profiler.engine import EngineConfig
 from selector.deployment import InstanceSpec, Route
 
 METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "goodput")
+RULES = ("probe", "previous", "both")         # LoopConfig.calibrate_from
 
 
 # ---- 4-5: requests, simulation, replay ------------------------------------------------------
@@ -79,7 +80,7 @@ class _Recording(ClusterSim):
         self.finished: list = []
 
     def _done(self, call, now):
-        self.finished.append(call)
+        self.finished.append((call, call.owner.stage))     # the stage it served (the request moves on)
         return super()._done(call, now)
 
 
@@ -116,9 +117,9 @@ class Samples:
 def simulate(cfg: LoopConfig, step: Any, insts, tasks, wl: Workload) -> Samples:
     sim = _Recording(gpu=cfg.gpu, instances=insts, tasks=tasks, engine=ENGINE, step_override=step)
     res = sim.run(wl)
-    calls = [{"request": c.owner.i, "stage_index": c.owner.stage, "queue_s": c.sched_s - c.arrival_s,
+    calls = [{"request": c.owner.i, "stage_index": stage, "queue_s": c.sched_s - c.arrival_s,
               "ttft_s": c.first_s - c.arrival_s, "tpot_s": (c.done_s - c.first_s) / (c.output - 1) if c.output > 1
-              else None, "e2e_s": c.done_s - c.arrival_s} for c in sim.finished if not c.failed]
+              else None, "e2e_s": c.done_s - c.arrival_s} for c, stage in sim.finished if not c.failed]
     e2e = res["done_s"] - wl.arrival_s
     return Samples(calls, [float(x) for x in e2e[~np.isnan(e2e)]], len(wl))
 
@@ -179,43 +180,70 @@ class _Bench:
     slo_s: float
     log: Callable[[str], None]
     records: list[dict] = field(default_factory=list)
+    previous: list[dict] = field(default_factory=list)     # the measured calls of the block replayed last
 
-    def block(self, over: Overheads, share: float, wl: Workload, tag: dict) -> tuple[Samples, Samples, dict]:
-        """Simulate and replay one block; its per-call records go to ``records``."""
-        served = over.at(self.step, share)
-        sim = simulate(self.cfg, served, self.insts, self.tasks, wl)
+    def steps(self, over0: Overheads, share: float) -> dict[str, ServedStep]:
+        """The next block's step model under every calibration rule (``RULES``): without blocks,
+        ``over0``; else the probes re-taken now, the previous block's measured calls (the probes
+        where there is none yet), or the mean of the two."""
+        if self.cfg.block_requests is None:
+            return dict.fromkeys(RULES, over0.at(self.step, share))
+        probe = probe_overheads(self.step, self.eps, self.cfg, warm_up=False)[0].at(self.step, share)
+        if not self.previous:
+            return dict.fromkeys(RULES, probe)
+        call, step = traffic_overheads(self.step, self.previous)
+        return {"probe": probe, "previous": ServedStep(self.step, per_step_s=step, per_call_s=call),
+                "both": ServedStep(self.step, per_step_s=(step + probe.per_step_s) / 2,
+                                   per_call_s=(call + probe.per_call_s) / 2)}
+
+    def block(self, steps: dict[str, ServedStep], wl: Workload, tag: dict) -> tuple[dict[str, Samples], Samples, dict]:
+        """Simulate (under every rule) and replay one block; the judged rule's per-call records and
+        the measured ones go to ``records``; the measured calls calibrate the next block."""
+        rule = self.cfg.calibrate_from
+        sims = {r: simulate(self.cfg, st, self.insts, self.tasks, wl) for r, st in steps.items()}
         load0 = os.getloadavg()[0]
         live = replay(self.cfg, self.eps, self.insts, self.tasks, wl)
+        self.previous = live.calls
+        served = steps[rule]
         info = {**tag, "requests": len(wl), "machine_loadavg_1m": [load0, os.getloadavg()[0]],
-                "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s}
-        for src, smp in (("simulated", sim), ("measured", live)):
+                "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s,
+                "overheads_by_rule": {r: [st.per_call_s, st.per_step_s] for r, st in steps.items()}}
+        for src, smp in (("simulated", sims[rule]), ("measured", live)):
             self.records += [{**tag, "source": src, **c} for c in smp.calls]
-        return sim, live, info
+        return sims, live, info
 
     def load(self, over0: Overheads, load: float, k: int, repeat: int) -> dict:
         cfg = self.cfg
         rate = load / max(self.service)
         share = busy_share(rate, self.service)
         wl = workload(cfg, rate, cfg.seed + k + 1000 * repeat)
-        sim, live, bare = Samples(), Samples(), Samples()
+        sims, live, bare = {r: Samples() for r in RULES}, Samples(), Samples()
         infos = []
         for b, wlb in enumerate(blocks(wl, cfg.block_requests)):
-            over = over0 if cfg.block_requests is None else probe_overheads(self.step, self.eps, cfg, warm_up=False)[0]
-            s, m, info = self.block(over, share, wlb, {"repeat": repeat, "load": load, "block": b})
-            sim.add(s), live.add(m), bare.add(simulate(cfg, self.step, self.insts, self.tasks, wlb))
+            s, m, info = self.block(self.steps(over0, share), wlb, {"repeat": repeat, "load": load, "block": b})
+            live.add(m), bare.add(simulate(cfg, self.step, self.insts, self.tasks, wlb))
+            for r in RULES:
+                sims[r].add(s[r])
             infos.append(info)
-        ss, ls = sim.summary(self.slo_s), live.summary(self.slo_s)
-        err = {m: (100.0 * (ss[m] - ls[m]) / ls[m] if ls[m] else None) for m in METRICS}
+        ls = live.summary(self.slo_s)
+        by_rule = {r: smp.summary(self.slo_s) for r, smp in sims.items()}
+        ss, err = by_rule[cfg.calibrate_from], _errors(by_rule[cfg.calibrate_from], ls)
         loads = [x for i in infos for x in i["machine_loadavg_1m"]]
         self.log(f"repeat {repeat} load {load:g} ({rate:.3f} req/s, other server busy {share:.2f}, machine load "
                  f"{min(loads):.1f}-{max(loads):.1f}): " + ", ".join(f"{m} sim {ss[m]:.4g} / live {ls[m]:.4g}"
                                                                      for m in METRICS))
         return {"repeat": repeat, "load": load, "rate_rps": rate, "busy_share": share, "simulated": ss,
-                "profiler_only": bare.summary(self.slo_s), "measured": ls, "error_pct": err,
+                "profiler_only": bare.summary(self.slo_s), "measured": ls, "error_pct": err, "calibrated_from": cfg.calibrate_from,
+                "other_rules": {r: {"simulated": v, "error_pct": _errors(v, ls)} for r, v in by_rule.items()
+                                if r != cfg.calibrate_from},
                 "overhead_per_call_s": float(np.mean([i["overhead_per_call_s"] for i in infos])),
                 "overhead_per_step_s": float(np.mean([i["overhead_per_step_s"] for i in infos])),
                 "machine_loadavg_1m": [infos[0]["machine_loadavg_1m"][0], infos[-1]["machine_loadavg_1m"][1]],
                 "blocks": infos}
+
+
+def _errors(sim: dict, live: dict) -> dict:
+    return {m: (100.0 * (sim[m] - live[m]) / live[m] if live[m] else None) for m in METRICS}
 
 
 def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = None) -> dict:
@@ -281,7 +309,7 @@ def summary_md(result: dict, *, within_pct: float = 20.0) -> str:
             lines.append(f"| {ld.get('repeat', 0)} | {ld['load']:g} | {ld['rate_rps']:.3f} | {name} | "
                          f"{f(ld['simulated'][m], sc)} | {f(ld['measured'][m], sc)} | "
                          f"{'-' if e is None else f'{e:+.1f}'} | {f(ld['profiler_only'][m], sc)} |")
-    lines += ["", *_spread(result["loads"], within_pct)]
+    lines += ["", *_spread(result["loads"], within_pct), *_other_rules(result["loads"])]
     o = result["serving_overhead"]
     lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead per call + per iteration "
               f"before the first load: {1e3 * o['alone_call_s']:.1f} + {1e3 * o['alone_step_s']:.2f} ms alone, "
@@ -310,8 +338,25 @@ def _spread(loads: list[dict], within_pct: float) -> list[str]:
     blocks = [b for ld in loads for b in ld.get("blocks", [])]
     if blocks:
         la = [x for b in blocks for x in b["machine_loadavg_1m"]]
-        out += ["", f"{len(blocks)} replay blocks, overhead probes re-taken before each: machine load average "
+        out += ["", f"{len(blocks)} replay blocks, overhead probes re-taken before each (serving overheads from: "
+                f"{loads[0].get('calibrated_from', 'probe')}): machine load average "
                 f"(1 min) {min(la):.1f}-{max(la):.1f} over the blocks (per block in closed_loop.json)."]
+    return out
+
+
+def _other_rules(loads: list[dict]) -> list[str]:
+    """The same blocks simulated under the calibration rules the run did not judge (for comparison)."""
+    rules = list(dict.fromkeys(r for ld in loads for r in ld.get("other_rules", {})))
+    if not rules:
+        return []
+    out = ["", f"The same blocks under the other calibration rules (the run judges `{loads[0]['calibrated_from']}`; "
+           "error % per repeat, for comparison only):", "", "| load | rule | E2E per repeat | TPOT per repeat |",
+           "|---|---|---|---|"]
+    for load in dict.fromkeys(ld["load"] for ld in loads):
+        mine = sorted((ld for ld in loads if ld["load"] == load), key=lambda ld: ld.get("repeat", 0))
+        for r in rules:
+            e = [[ld["other_rules"][r]["error_pct"][m] for ld in mine] for m in ("e2e_mean_s", "tpot_mean_s")]
+            out.append(f"| {load:g} | {r} | " + " | ".join(", ".join(f"{x:+.1f}" for x in v) for v in e) + " |")
     return out
 
 

@@ -61,6 +61,10 @@ class LoopConfig(_Frozen):
     profile_output: int = Field(32, ge=2)
     profile_repeats: int = Field(5, ge=1)
     overhead: bool = True
+    calibrate_from: Literal["probe", "previous", "both"] = Field(
+        "probe", description="serving overheads of a block (with block_requests): from the probes re-taken right "
+        "before it (probe), from the measured calls of the block replayed just before it, under sustained traffic "
+        "(previous), or the mean of the two (both); the first block of a run has only its probe")
     probes: tuple[tuple[int, int], ...] = ((48, 24), (160, 24), (320, 12), (96, 40))
     seed: int = 0
     base_port: int = Field(18800, ge=1024, le=65000)
@@ -249,6 +253,17 @@ def _fit(rows: list[dict]) -> tuple[float, float]:
     per_step = float(np.median([r["tpot_s"] - r["decode_pred_s"] for r in rows if r["tpot_s"] is not None]))
     # the prefill iteration pays both: the per-call part is what TTFT has beyond a step's overhead
     return per_call - per_step, per_step
+
+
+def traffic_overheads(step: Any, calls: list[dict]) -> tuple[float, float]:
+    """Per-call and per-iteration overhead (s) fitted, as the probes' are, on a replayed block's
+    measured calls: each call's TTFT less its derived queue wait and the calibrated prefill, and
+    its TPOT less the calibrated decode step (``calls``: the replay's records, ``queue_s`` set)."""
+    rows = [{"ttft_s": None if c["ttft_s"] is None else c["ttft_s"] - c["queue_s"], "tpot_s": c["tpot_s"],
+             "prefill_pred_s": step.prefill_s(c["prompt_tokens"]),
+             "decode_pred_s": step.decode_step_s(1, c["prompt_tokens"] + c["output_tokens"] / 2)}
+            for c in calls if c["prompt_tokens"] and c["output_tokens"]]
+    return _fit(rows)
 
 
 def probe_overheads(step: Any, endpoints: dict, cfg: LoopConfig, *,

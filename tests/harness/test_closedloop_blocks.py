@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.closedloop import _fifo_queue, _spread, blocks, server_cpus, workload
-from harness.closedloop_model import LoopConfig
+from harness.closedloop_model import LoopConfig, ServedStep, traffic_overheads
 from harness.servers.launcher import _pinning
 
 
@@ -50,3 +50,21 @@ def test_the_spread_says_whether_every_repeat_is_within_the_target(errs, ok):
     row = next(line for line in text.splitlines() if "| E2E mean |" in line)
     assert row.endswith(f"| {ok} |") and f"{min(errs):+.1f}" in row
     assert "(not a target)" in text and "machine load average (1 min) 1.0-3.0" in text
+
+
+class _Step:
+    def step_s(self, prefill_tokens, prefill_attn_tokens2, decode_batch, decode_context_tokens, *, prefill_seqs=1):
+        return 1e-3 * prefill_tokens + 1e-2 * decode_batch + 1e-5 * decode_context_tokens
+
+
+def test_traffic_overheads_recover_what_a_served_step_adds_to_replayed_calls():
+    truth = ServedStep(_Step(), per_step_s=0.004, per_call_s=0.03)
+    calls = []
+    for k, (p, o, q) in enumerate([(100, 8, 0.0), (250, 12, 0.7), (60, 5, 0.1), (180, 20, 2.0), (90, 6, None)]):
+        ttft = truth.prefill_s(p)
+        tpot = truth.decode_step_s(1, p + o / 2)
+        calls.append({"prompt_tokens": p, "output_tokens": o, "queue_s": q or 0.0, "ttft_s": ttft + (q or 0.0),
+                      "tpot_s": tpot})
+    calls.append({"prompt_tokens": None, "output_tokens": None, "queue_s": 0.0, "ttft_s": 9.0, "tpot_s": 9.0})
+    per_call, per_step = traffic_overheads(ServedStep(_Step()), calls)     # the call without token counts: left out
+    assert per_call == pytest.approx(0.03) and per_step == pytest.approx(0.004)

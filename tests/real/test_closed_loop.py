@@ -43,7 +43,7 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
     cfg = LoopConfig(shape=Shape(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=512),
                      stages=(StageSize(prompt_tokens=96, output_tokens=12), StageSize(prompt_tokens=48, output_tokens=8)),
-                     requests=8, loads=(0.3,), repeats=2, block_requests=4, pin_cores=True,
+                     requests=8, loads=(0.3,), repeats=2, block_requests=4, pin_cores=True, calibrate_from="both",
                      profile_prompts=(16, 64, 128, 256), profile_output=16,
                      profile_repeats=3, probes=((40, 10), (120, 10), (80, 16)), base_port=free_port(),
                      startup_timeout_s=180, timeout_s=120)
@@ -54,12 +54,16 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
         sim, live = ld["simulated"], ld["measured"]
         assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
         assert [b["block"] for b in ld["blocks"]] == [0, 1] and all(b["requests"] == 4 for b in ld["blocks"])
+        assert ld["calibrated_from"] == "both" and set(ld["other_rules"]) == {"probe", "previous"}
+        rules = [b["overheads_by_rule"] for b in ld["blocks"]]     # only the run's first block lacks a previous one
+        assert all(r["both"] == pytest.approx(np.mean([r["probe"], r["previous"]], axis=0).tolist()) for r in rules)
         for m in ("tpot_mean_s", "e2e_mean_s", "ttft_mean_s"):
             assert 1 / 2.5 < sim[m] / live[m] < 2.5, (m, sim[m], live[m])
     calls = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
     for src in ("simulated", "measured"):   # 2 repeats x 8 requests x 2 stages, each with its queue wait
         mine = [c for c in calls if c["source"] == src]
         assert len(mine) == 32 and all(c["queue_s"] >= -1e-9 and c["ttft_s"] > 0 for c in mine)
+        assert sorted(c["stage_index"] for c in mine) == [0] * 16 + [1] * 16
     if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1:
         assert res["server_cpus"][0] != res["server_cpus"][1]
     assert "every repeat within" in summary_md(res)
