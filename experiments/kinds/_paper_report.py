@@ -62,14 +62,27 @@ def ci95(values) -> tuple[float, float]:
 BOUNDS = {"goodput": (0.0, 1.0), "accuracy_ok_share": (0.0, 1.0)}
 
 
+def clipped(m: float, h: float, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The interval ``[m - h, m + h]``, its ends clipped to ``bounds`` (a share stays in [0, 1])."""
+    return (max(m - h, bounds[0]), min(m + h, bounds[1])) if bounds else (m - h, m + h)
+
+
 def fmt(m: float, h: float, digits: int = 2, unit: str = "", bounds: tuple[float, float] | None = None) -> str:
-    """``m [m - h, m + h]``; ``bounds``: the interval's ends clipped to them (a share stays in [0, 1])."""
+    """``m [m - h, m + h]``; ``bounds``: the interval's ends clipped to them (:func:`clipped`)."""
     if not np.isfinite(m):
         return "n/a"
     if not np.isfinite(h):
         return f"{m:.{digits}f}{unit}"
-    lo, hi = (max(m - h, bounds[0]), min(m + h, bounds[1])) if bounds else (m - h, m + h)
+    lo, hi = clipped(m, h, bounds)
     return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def error_bars(stats: list[tuple[float, float]], bounds: tuple[float, float] | None = None) -> np.ndarray:
+    """Matplotlib's ``yerr`` (2 x n: below, above) for ``ci95`` pairs, the ends :func:`clipped` (no
+    bar where the half-width is NaN)."""
+    ends = np.array([clipped(m, np.nan_to_num(h), bounds) for m, h in stats], dtype=float).reshape(-1, 2)
+    m = np.array([s[0] for s in stats], dtype=float)
+    return np.vstack([m - ends[:, 0], ends[:, 1] - m])
 
 
 IDX = ["trace", "load_pct", "seed"]
@@ -375,7 +388,8 @@ def _plain(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
-    """Goodput and window cost against load, one panel per trace, 95% intervals as error bars."""
+    """Goodput and window cost against load, one panel per trace, 95% intervals as error bars
+    (a share's clipped to [0, 1], as in the tables)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -388,8 +402,8 @@ def plots(df: pd.DataFrame, out, suffix: str = "") -> None:
             for sel, g in sub.groupby("selector", sort=False):
                 stats = [ci95(g[g.load_pct == x][metric]) for x in sorted(g.load_pct.unique())]
                 m = np.array([s[0] for s in stats])
-                h = np.nan_to_num(np.array([s[1] for s in stats]))
-                ax.errorbar(sorted(g.load_pct.unique()), m, yerr=h, marker="o", ms=3, capsize=2, label=sel)
+                ax.errorbar(sorted(g.load_pct.unique()), m, yerr=error_bars(stats, BOUNDS.get(metric)), marker="o",
+                            ms=3, capsize=2, label=sel)
             ax.set_xscale("log")
             loads = sorted(sub.load_pct.unique())
             ax.set_xticks(loads, [f"{x:g}%" for x in loads])
