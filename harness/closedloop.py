@@ -280,19 +280,31 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
         if not cfg.overhead:
             cfg = cfg.model_copy(update={"block_requests": None})
             bench.cfg = cfg
-        loads = []
+        result = {"config": cfg.model_dump(mode="json"), "model": spec.model_dump(), "calibration": cal,
+                  "serving_overhead": {**vars(over), "probes": probes},
+                  "server_cpus": [list(c) for c in server_cpus(cfg)], "service_s": service, "latency_slo_s": slo,
+                  "loads": []}
         for r in range(cfg.repeats):
             order = list(enumerate(cfg.loads))
-            loads += [bench.load(over, load, k, r) for k, load in (order if r % 2 == 0 else order[::-1])]
+            for k, load in (order if r % 2 == 0 else order[::-1]):
+                result["loads"].append(bench.load(over, load, k, r))
+                _write(out, {**result, "elapsed_s": time.monotonic() - t0}, bench.records, "partial_")
         for ep in eps.values():
             ep.client.close()
-    result = {"config": cfg.model_dump(mode="json"), "model": spec.model_dump(), "calibration": cal,
-              "serving_overhead": {**vars(over), "probes": probes}, "server_cpus": [list(c) for c in server_cpus(cfg)],
-              "service_s": service, "latency_slo_s": slo, "loads": loads, "elapsed_s": time.monotonic() - t0}
-    (out / "closed_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    with open(out / "calls.jsonl", "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(rec) + "\n" for rec in bench.records)
+    result["elapsed_s"] = time.monotonic() - t0
+    _write(out, result, bench.records)
     return result
+
+
+def _write(out: Path, result: dict, records: list[dict], prefix: str = "") -> None:
+    """``closed_loop.json`` and ``calls.jsonl`` (``prefix`` ``partial_``: after each load, so that an
+    interrupted run keeps what it measured)."""
+    (out / f"{prefix}closed_loop.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    with open(out / f"{prefix}calls.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(rec) + "\n" for rec in records)
+    if not prefix:
+        for p in (out / "partial_closed_loop.json", out / "partial_calls.jsonl"):
+            p.unlink(missing_ok=True)
 
 
 def summary_md(result: dict, *, within_pct: float = 20.0) -> str:

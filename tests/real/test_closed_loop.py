@@ -49,6 +49,7 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
                      startup_timeout_s=180, timeout_s=120)
     res = run_loop(cfg, tmp_path, log=lambda m: None)
     assert json.loads((tmp_path / "closed_loop.json").read_text())["loads"][0]["load"] == 0.3
+    assert not (tmp_path / "partial_closed_loop.json").exists()     # written after each load, gone at the end
     assert [ld["repeat"] for ld in res["loads"]] == [0, 1]
     for ld in res["loads"]:
         sim, live = ld["simulated"], ld["measured"]
