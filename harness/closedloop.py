@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.closedloop_meter import CpuMeter, rescaled
 from harness.closedloop_model import (LoopConfig, Overheads, ServedStep, build_model, busy_share, calibrate,
                                       call_service_s, probe_overheads, profile, traffic_overheads)
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
@@ -50,6 +51,10 @@ from selector.deployment import InstanceSpec, Route
 
 METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "goodput")
 RULES = ("probe", "previous", "both")         # LoopConfig.calibrate_from
+#: not a rule: the previous block's calibration rescaled by the servers' CPU share during the block
+#: itself (``harness.closedloop_meter``), known only afterwards: how much of an error the machine's
+#: other jobs explain
+RESCALED = "previous, rescaled by the block's CPU share"
 
 
 # ---- 4-5: requests, simulation, replay ------------------------------------------------------
@@ -181,6 +186,8 @@ class _Bench:
     log: Callable[[str], None]
     records: list[dict] = field(default_factory=list)
     previous: list[dict] = field(default_factory=list)     # the measured calls of the block replayed last
+    pids: list[int] = field(default_factory=list)          # the servers' processes (CPU share meter)
+    share: dict = field(default_factory=dict)              # their CPU share in the last probe and block
 
     def steps(self, over0: Overheads, share: float) -> dict[str, ServedStep]:
         """The next block's step model under every calibration rule (``RULES``): without blocks,
@@ -188,7 +195,9 @@ class _Bench:
         where there is none yet), or the mean of the two."""
         if self.cfg.block_requests is None:
             return dict.fromkeys(RULES, over0.at(self.step, share))
-        probe = probe_overheads(self.step, self.eps, self.cfg, warm_up=False)[0].at(self.step, share)
+        with CpuMeter(self.pids) as meter:
+            probe = probe_overheads(self.step, self.eps, self.cfg, warm_up=False)[0].at(self.step, share)
+        self.share["probe"] = meter.window.share
         if not self.previous:
             return dict.fromkeys(RULES, probe)
         call, step = traffic_overheads(self.step, self.previous)
@@ -202,10 +211,15 @@ class _Bench:
         rule = self.cfg.calibrate_from
         sims = {r: simulate(self.cfg, st, self.insts, self.tasks, wl) for r, st in steps.items()}
         load0 = os.getloadavg()[0]
-        live = replay(self.cfg, self.eps, self.insts, self.tasks, wl)
-        self.previous = live.calls
+        with CpuMeter(self.pids) as meter:
+            live = replay(self.cfg, self.eps, self.insts, self.tasks, wl)
+        cpu = meter.window
+        at = self.share.get("block" if self.previous else "probe")
+        sims[RESCALED] = simulate(self.cfg, rescaled(steps["previous"], at, cpu.share), self.insts, self.tasks, wl)
+        self.previous, self.share["block"] = live.calls, cpu.share
         served = steps[rule]
-        info = {**tag, "requests": len(wl), "machine_loadavg_1m": [load0, os.getloadavg()[0]],
+        info = {**tag, "requests": len(wl), "machine_loadavg_1m": [load0, os.getloadavg()[0]], **cpu.as_dict(),
+                "probe_server_cpu_share": self.share.get("probe"),
                 "overhead_per_call_s": served.per_call_s, "overhead_per_step_s": served.per_step_s,
                 "overheads_by_rule": {r: [st.per_call_s, st.per_step_s] for r, st in steps.items()}}
         for src, smp in (("simulated", sims[rule]), ("measured", live)):
@@ -217,13 +231,13 @@ class _Bench:
         rate = load / max(self.service)
         share = busy_share(rate, self.service)
         wl = workload(cfg, rate, cfg.seed + k + 1000 * repeat)
-        sims, live, bare = {r: Samples() for r in RULES}, Samples(), Samples()
+        sims, live, bare = {r: Samples() for r in (*RULES, RESCALED)}, Samples(), Samples()
         infos = []
         for b, wlb in enumerate(blocks(wl, cfg.block_requests)):
             s, m, info = self.block(self.steps(over0, share), wlb, {"repeat": repeat, "load": load, "block": b})
             live.add(m), bare.add(simulate(cfg, self.step, self.insts, self.tasks, wlb))
-            for r in RULES:
-                sims[r].add(s[r])
+            for r, smp in sims.items():
+                smp.add(s[r])
             infos.append(info)
         ls = live.summary(self.slo_s)
         by_rule = {r: smp.summary(self.slo_s) for r, smp in sims.items()}
@@ -276,7 +290,8 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
         alone = over.at(step, 0.0)
         service = [call_service_s(alone, s.prompt_tokens, s.output_tokens) for s in cfg.stages]
         slo = cfg.slo_factor * sum(service)          # rates and SLO from the servers alone
-        bench = _Bench(cfg, eps, step, insts, tasks, service, slo, log)
+        bench = _Bench(cfg, eps, step, insts, tasks, service, slo, log,
+                       pids=[fleet.servers[sp.name].proc.pid for sp in specs.values()])
         if not cfg.overhead:
             cfg = cfg.model_copy(update={"block_requests": None})
             bench.cfg = cfg
@@ -362,7 +377,8 @@ def _other_rules(loads: list[dict]) -> list[str]:
     if not rules:
         return []
     out = ["", f"The same blocks under the other calibration rules (the run judges `{loads[0]['calibrated_from']}`; "
-           "error % per repeat, for comparison only):", "", "| load | rule | E2E per repeat | TPOT per repeat |",
+           f"error % per repeat, for comparison only; `{RESCALED}`: known only after the block, how much the "
+           "machine's other jobs explain):", "", "| load | rule | E2E per repeat | TPOT per repeat |",
            "|---|---|---|---|"]
     for load in dict.fromkeys(ld["load"] for ld in loads):
         mine = sorted((ld for ld in loads if ld["load"] == load), key=lambda ld: ld.get("repeat", 0))

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
-from harness.closedloop import run_loop, summary_md, workload
+from harness.closedloop import RESCALED, run_loop, summary_md, workload
 from harness.closedloop_model import LoopConfig, ServedStep, Shape, StageSize, call_service_s
 
 
@@ -55,7 +56,9 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
         sim, live = ld["simulated"], ld["measured"]
         assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
         assert [b["block"] for b in ld["blocks"]] == [0, 1] and all(b["requests"] == 4 for b in ld["blocks"])
-        assert ld["calibrated_from"] == "both" and set(ld["other_rules"]) == {"probe", "previous"}
+        assert ld["calibrated_from"] == "both" and set(ld["other_rules"]) == {"probe", "previous", RESCALED}
+        if sys.platform.startswith("linux"):                        # the servers' CPU share, per block
+            assert all(0 < b["server_cpu_share"] <= 1 and b["client_cpu_s"] > 0 for b in ld["blocks"])
         rules = [b["overheads_by_rule"] for b in ld["blocks"]]     # only the run's first block lacks a previous one
         assert all(r["both"] == pytest.approx(np.mean([r["probe"], r["previous"]], axis=0).tolist()) for r in rules)
         for m in ("tpot_mean_s", "e2e_mean_s", "ttft_mean_s"):
