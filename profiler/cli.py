@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--measured", required=True, help="measured table: a name in results/profiles or a parquet file")
     va.add_argument("--reference", help="compare with this measured table instead "
                     "(e.g. fingerprint vs full depth: error of --measured relative to it)")
+    va.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm",
+                    help="the engine that was measured: whose weight layout the memory prediction "
+                         "takes (trtllm: input embedding on every TP rank; default vllm)")
     ca = sub.add_parser("calibrate", help="fit per-GPU analytic constants to measured tables")
     ca.add_argument("--measured", nargs="+", required=True,
                     help="measured tables: names in results/profiles or parquet files")
@@ -293,8 +296,9 @@ def _validate(a: argparse.Namespace) -> None:
     if changed:
         runs.append((f"calibrated ({measured_calibration_path().name} overlay)", after))
     for label, cal in runs:
-        pred = predict_like(measured, models, gpus, cal)
-        print(format_mape(mape(errors(measured, pred)), f"analytic {label} vs {a.measured} (MAPE %)"))
+        pred = predict_like(measured, models, gpus, cal, engine=a.engine)
+        print(format_mape(mape(errors(measured, pred)), f"analytic {label}, {a.engine} memory, "
+                          f"vs {a.measured} (MAPE %)"))
     if not changed:
         print(f"(no measured calibration for {', '.join(sorted(set(measured.gpu)))}: "
               "run python -m profiler calibrate --measured TABLE)")
