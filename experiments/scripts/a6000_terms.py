@@ -10,12 +10,20 @@ fit's estimate); and the memory of one static batch (8 x 512 + 128 tokens) under
 TensorRT-LLM's weight layout, with the share of it that is the runtime overhead (1.0 GB per GPU,
 an estimate). A printing script: nothing here is a measurement of an engine.
 
-    PYTHONPATH=. python experiments/scripts/a6000_terms.py
+    PYTHONPATH=. python experiments/scripts/a6000_terms.py [--write DIR]
+
+``--write DIR`` also writes each alternative as a whole calibration file, DIR/<name>.yaml, for
+``python -m profiler validate --measured TABLE --engine trtllm --calibration DIR/<name>.yaml``
+(scores it beside the default on a measured table, e.g. the held-back A6000 one).
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from profiler.analytic import AnalyticModel
-from profiler.calibration import load_calibration, load_default_calibration, serving_calibration_path
+from profiler.calibration import (load_calibration, load_default_calibration, save_calibration,
+                                  serving_calibration_path)
 from profiler.catalog import load_deploy_configs, load_gpus, load_models
 
 MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b")
@@ -43,12 +51,25 @@ def alternatives() -> dict[str, AnalyticModel]:
         return AnalyticModel(calibration=base.model_copy(update={"gpus": {**base.gpus, "a6000": a6.model_copy(update=kw)}}))
     return {"default": AnalyticModel(calibration=base),
             f"step {sync_ms:.2f} ms": with_(iteration_overhead_ms=sync_ms),
-            f"attn {graph_attn:.0f} us": with_(attn_overhead_us=graph_attn)}
+            f"attn {graph_attn:.0f} us": with_(attn_overhead_us=graph_attn),
+            "both": with_(iteration_overhead_ms=sync_ms, attn_overhead_us=graph_attn)}
+
+
+def write(out: Path, ams: dict[str, AnalyticModel]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, am in ams.items():
+        if name != "default":
+            path = out / f"a6000-{name.replace(' ', '-')}.yaml"
+            save_calibration(am.calibration, path, header=f"candidate a6000 step model ({name}); "
+                             "written by experiments/scripts/a6000_terms.py, not a default")
+            print(f"wrote {path}")
 
 
 def main() -> None:
     models, gpu = load_models(), load_gpus()["a6000"]
     ams = alternatives()
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write(Path(sys.argv[2]), ams)
     am = ams["default"]
     names = list(ams)
     print("term sources: " + "; ".join(f"{k}: {v}" for k, v in SOURCES.items()))
