@@ -42,7 +42,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness.closedloop_meter import CpuMeter, rescaled
+from harness.closedloop_meter import RESCALED, CpuMeter, rescaled
+from harness.closedloop_report import cal_text, other_rules, spread
 from harness.closedloop_model import (LoopConfig, Overheads, ServedStep, build_model, busy_share, calibrate,
                                       call_service_s, probe_overheads, profile, traffic_overheads)
 from harness.cluster import ClusterSim, SimStage, SimTask, Workload
@@ -51,10 +52,6 @@ from selector.deployment import InstanceSpec, Route
 
 METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "goodput")
 RULES = ("probe", "previous", "both")         # LoopConfig.calibrate_from
-#: not a rule: the previous block's calibration rescaled by the servers' CPU share during the block
-#: itself (``harness.closedloop_meter``), known only afterwards: how much of an error the machine's
-#: other jobs explain
-RESCALED = "previous, rescaled by the block's CPU share"
 
 
 # ---- 4-5: requests, simulation, replay ------------------------------------------------------
@@ -189,16 +186,21 @@ class _Bench:
     pids: list[int] = field(default_factory=list)          # the servers' processes (CPU share meter)
     share: dict = field(default_factory=dict)              # their CPU share in the last probe and block
 
-    def steps(self, over0: Overheads, share: float) -> dict[str, ServedStep]:
-        """The next block's step model under every calibration rule (``RULES``): without blocks,
-        ``over0``; else the probes re-taken now, the previous block's measured calls (the probes
-        where there is none yet), or the mean of the two."""
+    def probe(self, over0: Overheads) -> Overheads:
+        """The probes re-taken now (without blocks: ``over0``, the first ones)."""
         if self.cfg.block_requests is None:
-            return dict.fromkeys(RULES, over0.at(self.step, share))
+            return over0
         with CpuMeter(self.pids) as meter:
-            probe = probe_overheads(self.step, self.eps, self.cfg, warm_up=False)[0].at(self.step, share)
+            over = probe_overheads(self.step, self.eps, self.cfg, warm_up=False)[0]
         self.share["probe"] = meter.window.share
-        if not self.previous:
+        return over
+
+    def steps(self, over: Overheads, share: float) -> dict[str, ServedStep]:
+        """The next block's step model under every calibration rule (``RULES``): the probes
+        ``over``, the previous block's measured calls (the probes where there is none yet), or the
+        mean of the two (without blocks: the probes)."""
+        probe = over.at(self.step, share)
+        if self.cfg.block_requests is None or not self.previous:
             return dict.fromkeys(RULES, probe)
         call, step = traffic_overheads(self.step, self.previous)
         return {"probe": probe, "previous": ServedStep(self.step, per_step_s=step, per_call_s=call),
@@ -228,13 +230,18 @@ class _Bench:
 
     def load(self, over0: Overheads, load: float, k: int, repeat: int) -> dict:
         cfg = self.cfg
-        rate = load / max(self.service)
-        share = busy_share(rate, self.service)
+        over, basis = self.probe(over0), self.service
+        if cfg.rate_from == "current":      # the servers' speed now, by the judged rule, defines the load
+            now = self.steps(over, 0.0)[cfg.calibrate_from]
+            basis = [call_service_s(now, s.prompt_tokens, s.output_tokens) for s in cfg.stages]
+        rate = load / max(basis)
+        share = busy_share(rate, basis)
         wl = workload(cfg, rate, cfg.seed + k + 1000 * repeat)
         sims, live, bare = {r: Samples() for r in (*RULES, RESCALED)}, Samples(), Samples()
         infos = []
         for b, wlb in enumerate(blocks(wl, cfg.block_requests)):
-            s, m, info = self.block(self.steps(over0, share), wlb, {"repeat": repeat, "load": load, "block": b})
+            over = over if b == 0 else self.probe(over0)
+            s, m, info = self.block(self.steps(over, share), wlb, {"repeat": repeat, "load": load, "block": b})
             live.add(m), bare.add(simulate(cfg, self.step, self.insts, self.tasks, wlb))
             for r, smp in sims.items():
                 smp.add(s[r])
@@ -246,7 +253,8 @@ class _Bench:
         self.log(f"repeat {repeat} load {load:g} ({rate:.3f} req/s, other server busy {share:.2f}, machine load "
                  f"{min(loads):.1f}-{max(loads):.1f}): " + ", ".join(f"{m} sim {ss[m]:.4g} / live {ls[m]:.4g}"
                                                                      for m in METRICS))
-        return {"repeat": repeat, "load": load, "rate_rps": rate, "busy_share": share, "simulated": ss,
+        return {"repeat": repeat, "load": load, "rate_rps": rate, "rate_basis_service_s": basis, "busy_share": share,
+                "simulated": ss,
                 "profiler_only": bare.summary(self.slo_s), "measured": ls, "error_pct": err, "calibrated_from": cfg.calibrate_from,
                 "other_rules": {r: {"simulated": v, "error_pct": _errors(v, ls)} for r, v in by_rule.items()
                                 if r != cfg.calibrate_from},
@@ -281,7 +289,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Callable[[str], None] | None = 
         log(f"servers up ({time.monotonic() - t0:.0f} s); profiling {spec.name} on {cfg.device}")
         rows = profile(cfg, spec)
         step, cal = calibrate(cfg, spec, rows)
-        log(f"calibrated: {_cal_text(cal)}")
+        log(f"calibrated: {cal_text(cal)}")
         none = Overheads(0.0, 0.0, 0.0, 0.0)
         over, probes = probe_overheads(step, eps, cfg) if cfg.overhead else (none, [])
         log(f"serving overhead: alone {1e3 * over.alone_call_s:.1f} ms per call + {1e3 * over.alone_step_s:.2f} ms "
@@ -336,60 +344,13 @@ def summary_md(result: dict, *, within_pct: float = 20.0) -> str:
             lines.append(f"| {ld.get('repeat', 0)} | {ld['load']:g} | {ld['rate_rps']:.3f} | {name} | "
                          f"{f(ld['simulated'][m], sc)} | {f(ld['measured'][m], sc)} | "
                          f"{'-' if e is None else f'{e:+.1f}'} | {f(ld['profiler_only'][m], sc)} |")
-    lines += ["", *_spread(result["loads"], within_pct), *_other_rules(result["loads"])]
+    lines += ["", *spread(result["loads"], within_pct), *other_rules(result["loads"])]
     o = result["serving_overhead"]
     lines += ["", f"Latency SLO {result['latency_slo_s']:.3f} s; serving overhead per call + per iteration "
               f"before the first load: {1e3 * o['alone_call_s']:.1f} + {1e3 * o['alone_step_s']:.2f} ms alone, "
               f"{1e3 * o['busy_call_s']:.1f} + {1e3 * o['busy_step_s']:.2f} ms all busy (weighted by the other "
               f"server's utilisation: " + ", ".join(f"{ld['busy_share']:.2f}" for ld in result["loads"]) + "); "
-              f"{_cal_text(result['calibration'])}; machine load average (1 min) at each load's start and end: "
+              f"{cal_text(result['calibration'])}; machine load average (1 min) at each load's start and end: "
               + ", ".join(f"{ld['machine_loadavg_1m'][0]:.1f}-{ld['machine_loadavg_1m'][1]:.1f}"
                           for ld in result["loads"]) + "."]
     return "\n".join(lines) + "\n"
-
-
-def _spread(loads: list[dict], within_pct: float) -> list[str]:
-    """Per load: each repeat's E2E and TPOT error, their range, whether every repeat is within
-    ``within_pct``, and the machine load over that load's blocks."""
-    out = [f"Spread over repeats (error %, simulated vs measured; target: within {within_pct:g}% in every repeat):",
-           "", "| load | metric | per repeat | min | max | every repeat within |",  "|---|---|---|---|---|---|"]
-    for load in dict.fromkeys(ld["load"] for ld in loads):
-        mine = sorted((ld for ld in loads if ld["load"] == load), key=lambda ld: ld.get("repeat", 0))
-        for m, name in (("e2e_mean_s", "E2E mean"), ("tpot_mean_s", "TPOT mean"), ("ttft_mean_s", "TTFT mean")):
-            e = [ld["error_pct"][m] for ld in mine if ld["error_pct"][m] is not None]
-            if not e:
-                continue
-            ok = "yes" if all(abs(x) <= within_pct for x in e) else "no"
-            out.append(f"| {load:g} | {name} | {', '.join(f'{x:+.1f}' for x in e)} | {min(e):+.1f} | {max(e):+.1f} | "
-                       f"{ok if m != 'ttft_mean_s' else '(not a target)'} |")
-    blocks = [b for ld in loads for b in ld.get("blocks", [])]
-    if blocks:
-        la = [x for b in blocks for x in b["machine_loadavg_1m"]]
-        out += ["", f"{len(blocks)} replay blocks, overhead probes re-taken before each (serving overheads from: "
-                f"{loads[0].get('calibrated_from', 'probe')}): machine load average "
-                f"(1 min) {min(la):.1f}-{max(la):.1f} over the blocks (per block in closed_loop.json)."]
-    return out
-
-
-def _other_rules(loads: list[dict]) -> list[str]:
-    """The same blocks simulated under the calibration rules the run did not judge (for comparison)."""
-    rules = list(dict.fromkeys(r for ld in loads for r in ld.get("other_rules", {})))
-    if not rules:
-        return []
-    out = ["", f"The same blocks under the other calibration rules (the run judges `{loads[0]['calibrated_from']}`; "
-           f"error % per repeat, for comparison only; `{RESCALED}`: known only after the block, how much the "
-           "machine's other jobs explain):", "", "| load | rule | E2E per repeat | TPOT per repeat |",
-           "|---|---|---|---|"]
-    for load in dict.fromkeys(ld["load"] for ld in loads):
-        mine = sorted((ld for ld in loads if ld["load"] == load), key=lambda ld: ld.get("repeat", 0))
-        for r in rules:
-            e = [[ld["other_rules"][r]["error_pct"][m] for ld in mine] for m in ("e2e_mean_s", "tpot_mean_s")]
-            out.append(f"| {load:g} | {r} | " + " | ".join(", ".join(f"{x:+.1f}" for x in v) for v in e) + " |")
-    return out
-
-
-def _cal_text(cal: dict) -> str:
-    if cal.get("fitted") is None:
-        return f"not fitted ({cal.get('note')})"
-    return (f"calibration TTFT MAPE {cal['ttft_s_mape_pct_before']:.1f}% -> {cal['ttft_s_mape_pct_after']:.1f}%, "
-            f"TPOT {cal['tpot_s_mape_pct_before']:.1f}% -> {cal['tpot_s_mape_pct_after']:.1f}% ({cal['rows']} rows)")

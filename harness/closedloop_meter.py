@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: not a calibration rule: the previous block's calibration rescaled by the servers' CPU share
+#: during the block itself, known only afterwards: how much of an error the machine's other jobs explain
+RESCALED = "previous, rescaled by the block's CPU share"
+
 
 def sched_ns(pids: list[int]) -> tuple[int, int]:
     """Run and run-queue wait time (ns) summed over every thread of ``pids`` (0, 0 where the OS

@@ -54,6 +54,10 @@ class LoopConfig(_Frozen):
                                        "and re-take the overhead probes right before each block, so the simulated "
                                        "block and the live one see the same machine (None: one block per load, "
                                        "probes once before all loads)")
+    rate_from: Literal["start", "current"] = Field(
+        "start", description="the service time a load's rate is set from (rate = load / the busier stage's "
+        "service): the servers alone at the start (start), or the judged calibration right before the load's "
+        "first block (current: on a machine that slows down, load 0.3 stays 0.3)")
     pin_cores: bool = Field(False, description="pin each server to its own CPU core (os.sched_setaffinity, "
                             "where the OS has it; cores taken round-robin from this process's own set)")
     slo_factor: float = Field(2.0, gt=0, description="latency SLO = factor x predicted unloaded E2E")

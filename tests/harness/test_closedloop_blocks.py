@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from harness.closedloop import _fifo_queue, _spread, blocks, server_cpus, workload
+from harness.closedloop import _fifo_queue, blocks, server_cpus, workload
+from harness.closedloop_report import spread
 from harness.closedloop_model import LoopConfig, ServedStep, traffic_overheads
 from harness.servers.launcher import _pinning
 
@@ -46,7 +47,7 @@ def test_servers_get_distinct_cores_when_pinned():
 def test_the_spread_says_whether_every_repeat_is_within_the_target(errs, ok):
     loads = [{"repeat": r, "load": 0.3, "error_pct": {"e2e_mean_s": e, "tpot_mean_s": 1.0, "ttft_mean_s": 50.0},
               "blocks": [{"machine_loadavg_1m": [1.0 + r, 2.0]}]} for r, e in enumerate(errs)]
-    text = "\n".join(_spread(loads, 20.0))
+    text = "\n".join(spread(loads, 20.0))
     row = next(line for line in text.splitlines() if "| E2E mean |" in line)
     assert row.endswith(f"| {ok} |") and f"{min(errs):+.1f}" in row
     assert "(not a target)" in text and "machine load average (1 min) 1.0-3.0" in text

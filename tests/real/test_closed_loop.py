@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from harness.closedloop import RESCALED, run_loop, summary_md, workload
+from harness.closedloop import run_loop, summary_md, workload
+from harness.closedloop_meter import RESCALED
 from harness.closedloop_model import LoopConfig, ServedStep, Shape, StageSize, call_service_s
 
 
@@ -44,7 +45,7 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
     cfg = LoopConfig(shape=Shape(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=512),
                      stages=(StageSize(prompt_tokens=96, output_tokens=12), StageSize(prompt_tokens=48, output_tokens=8)),
-                     requests=8, loads=(0.3,), repeats=2, block_requests=4, pin_cores=True, calibrate_from="both",
+                     requests=8, loads=(0.3,), repeats=2, block_requests=4, pin_cores=True, calibrate_from="both", rate_from="current",
                      profile_prompts=(16, 64, 128, 256), profile_output=16,
                      profile_repeats=3, probes=((40, 10), (120, 10), (80, 16)), base_port=free_port(),
                      startup_timeout_s=180, timeout_s=120)
@@ -56,6 +57,7 @@ def test_closed_loop_runs_and_roughly_agrees(tmp_path):
         sim, live = ld["simulated"], ld["measured"]
         assert live["completed"] == sim["completed"] == 8 and live["failed"] == 0 and not live["call_faults"]
         assert [b["block"] for b in ld["blocks"]] == [0, 1] and all(b["requests"] == 4 for b in ld["blocks"])
+        assert len(ld["rate_basis_service_s"]) == 2 and ld["rate_rps"] == pytest.approx(0.3 / max(ld["rate_basis_service_s"]))
         assert ld["calibrated_from"] == "both" and set(ld["other_rules"]) == {"probe", "previous", RESCALED}
         if sys.platform.startswith("linux"):                        # the servers' CPU share, per block
             assert all(0 < b["server_cpu_share"] <= 1 and b["client_cpu_s"] > 0 for b in ld["blocks"])
