@@ -117,6 +117,18 @@ def _per_seed(res: pd.DataFrame, a: str, b: str, col: str) -> list[float]:
     return [p[(a, s)] / p[(b, s)] for s in sorted(res.seed.unique()) if (a, s) in p.index and (b, s) in p.index]
 
 
+def _against(rep: pd.DataFrame, base: str, head: str) -> list[str]:
+    """Target lines against ``base``: goodput within 1% and the cost ratio in every unit, per seed."""
+    gaps = [1 - x for x in _per_seed(rep, "adaptive", base, "goodput")]
+    out = [f"{head}: {_yes(max(gaps) <= 0.01)} (relative loss {min(gaps):.2%} to {max(gaps):.2%})"]
+    for col, label, _ in UNITS:
+        xs = _per_seed(rep, base, "adaptive", col)
+        if xs and all(np.isfinite(xs)):
+            out.append(f"- cost >= {TARGET_X}x lower than {base} in {label}: {_yes(min(xs) >= TARGET_X)} "
+                       f"({min(xs):.2f}-{max(xs):.2f}x)")
+    return out
+
+
 def _yes(ok: bool) -> str:
     return "yes" if ok else "NO"
 
@@ -144,23 +156,10 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dic
              "## Held-out days (mean over seeds)", "", *_table(agg, ref)]
     lines += ["", "## Targets (issue 25), per seed", ""]
     if ref is not None and "adaptive" in agg.index:
-        gaps = [1 - x for x in _per_seed(rep, "adaptive", REF, "goodput")]
-        lines.append(f"- adaptive goodput within 1% of static-peak: {_yes(max(gaps) <= 0.01)} "
-                     f"(relative loss {min(gaps):.2%} to {max(gaps):.2%})")
-        for col, label, _ in UNITS:
-            xs = _per_seed(rep, REF, "adaptive", col)
-            if xs and all(np.isfinite(xs)):
-                lines.append(f"- cost >= {TARGET_X}x lower than static-peak in {label}: {_yes(min(xs) >= TARGET_X)} "
-                             f"({min(xs):.2f}-{max(xs):.2f}x)")
+        lines += _against(rep, REF, "- adaptive goodput within 1% of static-peak")
         if PLAIN in agg.index:
-            gaps = [1 - x for x in _per_seed(rep, "adaptive", PLAIN, "goodput")]
-            lines.append(f"- against static-peak with the selector's own plans ({PLAIN}): goodput within 1%: "
-                         f"{_yes(max(gaps) <= 0.01)} (relative loss {min(gaps):.2%} to {max(gaps):.2%})")
-            for col, label, _ in UNITS:
-                xs = _per_seed(rep, PLAIN, "adaptive", col)
-                if xs and all(np.isfinite(xs)):
-                    lines.append(f"- cost >= {TARGET_X}x lower than {PLAIN} in {label}: "
-                                 f"{_yes(min(xs) >= TARGET_X)} ({min(xs):.2f}-{max(xs):.2f}x)")
+            lines += _against(rep, PLAIN, f"- against static-peak with the selector's own plans ({PLAIN}): "
+                                          "goodput within 1%")
         if "oracle-hourly" in agg.index:
             o = agg.loc["oracle-hourly"]
             for col, label, div in UNITS[:2]:

@@ -35,7 +35,10 @@ move that finds only the serving plan, *blocks* the task at its ``r_s``: rules 1
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
 ``shrink_tp`` (configs of at most that many GPUs per replica: memory x latency prefers large TP
-at any load); it takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least.
+at any load; ``shrink_moves="all"``: every selection); it takes the plan whose score (memory, or with
+``score="gpu"`` whole GPUs held, over ``cooldown_s`` plus start-up overlap) is least; ``pack_busy``
+re-places started instances best-fit, ``forecast_s`` adds a seasonal forecast to rules 1 and 3,
+``slo_hold_s`` keeps an SLO move's target a while (``harness.adaptive.planning``).
 Old instances of the same model and config are kept (``keep_matching``). A plan that routes to
 the same instances only updates the planned rate (outcome ``update``); one that starts or drains
 an instance is a **migration**; gaps count from when it completes. Start-up of a new instance
@@ -53,7 +56,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.adaptive.ledger import Ledger, Version, version_name
-from harness.adaptive.planning import Forecast, cluster_busy, forecast_ratio, pack
+from harness.adaptive.planning import Candidate, Forecast, candidate, forecast_ratio
 from harness.cluster import SimTask
 from harness.replay import deployment_task
 from selector.deployment import Deployment, InstanceSpec
@@ -405,52 +408,11 @@ class Controller:
         self.select_s += dt
         return plan, dt
 
-    def _candidate(self, task: str, how: str, plan: Any, view: Cluster) -> _Candidate:
-        """A plan with its migration: what it keeps, starts and drains, and its score: the memory
-        only this task holds afterwards over ``cooldown_s`` plus what its new instances hold while
-        they start (GB x s)."""
-        raw = plan.deployment
-        rename, started = self.ledger.match(task, raw, keep=self.cfg.keep_matching)
-        if self.cfg.pack_busy is not None and started:
-            items = [(h.spec.gpus, sum(h.users.values())) for h in self.ledger.held.values() if h.live]
-            items += [(i.gpus, i.utilization) for i in self.ledger.outside]
-            held = {g for gs, _ in items for g in gs}
-            raw = pack(raw, [i.id for i in started], view, cluster_busy(items), self.cfg.pack_busy, held)
-            started = [i for i in raw.instances if i.id not in rename]
-        kept = set(rename.values())
-        own = self.ledger.own(task)
-        drained = [h for h in own if h.spec.id not in kept]
-        steady = sum(h.spec.mem_gb for h in own if h.spec.id in kept) + sum(i.mem_gb for i in started)
-        overlap = sum(i.mem_gb * self.startup_s(i) for i in started)
-        gone = {h.spec.id for h in drained}
-        others = self._gpus(lambda h: h.users and any(self.ledger.task_of(v) != task for v in h.users))
-        before = self._gpus()
-        after = self._gpus(lambda h: h.spec.id not in gone) | {g for i in started for g in i.gpus}
-        own_gpus = len({g for h in own for g in h.spec.gpus} - others)
-        if self.cfg.score == "gpu":
-            overlap = sum(len(set(i.gpus) - before) * self.startup_s(i) for i in started)
-            score = (len(after) * self.cfg.cooldown_s + overlap, steady * self.cfg.cooldown_s)
-        else:
-            score = (steady * self.cfg.cooldown_s + overlap,)
-        return _Candidate(how, raw, rename, started, drained, overlap, score, len(before) - len(after), own_gpus)
-
-    def _gpus(self, keep=lambda h: True) -> set[int]:
-        """GPUs holding a live instance that ``keep`` accepts, or one from outside the ledger."""
-        return ({g for h in self.ledger.held.values() if h.live and keep(h) for g in h.spec.gpus}
-                | {g for i in self.ledger.outside for g in i.gpus})
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    how: str
-    raw: Deployment
-    rename: dict
-    started: list
-    drained: list
-    overlap: float
-    score: tuple[float, ...]
-    freed_gpus: int = 0
-    own_gpus: int = 0
+    def _candidate(self, task: str, how: str, plan: Any, view: Cluster) -> Candidate:
+        """A plan with its migration and score (:func:`harness.adaptive.planning.candidate`)."""
+        c = self.cfg
+        return candidate(self.ledger, task, how, plan.deployment, view, keep=c.keep_matching, pack_busy=c.pack_busy,
+                         score=c.score, cooldown_s=c.cooldown_s, startup_s=self.startup_s)
 
 
 def _routes(dep: Deployment, rename: dict[str, str] | None = None) -> tuple:

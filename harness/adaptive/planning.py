@@ -13,6 +13,12 @@ keeps the selector's placement. Section 9's feasibility (memory, ``busy_g <= 1``
 ``limit <= 1``; the simulator charges the slowdown of instances that share a GPU (processor
 sharing), so goodput measures what packing costs.
 
+**Candidates** (:func:`candidate`): a selector's plan with its migration (what it keeps, starts
+and drains) and its score, in GB (``score="gb"``: the memory only this task holds afterwards x
+``cooldown_s`` plus what its new instances hold while they start) or in whole GPUs (``"gpu"``: the
+GPUs held on the cluster afterwards x ``cooldown_s`` plus the GPUs its new instances newly occupy
+x their start-up; GB breaks ties).
+
 **Forecast** (:func:`forecast_ratio`): a seasonal forecast of a task's rate: the profile's
 curve (its hour-of-week shape) over a horizon ahead, relative to its mean over the window the
 rate was measured on. The level comes from the measured rate; only the shape is forecast.
@@ -20,10 +26,11 @@ rate was measured on. The level comes from the measured rate; only the shape is 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from harness.adaptive.ledger import Held, Ledger
 from selector.deployment import Deployment, InstanceSpec
 from selector.problem import TOL, Cluster
 
@@ -99,3 +106,54 @@ def _fit(inst: InstanceSpec, free: dict[int, float], load: dict[int, float], occ
     if len(cands) < n or not held:
         return None                          # nothing held fits: the selector's own placement
     return tuple(cands[:n])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan and its migration (module docstring); ``overlap``: the start-up cost in the score's
+    unit; ``freed_gpus``: GPUs held before less after; ``own_gpus``: GPUs only this task holds."""
+
+    how: str
+    raw: Deployment
+    rename: dict
+    started: list
+    drained: list
+    overlap: float
+    score: tuple[float, ...]
+    freed_gpus: int = 0
+    own_gpus: int = 0
+
+
+def candidate(ledger: Ledger, task: str, how: str, raw: Deployment, view: Cluster, *, keep: bool,
+              pack_busy: float | None, score: str, cooldown_s: float,
+              startup_s: Callable[[InstanceSpec], float]) -> Candidate:
+    """``raw`` (selected on ``view``) as a migration of ``task`` (module docstring): old instances of
+    the same model and config kept (``keep``), the started ones packed (``pack_busy``)."""
+    rename, started = ledger.match(task, raw, keep=keep)
+    if pack_busy is not None and started:
+        items = [(h.spec.gpus, sum(h.users.values())) for h in ledger.held.values() if h.live]
+        items += [(i.gpus, i.utilization) for i in ledger.outside]
+        raw = pack(raw, [i.id for i in started], view, cluster_busy(items), pack_busy, {g for gs, _ in items for g in gs})
+        started = [i for i in raw.instances if i.id not in rename]
+    kept = set(rename.values())
+    own = ledger.own(task)
+    drained = [h for h in own if h.spec.id not in kept]
+    steady = sum(h.spec.mem_gb for h in own if h.spec.id in kept) + sum(i.mem_gb for i in started)
+    overlap = sum(i.mem_gb * startup_s(i) for i in started)
+    gone = {h.spec.id for h in drained}
+    others = held_gpus(ledger, lambda h: bool(h.users) and any(ledger.task_of(v) != task for v in h.users))
+    before = held_gpus(ledger)
+    after = held_gpus(ledger, lambda h: h.spec.id not in gone) | {g for i in started for g in i.gpus}
+    own_gpus = len({g for h in own for g in h.spec.gpus} - others)
+    if score == "gpu":
+        overlap = sum(len(set(i.gpus) - before) * startup_s(i) for i in started)
+        key: tuple[float, ...] = (len(after) * cooldown_s + overlap, steady * cooldown_s)
+    else:
+        key = (steady * cooldown_s + overlap,)
+    return Candidate(how, raw, rename, started, drained, overlap, key, len(before) - len(after), own_gpus)
+
+
+def held_gpus(ledger: Ledger, keep: Callable[[Held], bool] = lambda h: True) -> set[int]:
+    """GPUs holding a live instance of ``ledger`` that ``keep`` accepts, or one from outside it."""
+    return ({g for h in ledger.held.values() if h.live and keep(h) for g in h.spec.gpus}
+            | {g for i in ledger.outside for g in i.gpus})
