@@ -10,6 +10,7 @@ and spread over seeds, the rate regime by the saturation rule), ``ablation.parqu
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import numpy as np
@@ -26,6 +27,8 @@ from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
 from orchestrator.apps import AppSpec, check_apps
 from orchestrator.engines import load_engine_spec, profiler_llm_instances
+from orchestrator.guided import choose_passes
+from orchestrator.schemes import ALL, Scheme, only_scheme
 from orchestrator.passes import GraphCache, passes_named
 from orchestrator.runtime.api import pass_context
 from orchestrator.template import QueryConfig
@@ -63,7 +66,13 @@ class Params(BaseModel):
     n_isolated: int = Field(20, ge=1, le=MAX_QUERIES, description="queries per isolated-latency cell")
     n_queries: int = Field(150, ge=1, le=MAX_QUERIES, description="queries per cell")
     seeds: tuple[int, ...] = Field((0,), min_length=1, description="one run of every cell per seed")
-    schemes: tuple[str, ...] = ("teola", "teola+prefix-cache") + BASELINES
+    schemes: tuple[str, ...] = (report.GUIDED, "teola", report.PREFIX_GUIDED, "teola+prefix-cache") + BASELINES
+    # `teola-guided` (and `teola+prefix-cache-guided`): Teola whose optimiser applies only the passes its cost model says pay at the
+    # deployment's rate (orchestrator/guided.py): the simulation of the app on its engines' profiles,
+    # `guide_queries` queries drawn with `guide_seed` (never an evaluated seed), backward elimination
+    guide_queries: int = Field(100, ge=1, le=MAX_QUERIES, description="calibration queries per (app, rate)")
+    guide_seed: int = Field(1000, description="calibration workload's seed; keep it out of `seeds`")
+    guide_min_gain: float = Field(0.005, ge=0, lt=1, description="a pass is dropped when that lowers the cost by more")
     app_overrides: dict[str, AppOverride] = Field(default_factory=dict)
     # each pass's share of the speedup: every pass subset (identical graphs run once) at each listed
     # app's lowest rate and for one query (experiments/kinds/_teola_passes.py)
@@ -132,10 +141,45 @@ def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, 
     return f"{app_name}__{rate:g}rps__{scheme_name}__n{n}__s{seed}{tag}"
 
 
-def _simulate(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
+_GUIDED: dict[tuple, tuple[str, ...]] = {}
+
+
+def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: str = report.GUIDED) -> tuple[str, ...]:
+    """The passes a guided scheme (``teola-guided``, ``teola+prefix-cache-guided``) applies to
+    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on queries that do not
+    interact), chosen on the calibration workload with the engines of the scheme it guides."""
+    cal_rate = p.isolated_rate_rps if n == 1 else rate
+    key = (p.model_dump_json(), app_name, cal_rate, scheme_name)
+    if key not in _GUIDED:
+        base = get_scheme(report.guided_base(scheme_name))
+
+        def cost(passes: tuple[str, ...]) -> float:
+            _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, passes), p.guide_queries, p.guide_seed)
+            return float(np.mean([r.latency_s for r in res]))
+        _GUIDED[key] = choose_passes(cost, ALL, min_gain=p.guide_min_gain)
+    return _GUIDED[key]
+
+
+def _with_passes(base: Scheme, passes: tuple[str, ...]) -> Scheme:
+    """``base`` (Teola, with or without prefix caching) with only ``passes`` on."""
+    if set(passes) == set(base.passes):
+        return base
+    return dataclasses.replace(get_scheme(only_scheme(passes)), prefix_caching=base.prefix_caching)
+
+
+def _resolve(p: Params, app_name: str, rate: float, scheme_name: str, n: int) -> tuple[Scheme, str]:
+    """The scheme a cell runs and the passes it applies ("" unless a guided scheme)."""
+    if report.guided_base(scheme_name) is None:
+        return get_scheme(scheme_name), ""
+    passes = guided_passes(p, app_name, rate, n, scheme_name)
+    return _with_passes(get_scheme(report.guided_base(scheme_name)), passes), "+".join(passes) or "none"
+
+
+def _simulate(p: Params, app_name: str, rate: float, scheme_name: str | Scheme, n: int, seed: int,
               cap: dict[str, int] | None = None, traces: dict | None = None) -> tuple[list, list, dict]:
     """One (app, rate, scheme, queries, seed, batch cap) simulation: its configs, results and engines."""
-    app, scheme = _app(p, app_name), get_scheme(scheme_name)
+    app = _app(p, app_name)
+    scheme = scheme_name if isinstance(scheme_name, Scheme) else _resolve(p, app_name, rate, scheme_name, n)[0]
     rng = np.random.default_rng([seed, abs(int(rate * 1000)), len(app_name)])
     cfgs = app.query_configs(n, rng)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
@@ -150,6 +194,7 @@ def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
     """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
     cfgs, res, _ = _simulate(p, app_name, rate, scheme_name, n, seed, cap)
     return pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
+                         "passes": _resolve(p, app_name, rate, scheme_name, n)[1],
                          "qid": [r.qid for r in res], "arrival_s": [r.arrival_s for r in res],
                          "latency_s": [r.latency_s for r in res], "n_primitives": [r.n_primitives for r in res],
                          "doc_tokens": [c.doc_tokens for c in cfgs]})
@@ -168,7 +213,7 @@ def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
     """Critical paths of Teola and the best baseline where Teola is slower (seed 0): one query, and at the rate."""
     rows = sp[(sp.speedup_mean < 1.0) & ~sp.saturated]
     jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
-            for s in ("teola", best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
+            for s in (report.teola_of(p.schemes), best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
     cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j)) for j in jobs]
     return critical.parts(pd.concat(run_cells(ctx, cells, desc="critical paths"), ignore_index=True)) if cells \
         else pd.DataFrame()
@@ -219,7 +264,10 @@ def run(params: Params, ctx: RunContext) -> None:
         out = [next(results).assign(capped=bool(job[5]), n_queries=job[3]) for job in part_jobs]
         frames[part] = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     summary = report.summarise(frames["main"])
-    sp = report.speedups(summary, report.summarise(frames["isolated"]), params)
+    main = frames["main"]
+    applied = {(a, r): ps for a, r, ps in main[main.scheme == report.GUIDED][["app", "rate_rps", "passes"]]
+               .drop_duplicates().itertuples(index=False)}
+    sp = report.speedups(summary, report.summarise(frames["isolated"]), params, applied)
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
     dec = _decomposition(params, frames["decomposition"], summary) if len(frames["decomposition"]) else pd.DataFrame()
@@ -229,7 +277,8 @@ def run(params: Params, ctx: RunContext) -> None:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", df)
     report.plot(summary, ab, ctx.run_dir)
     md = report.markdown(sp, ab, cap, params) + ("\n".join(by_pass.markdown(dec)) + "\n" if len(dec) else "")
-    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s)) + "\n" if len(paths) else ""
+    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s, report.teola_of(params.schemes))) + "\n" \
+        if len(paths) else ""
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 
@@ -247,6 +296,7 @@ def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.Dat
         reps = _decompose_reps(p, app)
         lat = {sub: float(mean[by_pass.scheme_of(rep)]) for sub, rep in reps.items()}
         b = mean[base] if n == 1 else main.loc[(app, rate)][base]
+        applied = guided_passes(p, app, rate, n) if report.GUIDED in p.schemes else ALL
         out.append(by_pass.decompose(app, 0.0 if n == 1 else rate, "one_query" if n == 1 else "load", lat,
-                                     str(b.idxmin()), float(b.min())))
+                                     str(b.idxmin()), float(b.min()), applied))
     return pd.concat(out, ignore_index=True)

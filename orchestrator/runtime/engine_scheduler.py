@@ -13,8 +13,10 @@ and is placed whatever the cap, so a cap can never hold back the work that frees
 
 Partial prefills are background work (Teola sec. 5: they only help if they are free): they are
 placed after every other primitive, only on an instance that would run them soon
-(``takes_background()``: idle, or a prefill pass is due there), where the engine core admits them
-only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
+(``takes_background()``: idle, or a prefill pass is due there) and never beside a regular prompt of
+their own query placed in the same round (that prompt is ahead of them on the query's critical
+path: a partial waits for a later input, so joining that pass only delays its own query), where
+the engine core admits them only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
 unpinned. When a partial prefill becomes critical (its full prefill waits only for it),
 :meth:`promote` turns it into regular work, here or on its instance.
 
@@ -150,10 +152,9 @@ class EngineScheduler:
                 if i is not None:
                     self._place(p, i, placed, room, load)
         for p in sorted((p for p in self.pending if self.background(p)), key=lambda p: (p.ready_s, p.seq)):
-            cand = [i for i in room if self._takes_background(i, placed)]
-            if not cand:
-                break
-            self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
+            cand = [i for i in room if self._takes_background(i, placed) and not self._own_query(p, placed.get(i, ()))]
+            if cand:
+                self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
         return [self._launch(i, placed[i], now_s) for i in sorted(placed)]
 
     def _continues(self, p: Pending) -> bool:
@@ -171,6 +172,12 @@ class EngineScheduler:
             i = self._affinity[inv.kv_key]
             return i if i in room else None
         return min(room, key=lambda i: (load[i], i))
+
+    def _own_query(self, p: Pending, batch: Sequence[Pending]) -> bool:
+        """Whether ``batch`` holds regular work of ``p``'s query: a partial prefill waits for a
+        later input of its query, so that query's regular prompt placed now is ahead of it on the
+        query's critical path, and adding the partial's tokens to that pass would delay it."""
+        return any(q.qid == p.qid and not self.background(q) for q in batch)
 
     def _takes_background(self, i: int, placed: dict[int, list[Pending]]) -> bool:
         if any(p.payload.kind in PREFILL_KINDS for p in placed.get(i, ())):
