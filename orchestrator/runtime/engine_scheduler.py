@@ -2,7 +2,9 @@
 placed on instances, KV-cache affinity respected.
 
 Placement. An engine whose instances take one batch at a time (``continuous`` False: the non-LLM
-engines) gets a batch per idle instance, the instance chosen by a balancer. An engine with
+engines) gets a batch per idle instance, the instance chosen by a balancer; where the instance
+estimates a batch's time (``estimate_s``) the policy may run only part of it
+(``BatchingPolicy.trim``: Teola's keeps a batch only as large as pays in latency). An engine with
 iteration-level instances (``continuous``: the LLMs) places each *primitive* of the policy's
 batch on its own: a FullPrefilling or Decoding on the instance holding its KV, anything else on
 the instance with the least load (``load_tokens()``: KV held plus prompt tokens queued, counting
@@ -127,7 +129,11 @@ class EngineScheduler:
             for i in idle:
                 elig = self._eligible(i)
                 if elig:
-                    launches.append(self._launch(i, self.policy.select(elig, capacity=self._room(i)), now_s))
+                    batch = self.policy.select(elig, capacity=self._room(i))
+                    est = getattr(self.instances[i], "estimate_s", None)
+                    if est is not None:
+                        batch = self.policy.trim(batch, lambda b: est([p.payload for p in b]))
+                    launches.append(self._launch(i, batch, now_s))
                     break
             else:
                 break
