@@ -144,12 +144,16 @@ def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, 
 _GUIDED: dict[tuple, tuple[str, ...]] = {}
 
 
+def _guide_key(p: Params, app_name: str, rate: float, n: int, scheme_name: str) -> tuple:
+    return p.model_dump_json(), app_name, p.isolated_rate_rps if n == 1 else rate, scheme_name
+
+
 def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: str = report.GUIDED) -> tuple[str, ...]:
     """The passes a guided scheme (``teola-guided``, ``teola+prefix-cache-guided``) applies to
     ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on queries that do not
     interact), chosen on the calibration workload with the engines of the scheme it guides."""
-    cal_rate = p.isolated_rate_rps if n == 1 else rate
-    key = (p.model_dump_json(), app_name, cal_rate, scheme_name)
+    key = _guide_key(p, app_name, rate, n, scheme_name)
+    cal_rate = key[2]
     if key not in _GUIDED:
         base = get_scheme(report.guided_base(scheme_name))
 
@@ -189,9 +193,23 @@ def _simulate(p: Params, app_name: str, rate: float, scheme_name: str | Scheme, 
     return cfgs, res, engines
 
 
+def guide_frame(p: Params, app_name: str, rate: float, n: int, scheme_name: str) -> pd.DataFrame:
+    """One calibration: the passes ``scheme_name`` applies at ``rate`` (one row)."""
+    return pd.DataFrame([{"app": app_name, "rate_rps": rate, "n_queries": n, "scheme": scheme_name,
+                          "passes": "+".join(guided_passes(p, app_name, rate, n, scheme_name))}])
+
+
+def _given(p: Params, app_name: str, rate: float, n: int, scheme_name: str, passes: str | None) -> None:
+    """Record a calibration made elsewhere (another process: ``run`` makes each once)."""
+    if passes is not None and report.guided_base(scheme_name) is not None:
+        _GUIDED[_guide_key(p, app_name, rate, n, scheme_name)] = tuple(x for x in passes.split("+") if x)
+
+
 def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
-               cap: dict[str, int] | None = None) -> pd.DataFrame:
-    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
+               cap: dict[str, int] | None = None, passes: str | None = None) -> pd.DataFrame:
+    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies (``passes``:
+    a guided scheme's calibrated choice, when made already)."""
+    _given(p, app_name, rate, n, scheme_name, passes)
     cfgs, res, _ = _simulate(p, app_name, rate, scheme_name, n, seed, cap)
     return pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
                          "passes": _resolve(p, app_name, rate, scheme_name, n)[1],
@@ -200,8 +218,10 @@ def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
                          "doc_tokens": [c.doc_tokens for c in cfgs]})
 
 
-def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int, at_rate: float) -> pd.DataFrame:
+def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int, at_rate: float,
+               passes: str | None = None) -> pd.DataFrame:
     """The same simulation as a cell, its queries' critical paths (``_teola_critical``), filed under ``at_rate``."""
+    _given(p, app_name, rate, n, scheme_name, passes)
     traces: dict = {}
     _, _, engines = _simulate(p, app_name, rate, scheme_name, n, seed, traces=traces)
     mb = {k: v[0].max_batch_size() for k, v in engines.items()}
@@ -214,7 +234,9 @@ def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
     rows = sp[(sp.speedup_mean < 1.0) & ~sp.saturated]
     jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
             for s in (report.teola_of(p.schemes), best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
-    cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j)) for j in jobs]
+    guides = _guides(p, ctx, [(j[0], j[1], j[2], j[3]) for j in jobs])
+    cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j),
+                  {"passes": guides.get((j[0], j[1], j[2], j[3] == 1))}) for j in jobs]
     return critical.parts(pd.concat(run_cells(ctx, cells, desc="critical paths"), ignore_index=True)) if cells \
         else pd.DataFrame()
 
@@ -254,10 +276,25 @@ def _jobs(p: Params) -> dict[str, list[tuple]]:
     return jobs
 
 
+def _guides(p: Params, ctx: RunContext, jobs: list[tuple]) -> dict[tuple, str]:
+    """Each guided scheme's calibration among ``jobs`` ((app, rate, scheme, n, ...)), made once
+    (cells ``guide__...``) -> {(app, rate, scheme, one query): passes}."""
+    need = list(dict.fromkeys((a, r, s, n == 1) for a, r, s, n, *_ in jobs if report.guided_base(s) is not None))
+    cells = [Cell(f"guide__{a}__{'isolated' if one else f'{r:g}rps'}__{s}", guide_frame, (p, a, r, 1 if one else 2, s))
+             for a, r, s, one in need]
+    out = run_cells(ctx, cells, desc="calibrations") if cells else []
+    return {k: str(f.passes.iloc[0]) for k, f in zip(need, out)}
+
+
 def run(params: Params, ctx: RunContext) -> None:
     jobs = _jobs(params)
-    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job), label=f"{job[0]} {job[1]:g}rps {job[2]} "
-                         f"s{job[4]}") for job in part_jobs] for part, part_jobs in jobs.items()}
+    one = [(a, 1.0, report.GUIDED, 1) for a in (params.apps if params.decompose_apps is None else params.decompose_apps)
+           if report.GUIDED in params.schemes]       # the decomposition's one-query Teola
+    guides = _guides(params, ctx, [j for part in jobs.values() for j in part] + one)
+    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job),
+                         {"passes": guides.get((job[0], job[1], job[2], job[3] == 1))},
+                         label=f"{job[0]} {job[1]:g}rps {job[2]} s{job[4]}") for job in part_jobs]
+             for part, part_jobs in jobs.items()}
     results = iter(run_cells(ctx, [c for part in cells.values() for c in part], desc="teola cells"))
     frames: dict[str, pd.DataFrame] = {}
     for part, part_jobs in jobs.items():
@@ -270,7 +307,8 @@ def run(params: Params, ctx: RunContext) -> None:
     sp = report.speedups(summary, report.summarise(frames["isolated"]), params, applied)
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
-    dec = _decomposition(params, frames["decomposition"], summary) if len(frames["decomposition"]) else pd.DataFrame()
+    dec = _decomposition(params, frames["decomposition"], summary, guides) if len(frames["decomposition"]) \
+        else pd.DataFrame()
     paths = _paths(params, ctx, sp)
     for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap),
                      ("decomposition", dec), ("critical_paths", paths)]:
@@ -283,7 +321,7 @@ def run(params: Params, ctx: RunContext) -> None:
     print(md)
 
 
-def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame, guides: dict[tuple, str]) -> pd.DataFrame:
     """Per app and setting: each pass subset's mean latency over seeds (through its
     representative), decomposed against the best baseline of the main run (load) or of the
     isolated-query run (one query)."""
@@ -296,7 +334,8 @@ def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.Dat
         reps = _decompose_reps(p, app)
         lat = {sub: float(mean[by_pass.scheme_of(rep)]) for sub, rep in reps.items()}
         b = mean[base] if n == 1 else main.loc[(app, rate)][base]
-        applied = guided_passes(p, app, rate, n) if report.GUIDED in p.schemes else ALL
+        key = (app, 1.0 if n == 1 else rate, report.GUIDED, n == 1)
+        applied = tuple(x for x in guides[key].split("+") if x) if key in guides else ALL
         out.append(by_pass.decompose(app, 0.0 if n == 1 else rate, "one_query" if n == 1 else "load", lat,
                                      str(b.idxmin()), float(b.min()), applied))
     return pd.concat(out, ignore_index=True)
