@@ -230,8 +230,9 @@ def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
 
 
 def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
-    """Critical paths of Teola and the best baseline where Teola is slower (seed 0): one query, and at the rate."""
-    rows = sp[(sp.speedup_mean < 1.0) & ~sp.saturated]
+    """Critical paths of Teola and the best baseline where Teola is slower and at each app's high rate
+    (``_teola_critical.explained``; seed 0): one query, and at the rate."""
+    rows = sp[[critical.explained(*r) for r in zip(sp.speedup_mean, sp.saturated, sp.regime)]]
     jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
             for s in (report.teola_of(p.schemes), best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
     guides = _guides(p, ctx, [(j[0], j[1], j[2], j[3]) for j in jobs])
