@@ -20,14 +20,22 @@ decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core'
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from functools import reduce
+from itertools import accumulate, chain
+from operator import add, sub
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
 from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan, PagedKV,
                                           PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
-from orchestrator.runtime.events import P_DONE, Event, Simulator
+from orchestrator.runtime.events import P_DONE, Entry, Event, Simulator
 from profiler.engine import EngineConfig
+
+
+#: the most iterations one quiet stretch covers (``LLMCore._coast``)
+RUN_CAP = 64
 
 
 class LLMCore(PagedKV, Event):
@@ -42,7 +50,7 @@ class LLMCore(PagedKV, Event):
     def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
                  policy: Policy | None = None, on_piece: PieceSink | None = None,
                  gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None,
-                 loop: Simulator | None = None) -> None:
+                 loop: Simulator | None = None, coast: bool = False) -> None:
         PagedKV.__init__(self, name, kv_tokens, config, on_piece)
         self.time = 0.0
         self.step, self.sink, self.loop = step, sink, loop
@@ -61,6 +69,15 @@ class LLMCore(PagedKV, Event):
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
         self._me = (self,)
+        self.coast = coast
+        self._repeats = bool(getattr(self.policy, "decode_only_repeats", False))
+        self._run: list[float] | None = None      # a quiet stretch under way: its iterations' ends (_coast)
+        self._entry: Entry | None = None          # ... and its heap entry
+        for g in self.gpus:
+            for other in g.cores:
+                other.share_gpu()
+            g.cores.append(self)
+        self._solo = all(len(g.cores) == 1 for g in self.gpus)
 
     def bind(self, loop: Simulator) -> None:
         """Run on ``loop`` from now on (where it defers its next iteration's start)."""
@@ -82,6 +99,9 @@ class LLMCore(PagedKV, Event):
         the events this causes (the sink's on reject or an immediate finish); an idle core starts
         its next iteration at the end of the instant."""
         s.arrival_s = now
+        if self._run is not None and not (self.waiting and self._repeats and not (front or s.background)
+                                          and s.kv_from is None and s.eff and self.fits(s)):
+            self._interrupt(now)        # (queued behind a waiting sequence, it changes nothing yet)
         if s.kv_from is not None:
             tokens, first = self.parked.pop(s.kv_from)
             s.have += tokens
@@ -114,6 +134,8 @@ class LLMCore(PagedKV, Event):
         """Background sequence ``s`` became critical: it joins the end of the regular queue
         (nothing if it was admitted already)."""
         s.background = False
+        if self._run is not None:
+            self._interrupt(now)
         if s.state != WAITING or s not in self.background:
             return
         self.background.remove(s)
@@ -219,7 +241,9 @@ class LLMCore(PagedKV, Event):
                 events = []
                 self._admit_ready(now, events)
             plan = self.policy.schedule(self)
+        quiet = False
         if plan is DECODE_ONLY and running:        # most iterations: the whole batch decodes
+            quiet = self.coast and self._solo and not events
             self.free = free = self.free - self.groups[-self.dit % self.block_size]
             self.n_decode = n = len(running)
             self.chunks = ()
@@ -251,10 +275,15 @@ class LLMCore(PagedKV, Event):
         if events:
             events.append(self)
             return events
+        if quiet and (self._repeats or not (self.waiting or self.prefilling or self.ready or self.background)) \
+                and self._coast():
+            return None
         return self._me
 
     def end_iteration(self, now: float) -> list[Event] | None:
         """End the running iteration at ``now``; the next one starts at the instant's end."""
+        if self._run is not None:
+            raise RuntimeError(f"{self.name}: end_iteration during a quiet stretch (a coasting core runs on its loop)")
         self.time = now
         return self.handle(None)
 
@@ -263,6 +292,8 @@ class LLMCore(PagedKV, Event):
         then the next iteration starts at once when nothing else can happen at this instant on
         ``sim`` (the loop running it: ``Simulator.instant_over``), else at the instant's end (the
         loop's ``defer``)."""
+        if self._run is not None:       # the last iteration of a quiet stretch ends
+            self._settle(len(self._run) - 1)
         now = self.time
         if self.gpus:
             for g in self.gpus:
@@ -335,5 +366,97 @@ class LLMCore(PagedKV, Event):
 
     def release(self, key: Hashable) -> None:
         """Drop a parked KV nobody will continue."""
+        if self._run is not None:
+            self._interrupt(self.loop.now)      # type: ignore[union-attr] - a run has a loop
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)
+
+    # ---- quiet stretches (``coast``) ---------------------------------------------------------
+    def _coast(self) -> bool:
+        """The decode-only iteration just started begins a quiet stretch: the iterations after it
+        whose end reports nothing (no sequence finishes, no mark is reached) and whose next start
+        would be decode-only again (the policy repeats ``DECODE_ONLY`` while nothing reaches the
+        core: ``Policy.decode_only_repeats``, or nothing is queued; the batch's next blocks are
+        free). Their ends are worked out now (the same step times, summed in the same order) and
+        the stretch is one heap entry, at the end of its last iteration (at most ``RUN_CAP``
+        iterations, none past the loop's ``until_s``). Returns whether there is a stretch (the
+        core then pushed its entry itself). Only a core alone on its GPUs coasts (``share_gpu``)."""
+        k, n, free, bs = self.dit, self.n_decode, self.free, self.block_size
+        last = k + RUN_CAP                      # the stretch's last iteration (its end is the entry)
+        if self.finish_keys and self.finish_keys[0] < last:
+            last = self.finish_keys[0]
+        if self.mark_buckets:
+            last = min(last, min(self.mark_buckets))
+        m = last - k                            # quiet ends (each followed by a decode-only start)
+        if m and free < n * (m // bs + 1):      # the blocks may run out: the first start they do not cover
+            groups = self.groups
+            for i in range(1, m + 1):
+                free -= groups[-(k + i) % bs]
+                if free < 0:
+                    m = i - 1
+                    break
+        if not m:
+            return False
+        a, b = self._decode_coef[n]             # _start's duration of a decode-only iteration
+        ctx = self.ctx_sum
+        ends = list(accumulate([a + b * c for c in range(ctx + n, ctx + n * m + 1, n)], add, initial=self.time))
+        loop = self.loop
+        until = loop.until_s                    # type: ignore[union-attr] - an iteration ran, so it has a loop
+        if ends[m] > until:
+            m = bisect_right(ends, until) - 1
+            if m <= 0:
+                return False
+            del ends[m + 1:]
+        self._run = ends
+        self.time = ends[m]
+        self._entry = loop.push(self)           # type: ignore[union-attr]
+        return True
+
+    def _settle(self, j: int) -> None:
+        """End the quiet stretch after its first ``j`` iterations (each ended and the next started,
+        as ``handle`` and ``_start`` would have); the next one is in flight (``time``: its end)."""
+        ends = self._run
+        self._run = None
+        if j:
+            done = ends[:j]                     # type: ignore[index]
+            t = done[-1]
+            # busy time: each iteration's length added in turn, as handle adds them
+            self.busy_s = reduce(add, map(sub, done, chain((self.iter_start,), done)), self.busy_s)
+            self.iter_start = t
+            for g in self.gpus:                 # alone on it: busy ends and starts again at each end
+                if t < g.until_s:
+                    g.busy_s = reduce(add, map(sub, done, chain((g.since,), done)), g.busy_s)
+                    g.since = t
+                else:
+                    for x in done:
+                        x = x if x < g.until_s else g.until_s
+                        g.busy_s += x - g.since
+                        g.since = x
+            k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
+            need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
+            for i in range(j - j % bs + 1, j + 1):
+                need += groups[-(k + i) % bs]
+            self.free -= need
+            self.tokens += n * j
+            self.ctx_sum += n * j
+            self.dit = k + j
+            self.iterations += j
+            self.loop.events_handled += j       # type: ignore[union-attr] - each end an event
+        self.time = ends[j]                     # type: ignore[index]
+
+    def _interrupt(self, now: float) -> None:
+        """Something reaches the core at ``now`` during a quiet stretch: the iterations ended before
+        ``now`` are settled and the one in flight becomes the last (its end is the core's entry)."""
+        ends = self._run
+        last = len(ends) - 1                    # type: ignore[arg-type]
+        j = bisect_left(ends, now, 0, last)     # type: ignore[arg-type]
+        self._settle(j)
+        if j < last:
+            self._entry = self.loop.reschedule(self._entry)   # type: ignore[union-attr, arg-type]
+
+    def share_gpu(self) -> None:
+        """Another core took a shard on one of this core's GPUs: their iterations slow each other
+        down (``Colocation``), so this core runs every iteration as an event from now on."""
+        self._solo = False
+        if self._run is not None:
+            self._interrupt(self.loop.now)      # type: ignore[union-attr]

@@ -26,6 +26,7 @@ decode batch at once.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappop, heappush
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
@@ -104,6 +105,7 @@ class PagedKV:
         self.parked: dict[Hashable, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
         self.on_piece = on_piece
         self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
+        self.finish_keys: list[int] = []          # the keys of ``buckets``, a min-heap
         self.mark_buckets: dict[int, list[Seq]] = {}
         self.preemptions = 0
         self.groups = [0] * bs
@@ -195,6 +197,7 @@ class PagedKV:
         b = self.buckets.get(f)
         if b is None:
             self.buckets[f] = [s]
+            heappush(self.finish_keys, f)
         else:
             b.append(s)
         if s.mark_i < len(s.marks) and self.on_piece is not None:
@@ -214,8 +217,9 @@ class PagedKV:
                     if new:
                         events.extend(new)
         bucket = self.buckets.pop(k, None)
-        if not bucket:
+        if bucket is None:
             return
+        heappop(self.finish_keys)       # k: every key below it was popped at its own iteration
         bs = self.block_size
         for s in bucket:
             if s.state != DECODE or s.finish != k:
@@ -238,6 +242,7 @@ class PagedKV:
         assert used + self.free == self.total_blocks, (used, self.free, self.total_blocks)
         assert self.ctx_sum == sum(s.ctx0 + self.dit - s.join for s in self.running.values())
         assert sum(self.groups) == len(self.running)
+        assert sorted(self.finish_keys) == sorted(self.buckets) and all(k >= self.dit for k in self.buckets)
 
 
 class IterationPlan(NamedTuple):
@@ -317,7 +322,15 @@ class Policy(Protocol):
     A policy may declare ``decodes_when_quiet = True``: with nothing waiting, prefilling, ready
     or in the background queue and the decode batch's next blocks free, its plan is always
     :data:`DECODE_ONLY`, so the core does not ask (most iterations of a busy core; every policy
-    of ``orchestrator.engines.admission`` declares it). Without it the core asks every time."""
+    of ``orchestrator.engines.admission`` declares it). Without it the core asks every time.
+
+    A policy may also declare ``decode_only_repeats = True``: once it answered
+    :data:`DECODE_ONLY`, it answers it again at the next iteration as long as nothing reached the
+    core (nothing submitted, admitted, finished, preempted or released: only the decode batch
+    decoded, so the free blocks did not grow) and the batch's next blocks are free. A core built
+    with ``coast`` then runs such stretches without asking (``LLMCore._coast``); every policy of
+    ``orchestrator.engines.admission`` declares it. A policy keeping state between iterations
+    must not need to see those iterations."""
 
     name: str
 

@@ -51,6 +51,9 @@ NO_CAP = 1 << 62
 class VllmV1:
     name = "vllm-v1"
     decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
+    # Policy: after DECODE_ONLY, the same running requests take the same budget and the same queue
+    # head finds no more free blocks or seats, so the answer repeats while the blocks are free
+    decode_only_repeats = True
 
     def schedule(self, v: CoreView) -> IterationPlan:
         budget = v.max_batch_tokens
