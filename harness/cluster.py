@@ -22,7 +22,7 @@ from operator import attrgetter
 import numpy as np
 
 from orchestrator.engines.llm_core import LLMCore
-from orchestrator.engines.llm_seq import Seq, Sink
+from orchestrator.engines.llm_seq import FAILED, Seq, Sink
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import Arrivals, Event, Simulator
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
@@ -245,9 +245,8 @@ class ClusterSim:
         return self.router.pick(self._groups[ids], call).submit(call, now)
 
     def _done(self, call: Seq, now: float) -> list[Event] | None:
-        req = call.owner
-        assert isinstance(req, _Req)
-        if call.failed:
+        req: _Req = call.owner              # type: ignore[assignment] - every call's owner is its request
+        if call.state == FAILED:
             self.failed[req.i] = True
             return None
         req.left -= 1

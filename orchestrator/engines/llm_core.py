@@ -21,9 +21,6 @@ decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core'
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from functools import reduce
-from itertools import accumulate, chain
-from operator import add, sub
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
@@ -68,6 +65,7 @@ class LLMCore(PagedKV, Event):
         self.busy_s = 0.0
         self.tokens = 0
         self._decode_coef: dict[int, tuple[float, float]] = {}
+        self._prefill_memo: dict[tuple[int, float, int], float] = {}
         self._me = (self,)
         self.coast = coast
         self._repeats = bool(getattr(self.policy, "decode_only_repeats", False))
@@ -99,9 +97,6 @@ class LLMCore(PagedKV, Event):
         the events this causes (the sink's on reject or an immediate finish); an idle core starts
         its next iteration at the end of the instant."""
         s.arrival_s = now
-        if self._run is not None and not (self.waiting and self._repeats and not (front or s.background)
-                                          and s.kv_from is None and s.eff and self.fits(s)):
-            self._interrupt(now)        # (queued behind a waiting sequence, it changes nothing yet)
         if s.kv_from is not None:
             tokens, first = self.parked.pop(s.kv_from)
             s.have += tokens
@@ -109,7 +104,11 @@ class LLMCore(PagedKV, Event):
             s.tokens0 = s.have + s.prompt
             if s.prompt == 0 and first:
                 s.gen = 1          # the parked prefill's logits gave the first token
-        if not self.fits(s):
+        fits = -(-(s.tokens0 + s.output) // self.block_size) <= self.total_blocks - self.watermark   # fits(s)
+        if self._run is not None and not (fits and self.waiting and self._repeats and s.eff and s.kv_from is None
+                                          and not (front or s.background)):
+            self._interrupt(now)        # (queued behind a waiting sequence, it changes nothing yet)
+        if not fits:
             self.free += s.held
             s.held = 0
             s.state = FAILED
@@ -127,7 +126,8 @@ class LLMCore(PagedKV, Event):
             self.waiting.appendleft(s)
         else:
             self.waiting.append(s)
-        self._wake()
+        if not (self.busy or self.kicked):
+            self._wake()
         return None
 
     def promote(self, s: Seq, now: float) -> None:
@@ -218,7 +218,13 @@ class LLMCore(PagedKV, Event):
             finishing += s.filled + m == s.eff
         if self.free < 0:
             raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
-        return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
+        if n:
+            return self.step.step_s(tokens, attn, n, float(self.ctx_sum), prefill_seqs=finishing)
+        key = (tokens, attn, finishing)         # a prefill-only pass: memoised (passes of equal prompts recur)
+        dur = self._prefill_memo.get(key)
+        if dur is None:
+            dur = self._prefill_memo[key] = self.step.step_s(tokens, attn, 0, 0.0, prefill_seqs=finishing)
+        return dur
 
     # ---- iterations ----------------------------------------------------------------
     def at_instant_end(self, now: float) -> Sequence[Event] | None:
@@ -398,8 +404,11 @@ class LLMCore(PagedKV, Event):
         if not m:
             return False
         a, b = self._decode_coef[n]             # _start's duration of a decode-only iteration
-        ctx = self.ctx_sum
-        ends = list(accumulate([a + b * c for c in range(ctx + n, ctx + n * m + 1, n)], add, initial=self.time))
+        t = self.time
+        ends = [t]
+        for c in range(self.ctx_sum + n, self.ctx_sum + n * m + 1, n):
+            t = t + (a + b * c)
+            ends.append(t)
         loop = self.loop
         until = loop.until_s                    # type: ignore[union-attr] - an iteration ran, so it has a loop
         if ends[m] > until:
@@ -418,20 +427,19 @@ class LLMCore(PagedKV, Event):
         ends = self._run
         self._run = None
         if j:
-            done = ends[:j]                     # type: ignore[index]
-            t = done[-1]
-            # busy time: each iteration's length added in turn, as handle adds them
-            self.busy_s = reduce(add, map(sub, done, chain((self.iter_start,), done)), self.busy_s)
-            self.iter_start = t
+            start, busy = self.iter_start, self.busy_s
+            for i in range(j):                  # each iteration's length added in turn, as handle does
+                t = ends[i]                     # type: ignore[index]
+                busy += t - start
+                start = t
+            self.busy_s, self.iter_start = busy, start
             for g in self.gpus:                 # alone on it: busy ends and starts again at each end
-                if t < g.until_s:
-                    g.busy_s = reduce(add, map(sub, done, chain((g.since,), done)), g.busy_s)
-                    g.since = t
-                else:
-                    for x in done:
-                        x = x if x < g.until_s else g.until_s
-                        g.busy_s += x - g.since
-                        g.since = x
+                u, since, busy = g.until_s, g.since, g.busy_s
+                for i in range(j):
+                    t = ends[i] if ends[i] < u else u   # type: ignore[index]
+                    busy += t - since
+                    since = t
+                g.since, g.busy_s = since, busy
             k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
             need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
             for i in range(j - j % bs + 1, j + 1):

@@ -184,7 +184,8 @@ class PagedKV:
                 events.extend(new)
 
     def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        self._emit_marks(s, now, events)
+        if self.on_piece is not None:
+            self._emit_marks(s, now, events)
         s.state = DECODE
         s.ctx0 = s.have + s.eff
         s.join = k = self.dit
