@@ -28,8 +28,8 @@ newest partially prefilled sequence first, then the newest decoding one.
 A prefill of ``n`` new tokens on top of ``c`` tokens already in the KV cache (a continued
 prompt, a prefix-cache hit, an earlier chunk) pays attention work ``(c + n)^2 - c^2``.
 
-Each policy reads the core through a read-only :class:`~orchestrator.engines.llm_seq.CoreView`
-and returns an immutable :class:`~orchestrator.engines.llm_seq.IterationPlan` (which sequences
+Each policy reads the core through a read-only :class:`~orchestrator.engines.llm_plan.CoreView`
+and returns an immutable :class:`~orchestrator.engines.llm_plan.IterationPlan` (which sequences
 are preempted, whether the decode batch decodes, which sequences prefill how many tokens); the
 core applies it and times it, as vLLM v1's ``Scheduler.schedule`` returns a ``SchedulerOutput``
 that the model runner executes (``vllm/v1/core/sched/scheduler.py`` and ``output.py``, vLLM
@@ -49,7 +49,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.llm_plan import DECODE_ONLY, IDLE, CoreView, IterationPlan, Policy
+from orchestrator.engines.llm_seq import WAITING, Seq
 from orchestrator.engines.vllm_v1 import VllmV1, preempt_newest
 from profiler.engine import SCHEDULERS, EngineConfig
 

@@ -17,25 +17,24 @@ of the instant (the event loop's ``defer``), so every submission of an instant c
 
 Bookkeeping, O(1) amortised per iteration whatever the batch size: the paged KV cache, the
 decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core's base class).
+A core built with ``coast`` (the harness's, ``harness.cluster.build_core``) runs stretches of quiet
+decode iterations as one event (``orchestrator.engines.llm_seq.QuietStretches``, its base class); read
+its state at its own events or after the loop ran (a Teola engine reads it at any time: it does
+not coast).
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan, PagedKV,
-                                          PieceSink, Policy, Seq, Sink)
+from orchestrator.engines.llm_plan import DECODE_ONLY, IterationPlan, Policy
+from orchestrator.engines.llm_seq import DONE, FAILED, PREFILL, WAITING, PagedKV, PieceSink, QuietStretches, Seq, Sink
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
-from orchestrator.runtime.events import P_DONE, Entry, Event, Simulator
+from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig
 
 
-#: the most iterations one quiet stretch covers (``LLMCore._coast``)
-RUN_CAP = 64
-
-
-class LLMCore(PagedKV, Event):
+class LLMCore(QuietStretches, Event):
     """A model instance. ``sink(seq, now)`` is told of every finished, parked or rejected
     sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``policy`` decides its
     iterations (default: the one ``config.scheduler`` names); ``loop`` is the event loop it runs
@@ -64,13 +63,12 @@ class LLMCore(PagedKV, Event):
         self.prefill_iterations = 0
         self.busy_s = 0.0
         self.tokens = 0
-        self._decode_coef: dict[int, tuple[float, float]] = {}
+        self._decode_coef = {}
         self._prefill_memo: dict[tuple[int, float, int], float] = {}
         self._me = (self,)
         self.coast = coast
         self._repeats = bool(getattr(self.policy, "decode_only_repeats", False))
-        self._run: list[float] | None = None      # a quiet stretch under way: its iterations' ends (_coast)
-        self._entry: Entry | None = None          # ... and its heap entry
+        self._run = self._entry = None            # no quiet stretch under way (QuietStretches)
         for g in self.gpus:
             for other in g.cores:
                 other.share_gpu()
@@ -376,95 +374,3 @@ class LLMCore(PagedKV, Event):
             self._interrupt(self.loop.now)      # type: ignore[union-attr] - a run has a loop
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)
-
-    # ---- quiet stretches (``coast``) ---------------------------------------------------------
-    def _coast(self) -> bool:
-        """The decode-only iteration just started begins a quiet stretch: the iterations after it
-        whose end reports nothing (no sequence finishes, no mark is reached) and whose next start
-        would be decode-only again (the policy repeats ``DECODE_ONLY`` while nothing reaches the
-        core: ``Policy.decode_only_repeats``, or nothing is queued; the batch's next blocks are
-        free). Their ends are worked out now (the same step times, summed in the same order) and
-        the stretch is one heap entry, at the end of its last iteration (at most ``RUN_CAP``
-        iterations, none past the loop's ``until_s``). Returns whether there is a stretch (the
-        core then pushed its entry itself). Only a core alone on its GPUs coasts (``share_gpu``)."""
-        k, n, free, bs = self.dit, self.n_decode, self.free, self.block_size
-        last = k + RUN_CAP                      # the stretch's last iteration (its end is the entry)
-        if self.finish_keys and self.finish_keys[0] < last:
-            last = self.finish_keys[0]
-        if self.mark_buckets:
-            last = min(last, min(self.mark_buckets))
-        m = last - k                            # quiet ends (each followed by a decode-only start)
-        if m and free < n * (m // bs + 1):      # the blocks may run out: the first start they do not cover
-            groups = self.groups
-            for i in range(1, m + 1):
-                free -= groups[-(k + i) % bs]
-                if free < 0:
-                    m = i - 1
-                    break
-        if not m:
-            return False
-        a, b = self._decode_coef[n]             # _start's duration of a decode-only iteration
-        t = self.time
-        ends = [t]
-        for c in range(self.ctx_sum + n, self.ctx_sum + n * m + 1, n):
-            t = t + (a + b * c)
-            ends.append(t)
-        loop = self.loop
-        until = loop.until_s                    # type: ignore[union-attr] - an iteration ran, so it has a loop
-        if ends[m] > until:
-            m = bisect_right(ends, until) - 1
-            if m <= 0:
-                return False
-            del ends[m + 1:]
-        self._run = ends
-        self.time = ends[m]
-        self._entry = loop.push(self)           # type: ignore[union-attr]
-        return True
-
-    def _settle(self, j: int) -> None:
-        """End the quiet stretch after its first ``j`` iterations (each ended and the next started,
-        as ``handle`` and ``_start`` would have); the next one is in flight (``time``: its end)."""
-        ends = self._run
-        self._run = None
-        if j:
-            start, busy = self.iter_start, self.busy_s
-            for i in range(j):                  # each iteration's length added in turn, as handle does
-                t = ends[i]                     # type: ignore[index]
-                busy += t - start
-                start = t
-            self.busy_s, self.iter_start = busy, start
-            for g in self.gpus:                 # alone on it: busy ends and starts again at each end
-                u, since, busy = g.until_s, g.since, g.busy_s
-                for i in range(j):
-                    t = ends[i] if ends[i] < u else u   # type: ignore[index]
-                    busy += t - since
-                    since = t
-                g.since, g.busy_s = since, busy
-            k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
-            need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
-            for i in range(j - j % bs + 1, j + 1):
-                need += groups[-(k + i) % bs]
-            self.free -= need
-            self.tokens += n * j
-            self.ctx_sum += n * j
-            self.dit = k + j
-            self.iterations += j
-            self.loop.events_handled += j       # type: ignore[union-attr] - each end an event
-        self.time = ends[j]                     # type: ignore[index]
-
-    def _interrupt(self, now: float) -> None:
-        """Something reaches the core at ``now`` during a quiet stretch: the iterations ended before
-        ``now`` are settled and the one in flight becomes the last (its end is the core's entry)."""
-        ends = self._run
-        last = len(ends) - 1                    # type: ignore[arg-type]
-        j = bisect_left(ends, now, 0, last)     # type: ignore[arg-type]
-        self._settle(j)
-        if j < last:
-            self._entry = self.loop.reschedule(self._entry)   # type: ignore[union-attr, arg-type]
-
-    def share_gpu(self) -> None:
-        """Another core took a shard on one of this core's GPUs: their iterations slow each other
-        down (``Colocation``), so this core runs every iteration as an event from now on."""
-        self._solo = False
-        if self._run is not None:
-            self._interrupt(self.loop.now)      # type: ignore[union-attr]

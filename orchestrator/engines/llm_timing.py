@@ -17,6 +17,13 @@ class StepTime(Protocol):
                decode_context_tokens: float, *, prefill_seqs: int = 1) -> float: ...
 
 
+class GpuUser(Protocol):
+    """An engine core with a shard on a GPU (``GpuSlot.cores``)."""
+
+    def share_gpu(self) -> None:
+        """Another core took a shard on one of its GPUs."""
+
+
 class GpuSlot:
     """One physical GPU; ``busy`` counts instances with a shard on it that are mid-iteration,
     ``busy_s`` adds up the simulated time during which ``busy > 0``, up to ``until_s`` (the
@@ -29,7 +36,7 @@ class GpuSlot:
         self.id, self.until_s = id, until_s
         self.busy = 0
         self.since = self.busy_s = 0.0
-        self.cores: list[object] = []
+        self.cores: list[GpuUser] = []
 
 
 class Colocation:

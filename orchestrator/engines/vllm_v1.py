@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, CoreView, IterationPlan, Seq
+from orchestrator.engines.llm_plan import DECODE_ONLY, IDLE, CoreView, IterationPlan
+from orchestrator.engines.llm_seq import Seq
 
 Chunk = tuple[Seq, int]
 NO_CAP = 1 << 62
