@@ -239,7 +239,8 @@ class ClusterSim:
         if not ok:
             req.acc_ok = False
         self._next_call += 1
-        call = Seq(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
+        prompt, output = st.sizes(req.ps, req.os)
+        call = Seq(self._next_call, prompt, output, now, req)
         if self.calls is not None:
             self.calls.append(call)
         return self.router.pick(self._groups[ids], call).submit(call, now)

@@ -338,16 +338,17 @@ class QuietStretches(PagedKV):
         ends = self._run
         self._run = None
         if j:
+            done = ends[:j]                     # type: ignore[index]
             start, busy = self.iter_start, self.busy_s
-            for i in range(j):                  # each iteration's length added in turn, as handle does
-                t = ends[i]                     # type: ignore[index]
+            for t in done:                      # each iteration's length added in turn, as handle does
                 busy += t - start
                 start = t
             self.busy_s, self.iter_start = busy, start
             for g in self.gpus:                 # alone on it: busy ends and starts again at each end
                 u, since, busy = g.until_s, g.since, g.busy_s
-                for i in range(j):
-                    t = ends[i] if ends[i] < u else u   # type: ignore[index]
+                for t in done:
+                    if t > u:
+                        t = u
                     busy += t - since
                     since = t
                 g.since, g.busy_s = since, busy
