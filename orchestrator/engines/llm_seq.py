@@ -340,18 +340,30 @@ class QuietStretches(PagedKV):
         if j:
             done = ends[:j]                     # type: ignore[index]
             start, busy = self.iter_start, self.busy_s
-            for t in done:                      # each iteration's length added in turn, as handle does
-                busy += t - start
-                start = t
+            gpus = self.gpus
+            if len(gpus) == 1 and gpus[0].since == start and done[-1] < gpus[0].until_s:
+                g = gpus[0]                     # its busy time runs with the core's: the same lengths
+                gpu_busy = g.busy_s
+                for t in done:
+                    d = t - start
+                    busy += d
+                    gpu_busy += d
+                    start = t
+                g.since, g.busy_s = start, gpu_busy
+                gpus = ()
+            else:
+                for t in done:                  # each iteration's length added in turn, as handle does
+                    busy += t - start
+                    start = t
             self.busy_s, self.iter_start = busy, start
-            for g in self.gpus:                 # alone on it: busy ends and starts again at each end
-                u, since, busy = g.until_s, g.since, g.busy_s
+            for g in gpus:                      # alone on it: busy ends and starts again at each end
+                u, since, gpu_busy = g.until_s, g.since, g.busy_s
                 for t in done:
                     if t > u:
                         t = u
-                    busy += t - since
+                    gpu_busy += t - since
                     since = t
-                g.since, g.busy_s = since, busy
+                g.since, g.busy_s = since, gpu_busy
             k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
             need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
             for i in range(j - j % bs + 1, j + 1):
