@@ -31,7 +31,7 @@ from orchestrator.engines.llm_plan import DECODE_ONLY, IterationPlan, Policy
 from orchestrator.engines.llm_seq import DONE, FAILED, PREFILL, WAITING, PagedKV, PieceSink, QuietStretches, Seq, Sink
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
-from profiler.engine import EngineConfig
+from profiler.engine import EngineConfig, engine_step
 
 
 class LLMCore(QuietStretches, Event):
@@ -49,7 +49,7 @@ class LLMCore(QuietStretches, Event):
                  loop: Simulator | None = None, coast: bool = False) -> None:
         PagedKV.__init__(self, name, kv_tokens, config, on_piece)
         self.time = 0.0
-        self.step, self.sink, self.loop = step, sink, loop
+        self.step, self.sink, self.loop = engine_step(step, config), sink, loop  # config's scheduling mode
         self.policy: Policy = policy or make_admission(config)
         self._quiet_decode = bool(getattr(self.policy, "decodes_when_quiet", False))
         self.gpus = tuple(gpus)                   # slots whose busy time it keeps
