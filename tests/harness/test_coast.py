@@ -61,7 +61,7 @@ def _simulated(trace, cfg: SimulateConfig, stretches: list[int]) -> dict:
 @pytest.mark.parametrize("engine", [
     dict(scheduler="vllm-v1"), dict(scheduler="vllm-v1", long_prefill_token_threshold=64, kv_capacity_tokens=6000),
     dict(scheduler="vllm", kv_capacity_tokens=5000), dict(scheduler="sarathi", kv_capacity_tokens=5000),
-    dict(scheduler="padded"),
+    dict(scheduler="padded"), dict(scheduler="vllm-v1", async_scheduling=True),
 ])
 def test_what_if_coasting_changes_nothing(engine, monkeypatch):
     trace = poisson_trace(6.0, 400, np.arange(400) % 300 + 20, np.arange(400) * 7 % 200 + 1, seed=3)
