@@ -203,3 +203,17 @@ def test_targets_section_says_met_or_missed_with_the_cells():
     assert "**missed**" in fair and "langchain code 100%" in fair               # names the cell it misses in
     assert "**met**" in next(ln for ln in lines if ln.startswith("- FlowMaker's goodput") and "`main`" in ln)
     assert "**missed**" in next(ln for ln in lines if "15 min" in ln)
+
+
+def test_fair_share_is_flowmakers_planning_rule_only():
+    from experiments.kinds._paper_plan import plan_key
+
+    def key(spec, sharing="compute", on=True):
+        return plan_key(sharing, "current", spec, 100, (), "own", "gb_s", on)
+
+    assert key("flowmaker").planning_sharing == "fair-share"
+    assert key("flowmaker-noreuse").planning_sharing == "fair-share"
+    assert key("flowmaker", on=False).planning_sharing == "compute"          # the section9 row
+    assert key("flowmaker", sharing="memory").planning_sharing == "memory"   # memory mode: nothing to add
+    for spec in ("murakkab", "langchain", "routellm:max-quality"):           # the baselines keep their rules
+        assert key(spec).planning_sharing == "compute" and key(spec) == key(spec, on=False)
