@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from selector.evaluate import Evaluation, evaluate, to_plan
+from selector.evaluate import Evaluation, evaluate, to_plan, variant_of
 from selector.index import NEW, Compiled, Option, compile_problem
 from selector.joint import TaskSet
 from selector.plan import Plan
@@ -116,6 +116,14 @@ class JointRun:
     @property
     def choice(self) -> JointChoice:
         return tuple(None if s.evaluation is None else choice_of(s.compiled, s.evaluation) for s in self.steps)
+
+
+def place(p: Problem, plan: Plan, cluster: Cluster) -> tuple[TaskChoice, Cluster]:
+    """One task's solved single-task ``plan`` (for ``p``, the task on ``cluster``) placed: its choice
+    and the cluster it leaves (the step of section 8's greedy that the joint solvers repeat)."""
+    cp = compile_problem(p)
+    ev = evaluate(cp, *variant_of(cp, plan))
+    return choice_of(cp, ev), apply(cp, ev, cluster)
 
 
 def run_choice(ts: TaskSet, choice: Sequence[TaskChoice | None]) -> JointRun:
