@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,15 @@ class ScaledStep:
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         return self.step_s(0, 0.0, batch, batch * context_tokens)
+
+    @property
+    def async_floor_s(self) -> float:
+        return self.factor * getattr(self.base, "async_floor_s", 0.0)
+
+    def with_scheduling(self, async_scheduling: bool) -> ScaledStep:
+        """The base under ``async_scheduling``, still scaled (see ``ServedStep.with_scheduling``)."""
+        base = getattr(self.base, "with_scheduling", None)
+        return self if base is None else replace(self, base=base(async_scheduling))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)

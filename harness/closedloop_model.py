@@ -5,7 +5,7 @@ checkpoint, its profile, the calibrated step model and the measured serving over
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +100,17 @@ class ServedStep:
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         return self.step_s(0, 0.0, batch, batch * context_tokens)
+
+    @property
+    def async_floor_s(self) -> float:
+        floor = getattr(self.base, "async_floor_s", 0.0)
+        return floor + self.per_step_s if floor else 0.0
+
+    def with_scheduling(self, async_scheduling: bool) -> ServedStep:
+        """The base under ``async_scheduling`` with this wrapper's overheads kept (``engine_step``
+        must not unwrap it: ``__getattr__`` would hand it the bare base's method)."""
+        base = getattr(self.base, "with_scheduling", None)
+        return self if base is None else replace(self, base=base(async_scheduling))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)

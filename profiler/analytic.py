@@ -172,6 +172,13 @@ class StepModel:
                 + self.outer_fixed_s + tokens * self.outer_s_per_token + self.iteration_overhead_s
                 + (hops * self._hop_s(tokens) if hops else 0.0))
 
+    @property
+    def async_floor_s(self) -> float:
+        """The least a step takes whatever its forward (async scheduling: the CPU step time, since a
+        step is max(forward, CPU step time)); 0 under synchronous scheduling. Where it binds, a
+        step's time is not affine in its context (``LLMCore.decode_s`` then does not memoise)."""
+        return self.iteration_overhead_s if self.async_scheduling else 0.0
+
     def with_scheduling(self, async_scheduling: bool) -> StepModel:
         """This step model under synchronous (False: a step = forward + CPU step time, vLLM <= 0.13,
         TensorRT-LLM of 2024) or asynchronous scheduling (True: the engine core schedules step n+1

@@ -82,10 +82,13 @@ class LLMCore(QuietStretches, Event):
     def decode_s(self, n: int, ctx: float) -> float:
         """``step.step_s(0, 0, n, ctx)``, memoised as ``a(n) + b(n) * ctx``: a decode iteration's time
         is affine in the batch's total context (attention reads it; nothing else depends on it);
-        tests check the identity against the profiler."""
+        tests check the identity against the profiler. Not memoised where the step's async floor
+        binds (``StepModel.async_floor_s``: a step is max(forward, CPU step time), so not affine)."""
         c = self._decode_coef.get(n)
         if c is None:
             a = self.step.step_s(0, 0.0, n, 0.0)
+            if a <= getattr(self.step, "async_floor_s", 0.0):
+                return self.step.step_s(0, 0.0, n, ctx)
             c = self._decode_coef[n] = (a, (self.step.step_s(0, 0.0, n, 1e6) - a) / 1e6)
         return c[0] + c[1] * ctx
 

@@ -314,7 +314,10 @@ class QuietStretches(PagedKV):
                     break
         if not m:
             return False
-        a, b = self._decode_coef[n]             # _start's duration of a decode-only iteration
+        coef = self._decode_coef.get(n)         # _start's duration of a decode-only iteration
+        if coef is None:                        # not affine (LLMCore.decode_s): no stretch
+            return False
+        a, b = coef
         t = self.time
         ends = [t]
         for c in range(self.ctx_sum + n, self.ctx_sum + n * m + 1, n):

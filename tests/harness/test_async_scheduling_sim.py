@@ -54,3 +54,35 @@ def test_the_vllm_launcher_passes_async_scheduling_on():
                                   engine=EngineConfig(async_scheduling=True)))
     off = build_command(ServerSpec(name="a", backend="vllm", model="/m", port=9000, engine=EngineConfig()))
     assert "--async-scheduling" in on and "--async-scheduling" not in off
+
+
+def test_where_the_cpu_floor_binds_a_decode_step_is_the_step_models_own():
+    """A CPU step time longer than a small batch's forward: max(forward, CPU) is not affine in the
+    context, so the core must not extrapolate it from two points (``LLMCore.decode_s``)."""
+    from dataclasses import replace
+
+    from orchestrator.engines.llm_core import LLMCore
+
+    base = step_model(**H100_8B)
+    step = replace(base, iteration_overhead_s=0.02).with_scheduling(True)     # 20 ms: binds at small contexts
+    core = LLMCore(name="c", step=step, kv_tokens=1 << 20, sink=lambda s, now: None,
+                   config=EngineConfig(async_scheduling=True))
+    for n in (1, 8):
+        for ctx in (0.0, 1e3, 1e5, 1e6, 1e7):
+            assert core.decode_s(n, ctx) == pytest.approx(step.step_s(0, 0.0, n, ctx), rel=1e-12)
+    assert core.decode_s(1, 0.0) == pytest.approx(0.02)
+
+
+def test_served_overheads_survive_the_engines_scheduling_mode():
+    """The closed loop's ``ServedStep`` (per-step and per-call serving overheads) and its CPU-share
+    rescaling keep their terms when the engine core applies its scheduling mode (``engine_step``)."""
+    from harness.closedloop_meter import ScaledStep
+    from harness.closedloop_model import ServedStep
+    from profiler.engine import engine_step
+
+    base = step_model(**H100_8B)
+    served = ServedStep(base, per_step_s=0.003, per_call_s=0.01)
+    for cfg in (EngineConfig(), EngineConfig(async_scheduling=True)):
+        got = engine_step(ScaledStep(served, 2.0), cfg)
+        want = 2.0 * (base.with_scheduling(cfg.async_scheduling).decode_step_s(4, 500.0) + 0.003)
+        assert got.decode_step_s(4, 500.0) == pytest.approx(want, rel=1e-12)
