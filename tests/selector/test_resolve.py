@@ -37,7 +37,7 @@ def test_resolve_each_task(env, name: str) -> None:
     assert p.perf and p.deployments
     for d in p.deployments:                      # every listed deployment fits per GPU
         assert d.mem_gb / (d.tp * d.pp) <= 48.0
-    for r in p.perf:      # M/M/b on at most max_num_seqs slots: below b / latency(1) (selector.capacity)
+    for r in p.perf:      # at most max_num_seqs slots: below b / latency(1) (selector.capacity)
         assert 0 < r.capacity_rps < 256 / r.latency_s
     assert p.task.latency_slo_s > 0
 
@@ -49,7 +49,33 @@ def test_capacity_and_memory_rules(env) -> None:
     assert ("llama-3.1-70b", 1, 1) not in mem            # 140 GB of weights do not fit one A6000
     assert mem[("llama-3.1-8b", 2, 1)] > mem[("llama-3.1-8b", 1, 1)]   # per-GPU overheads
     lat = {(r.stage, r.model, r.tp, r.pp): r.latency_s for r in p.perf if r.workflow == "respond"}
-    assert lat[("respond", "llama-3.1-8b", 1, 1)] < lat[("respond", "qwen2.5-32b", 2, 1)]
+    assert lat[("respond", "llama-3.2-3b", 2, 1)] < lat[("respond", "qwen2.5-7b", 2, 1)]
+
+
+def test_no_perf_row_only_where_the_size_tail_misses_the_budget(env) -> None:
+    """A deployment without a perf row for chat's one-stage workflow is one whose unloaded calls,
+    sized by the trace's cells, exceed the budget (here the SLO) for more than 1% (selector.capacity);
+    the rows kept have positive capacity."""
+    from selector.capacity import TAIL_Q, CallMix, kv_slots
+    from selector.resolve import AnalyticPerf, call_budget_s
+    from selector.taskspec import load_trace_stats
+    catalog, cluster, gpu = env
+    s, perf, g = ResolveSettings(), AnalyticPerf(), catalog.gpus[gpu]
+    task = load_task("chat")
+    p = resolve_task(task, catalog=catalog, cluster=cluster, gpu=gpu)
+    wf = next(w for w in task.workflows if w.name == "respond")
+    (prompt, output), = stage_tokens(task, wf)
+    rows = {(r.model, r.tp, r.pp) for r in p.perf if r.workflow == "respond"}
+    missing = [(d.model, d.tp, d.pp) for d in p.deployments if (d.model, d.tp, d.pp) not in rows]
+    assert missing and rows
+    cells = load_trace_stats()["conv"].size_cells
+    slots = kv_slots(prompt, output, kv_tokens=s.kv_reserve_tokens, block_size=s.engine.block_size,
+                     max_num_seqs=s.engine.max_num_seqs)
+    for name, tp, pp in missing:
+        m = catalog.models[name]
+        lat = lambda b, pr, o: perf.latency_s(m, g, tp, pp, b, pr, o)
+        budget = call_budget_s(lat(1, prompt, output), lat(1, prompt, output), p.task.latency_slo_s, s.latency_slack)
+        assert CallMix(lat, prompt, output, slots, cells).tail(0.0, budget) > TAIL_Q, (name, tp, pp)
 
 
 def test_more_kv_reserve_raises_capacity(env) -> None:
