@@ -41,7 +41,7 @@ import numpy as np
 TAIL_Q = 0.01
 #: one cell: the trace's mean sizes (a trace without a size mix)
 MEAN_CELL = ((1.0, 1.0, 1.0),)
-#: the rate's tolerance (of the stable range) and the batch fixed point's limit
+#: the rate's relative tolerance and the batch fixed point's limit
 _XTOL, _FIXED = 1e-3, 12
 
 Latency = Callable[[int, int, int], float]
@@ -148,8 +148,8 @@ def capacity_rps(latency: Latency, prompt: int, output: int, budget_s: float, sl
                  cells: Sequence[Sequence[float]] = MEAN_CELL, *, tail_q: float = TAIL_Q) -> float:
     """Calls/s of one instance (module docstring): the highest rate where :meth:`CallMix.tail` is
     within ``tail_q`` (it grows with the rate and is 1.0 past stability), by regula falsi with the
-    Illinois step on the log of the tail over ``[0, max_rate]``, to ``_XTOL`` of that range; 0.0
-    when the unloaded tail already exceeds ``tail_q``."""
+    Illinois step on the log of the tail over ``[0, max_rate]``, to ``_XTOL`` of the rate found
+    (at least ``_XTOL ** 2`` of the range); 0.0 when the unloaded tail already exceeds ``tail_q``."""
     mix = CallMix(latency, prompt, output, slots, cells)
 
     def g(lam: float) -> float:
@@ -159,8 +159,8 @@ def capacity_rps(latency: Latency, prompt: int, output: int, budget_s: float, sl
     if g_lo > 0:
         return 0.0
     hi = mix.max_rate()
-    g_hi, side, tol = -math.log(tail_q), 0, _XTOL * hi
-    while hi - lo > tol:
+    g_hi, side, floor = -math.log(tail_q), 0, _XTOL * hi
+    while hi - lo > (tol := _XTOL * max(lo, floor)):
         x = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
         x = min(max(x, lo + 0.5 * tol), hi - 0.5 * tol)
         gx = g(x)
