@@ -86,7 +86,7 @@ def test_more_kv_reserve_raises_capacity(env) -> None:
                        settings=ResolveSettings(kv_reserve_tokens=65536))
     cap = lambda p: {(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in p.perf}
     s, b = cap(small), cap(big)
-    assert all(b[k] >= s[k] - 1e-12 for k in s if k in b)
+    assert all(b[k] >= s[k] * (1 - 1e-3) for k in s if k in b)   # equal where slots do not bind (0.1%: the root)
     assert any(b[k] > s[k] * 1.2 for k in s if k in b)
 
 
