@@ -123,23 +123,33 @@ class StepModel:
         for g in self.dense_gemms:
             t += g.time(tokens)
         if self.expert_gemms:
-            routed = tokens * self.experts_per_token
-            touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
-            for g in self.expert_gemms:
-                t += _roof(routed * g.flop_s_per_token, touched * g.weight_s + routed * g.act_s_per_token,
-                           self.overlap)
-                t += g.overhead_s
+            t = self._add_experts(t, tokens)
         if prefill_tokens > 0:
             t += _roof(tokens2 * self.attn_prefill_s_per_t2, prefill_tokens * self.attn_prefill_s_per_token,
                        self.overlap)
             t += self.attn_overhead_s
         if decode_batch > 0:
             t += decode_ctx * self.attn_decode_s_per_ctx + self.attn_overhead_s
-        if self.allreduce_curve is not None:
-            t += 2.0 * self.allreduce_curve(tokens)
-        elif self.allreduce_fixed_s:
-            t += 2.0 * (self.allreduce_fixed_s + tokens * self.allreduce_s_per_token)
+        return t + self._allreduces_s(tokens)
+
+    def _add_experts(self, t: float, tokens: float) -> float:
+        """`t` plus one layer's MoE experts: FLOPs of the routed tokens, weights of the experts
+        touched (added term by term, so step times stay bit for bit what they were)."""
+        routed = tokens * self.experts_per_token
+        touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
+        for g in self.expert_gemms:
+            t += _roof(routed * g.flop_s_per_token, touched * g.weight_s + routed * g.act_s_per_token,
+                       self.overlap)
+            t += g.overhead_s
         return t
+
+    def _allreduces_s(self, tokens: float) -> float:
+        """The layer's two all-reduces of `tokens` hidden states (0 when tp == 1)."""
+        if self.allreduce_curve is not None:
+            return 2.0 * self.allreduce_curve(tokens)
+        if self.allreduce_fixed_s:
+            return 2.0 * (self.allreduce_fixed_s + tokens * self.allreduce_s_per_token)
+        return 0.0
 
     def _hop_s(self, tokens: float) -> float:
         if self.sendrecv_curve is not None:
@@ -188,10 +198,35 @@ class StepModel:
         """One decode iteration of `batch` sequences of mean context `context_tokens` (s/token)."""
         return self.step_s(0, 0.0, batch, batch * context_tokens)
 
+    def decode_terms(self, batch: int, context_tokens: float) -> dict[str, float]:
+        """`decode_step_s(batch, context_tokens)` split into its terms (s): the layers' GEMMs,
+        memory-bound kernels, attention and all-reduces, the pipeline hops, the LM head with the
+        embedding/final norm, and the CPU step time; they sum to it (a diagnostic, not the hot path:
+        experiments/scripts/a6000_terms.py)."""
+        layer = {"gemm": sum(g.time(batch) for g in self.dense_gemms)
+                 + (self._add_experts(0.0, batch) if self.expert_gemms else 0.0),
+                 "elementwise": self.elem_fixed_s + batch * self.elem_s_per_token,
+                 "attention": batch * context_tokens * self.attn_decode_s_per_ctx + self.attn_overhead_s,
+                 "allreduce": self._allreduces_s(batch)}
+        out = {k: self.layers * v for k, v in layer.items()}
+        out["hops"] = (self.pp - 1) * self._hop_s(batch) if self.pp > 1 else 0.0
+        out["head"] = self.head_gemm.time(batch) + self.outer_fixed_s + batch * self.outer_s_per_token
+        out["step_cpu"] = self.iteration_overhead_s
+        return out
+
     # --- memory (GB, all tp*pp GPUs); per-engine reservation rules: profiler/memory.py --------
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    def engine_weights_gb(self, engine: str = "vllm", *, parallel_embedding: bool = False) -> float:
+        """Weights as `engine` holds them (GB, all GPUs): vLLM shards the embedding over the TP
+        ranks (vocab-parallel); TensorRT-LLM replicates the input embedding table on every TP rank
+        unless the checkpoint was converted with `--use_parallel_embedding` (default off), so it
+        holds `tp - 1` extra copies (docs/profiler.md, "Memory as the engines reserve it")."""
+        if engine == "trtllm" and not parallel_embedding:
+            return self.weights_gb + (self.tp - 1) * self.embedding_gb
+        return self.weights_gb
 
     @property
     def runtime_overhead_gb_per_gpu(self) -> float:
@@ -252,21 +287,25 @@ class AnalyticModel:
         return sm
 
     def predict(self, model: ModelSpec, gpu: GpuSpec, *, tp: int, pp: int, batch: int,
-                prompt_tokens: int, output_tokens: int) -> Prediction:
+                prompt_tokens: int, output_tokens: int, engine: str = "vllm") -> Prediction:
         """Static batch: prefill all `batch` prompts at once, then decode `output_tokens` each.
 
         TPOT uses the mean context over the decode (prompt + output/2); memory holds the KV
-        of batch*(prompt+output) tokens and activations of the batch prefill.
+        of batch*(prompt+output) tokens and activations of the batch prefill, and the weights as
+        `engine` ("vllm" or "trtllm") holds them (`StepModel.engine_weights_gb`).
         """
         if min(batch, prompt_tokens, output_tokens) < 1:
             raise ValueError("batch, prompt_tokens and output_tokens must be >= 1")
+        if engine not in ("vllm", "trtllm"):
+            raise ValueError(f"unknown engine '{engine}'; known: vllm, trtllm")
         sm = self.step_model(model, gpu, tp, pp)
         ttft = sm.prefill_s(prompt_tokens, batch)
         tpot = sm.decode_step_s(batch, prompt_tokens + output_tokens / 2.0)
         kv = batch * (prompt_tokens + output_tokens) * sm.kv_gb_per_token
         act = sm.activation_gb(batch * prompt_tokens, batch)
+        weights = sm.engine_weights_gb(engine)
         return Prediction(ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (output_tokens - 1) * tpot,
-                          mem_gb=sm.weights_gb + kv + act, weights_gb=sm.weights_gb, kv_gb=kv,
+                          mem_gb=weights + kv + act, weights_gb=weights, kv_gb=kv,
                           activation_gb=act)
 
 

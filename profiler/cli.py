@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--output-tokens", type=_positive, required=True, help="generated tokens per sequence")
     pr.add_argument("--calibration", help="calibration name in configs/calibration or a YAML file "
                     "(default vidur)")
+    pr.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm",
+                    help="whose weight layout the memory takes (trtllm: embedding on every TP rank)")
     pr.add_argument("--json", action="store_true", help="print the prediction as JSON (seconds, GB)")
     tb = sub.add_parser("table", help="write the analytic grid as parquet")
     tb.add_argument("--out", type=Path, required=True, help="parquet file to write (its folder must exist)")
@@ -109,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--measured", required=True, help="measured table: a name in results/profiles or a parquet file")
     va.add_argument("--reference", help="compare with this measured table instead "
                     "(e.g. fingerprint vs full depth: error of --measured relative to it)")
+    va.add_argument("--engine", choices=["vllm", "trtllm"], default="vllm",
+                    help="the engine that was measured: whose weight layout the memory prediction "
+                         "takes (trtllm: input embedding on every TP rank; default vllm)")
+    va.add_argument("--calibration", help="also score this calibration (a name in configs/calibration "
+                    "or a YAML file, e.g. a candidate a6000 overlay)")
     ca = sub.add_parser("calibrate", help="fit per-GPU analytic constants to measured tables")
     ca.add_argument("--measured", nargs="+", required=True,
                     help="measured tables: names in results/profiles or parquet files")
@@ -158,7 +165,7 @@ def _predict(a: argparse.Namespace) -> None:
     am = _am(a.calibration)
     try:
         p = am.predict(model, gpu, tp=a.tp, pp=a.pp, batch=a.batch, prompt_tokens=a.prompt_tokens,
-                       output_tokens=a.output_tokens)
+                       output_tokens=a.output_tokens, engine=a.engine)
     except ValueError as exc:
         raise UserError(f"--tp/--pp: {exc}") from None
     out = {k: round(v, 6) for k, v in vars(p).items()}
@@ -292,9 +299,12 @@ def _validate(a: argparse.Namespace) -> None:
     runs = [("uncalibrated (vidur constants or defaults)", before)]
     if changed:
         runs.append((f"calibrated ({measured_calibration_path().name} overlay)", after))
+    if a.calibration is not None:
+        runs.append((f"with {a.calibration}", _am(a.calibration).calibration))
     for label, cal in runs:
-        pred = predict_like(measured, models, gpus, cal)
-        print(format_mape(mape(errors(measured, pred)), f"analytic {label} vs {a.measured} (MAPE %)"))
+        pred = predict_like(measured, models, gpus, cal, engine=a.engine)
+        print(format_mape(mape(errors(measured, pred)), f"analytic {label}, {a.engine} memory, "
+                          f"vs {a.measured} (MAPE %)"))
     if not changed:
         print(f"(no measured calibration for {', '.join(sorted(set(measured.gpu)))}: "
               "run python -m profiler calibrate --measured TABLE)")

@@ -171,3 +171,41 @@ def _measured(df: pd.DataFrame, n: int, nbytes: float) -> float:
     g = df[df.n == n]
     near = (g.bytes - nbytes).abs().nsmallest(5).index
     return float(g.loc[near, "time_s"].median())
+
+
+DECODE_CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (1, 8))
+
+
+def held_out(data_dir: Path, base: Calibration, gpus: dict[str, GpuSpec] | None = None,
+             models: dict | None = None) -> dict[str, dict[str, float]]:
+    """Cross-model hold-out of the operator fit: for each model (llama-2-7b, llama-2-70b) fit the
+    a6000 GEMM and memory-bound constants on the *other* model's rows only (collectives, attention
+    and CPU overhead as in `base`), then score the held-out model: per-operator MAPE (%) of its
+    GEMM and memory-bound rows, and the decode-step MAPE of `decode_step_s` against
+    `reference_decode_s` over every TP x PP of configs/deploy_configs.yaml at batch 1/8/32
+    (context 1,024). Beside each, `in_sample` = the same score of `base`'s (all-rows) fit."""
+    from profiler.analytic import AnalyticModel
+    from profiler.catalog import load_models
+    gpu = (gpus or load_gpus())[GPU]
+    models = models or load_models()
+    opsdf = load_ops_files(mlp_files(data_dir))
+    full = base.for_gpu(GPU)
+    out: dict[str, dict[str, float]] = {}
+    for name, file in MODEL_FILES.items():
+        train, test = opsdf[opsdf.file != file], opsdf[opsdf.file == file]
+        fitted = fit_operators(gpu, full, train)
+        row: dict[str, float] = {}
+        for tag, cal in (("held_out", fitted), ("in_sample", full)):
+            for cls, names in (("linear", GEMM_OPS), ("elementwise", ("layer_elementwise",))):
+                sub = test[test.op.isin(names)]
+                row[f"{cls}_{tag}"] = round(mape_pct(_op_time(gpu, cal, sub), sub.time_s.to_numpy()), 2)
+            am = AnalyticModel(calibration=base.model_copy(update={"gpus": {**base.gpus, GPU: cal}}))
+            errs = [am.step_model(models[name], gpu, tp, pp).decode_step_s(b, 1024)
+                    / reference_decode_s(data_dir, models[name], gpu, cal, tp=tp, pp=pp, batch=b,
+                                         context_tokens=1024) - 1
+                    for tp, pp in DECODE_CONFIGS for b in (1, 8, 32)]
+            row[f"decode_{tag}"] = round(100.0 * float(np.mean(np.abs(errs))), 2)
+            row[f"decode_max_{tag}"] = round(100.0 * float(np.max(np.abs(errs))), 2)
+        row["n_ops"] = float(len(test))
+        out[name] = row
+    return out

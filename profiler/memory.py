@@ -66,8 +66,7 @@ def plan_memory(step: Any, engine: Literal["vllm", "trtllm"], *, gpu_capacity_gb
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs) / g
         unused = (1.0 - gpu_memory_utilization) * gpu_capacity_gb
     elif engine == "trtllm":
-        replicas = 0 if parallel_embedding else step.tp - 1
-        weights = (step.weights_gb + replicas * step.embedding_gb) / g
+        weights = step.engine_weights_gb("trtllm", parallel_embedding=parallel_embedding) / g
         act = workspace + step.logits_gb(max_num_seqs, TRTLLM_LOGIT_BYTES)
         free = gpu_capacity_gb - weights - act - runtime
         kv, unused = free_gpu_memory_fraction * free, (1.0 - free_gpu_memory_fraction) * max(free, 0.0)

@@ -45,15 +45,16 @@ def _specs(table: pd.DataFrame, models: dict[str, ModelSpec], gpus: dict[str, Gp
 
 
 def predict_like(measured: pd.DataFrame, models: dict[str, ModelSpec], gpus: dict[str, GpuSpec],
-                 calibration: Calibration | None = None) -> pd.DataFrame:
-    """Analytic predictions at the measured keys (same row order; KEY + metric columns)."""
+                 calibration: Calibration | None = None, engine: str = "vllm") -> pd.DataFrame:
+    """Analytic predictions at the measured keys (same row order; KEY + metric columns); memory
+    with `engine`'s weights ("trtllm": the embedding replicated on every TP rank)."""
     _specs(measured, models, gpus)
     ams = {db: AnalyticModel(calibration=calibration, dtype_bytes=db) for db in set(DTYPE_BYTES.values())}
     rows = []
     for r in measured.itertuples(index=False):
         p = ams[DTYPE_BYTES[r.dtype]].predict(models[r.model], gpus[r.gpu], tp=r.tp, pp=r.pp,
                                               batch=r.batch, prompt_tokens=r.prompt_tokens,
-                                              output_tokens=r.output_tokens)
+                                              output_tokens=r.output_tokens, engine=engine)
         rows.append({**{k: getattr(r, k) for k in KEY}, **vars(p)})
     return pd.DataFrame(rows)
 

@@ -128,3 +128,31 @@ def test_public_a6000_decode_figures():
     errs = [_sm(r["model"], r["tp"], r["pp"], r["gpu"]).decode_step_s(r["batch"], r["context_tokens"])
             / r["tpot_s"] - 1 for r in rows]
     assert np.mean(np.abs(errs)) < 0.05, errs
+
+
+def test_operator_fit_holds_out_across_models():
+    """Fit the a6000's GEMM and memory-bound constants on one Llama-2 model's MaverIQ rows, score the
+    other's (docs/profiler.md, "Hold-out"): per-operator and decode-composition MAPE stay within
+    ~1.5 points of the all-rows fit (7B -> 70B decode 3.6%, 70B -> 7B 1.2% when recorded)."""
+    from profiler.maveriq_fit import held_out
+    got = held_out(_maveriq(), AM.calibration, GPUS, MODELS)
+    assert set(got) == {"llama-2-7b", "llama-2-70b"}
+    for model, r in got.items():
+        assert r["linear_held_out"] < 10 and r["elementwise_held_out"] < 12, (model, r)
+        assert r["decode_held_out"] < 5 and r["decode_max_held_out"] < 10, (model, r)
+        assert r["decode_held_out"] < r["decode_in_sample"] + 1.5, (model, r)
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-2-70b", "mixtral-8x7b"])
+def test_decode_terms_sum_to_the_decode_step(model):
+    """`StepModel.decode_terms` (the diagnostic behind docs/profiler.md's A6000 term table) splits
+    `decode_step_s` exactly, for TP (measured curves), PP hops, MoE and the alpha-beta path."""
+    for gpu, tp, pp in (("a6000", 1, 1), ("a6000", 4, 2), ("a6000", 8, 1), ("a100-80gb", 2, 2)):
+        try:
+            sm = AM.step_model(MODELS[model], GPUS[gpu], tp, pp)
+        except ValueError:
+            continue
+        for batch in (1, 8, 64):
+            t = sm.decode_terms(batch, 700.0)
+            assert sum(t.values()) == pytest.approx(sm.decode_step_s(batch, 700.0), rel=1e-12)
+            assert (t["allreduce"] > 0) == (tp > 1) and (t["hops"] > 0) == (pp > 1)

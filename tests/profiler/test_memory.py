@@ -85,3 +85,37 @@ def test_memory_command(capsys):
     assert out["engine"] == "trtllm" and out["kv_tokens"] > 0
     assert main(argv + ["--fraction", "1.5"]) == 2
     assert "--fraction" in capsys.readouterr().err
+
+
+def test_predict_takes_the_engines_weight_layout():
+    """`predict(..., engine="trtllm")` (what `profiler validate --engine trtllm` scores against a
+    TensorRT-LLM table) holds tp - 1 extra embedding copies, as plan_memory's TensorRT-LLM rule does;
+    nothing else moves, and vLLM's default is unchanged."""
+    kw = dict(batch=8, prompt_tokens=512, output_tokens=128)
+    for model, tp, pp in (("llama-2-7b", 8, 1), ("llama-2-13b", 2, 2), ("llama-2-70b", 4, 2), ("llama-2-7b", 1, 4)):
+        v = AM.predict(MODELS[model], GPUS["a6000"], tp=tp, pp=pp, **kw)
+        t = AM.predict(MODELS[model], GPUS["a6000"], tp=tp, pp=pp, engine="trtllm", **kw)
+        extra = (tp - 1) * _sm(model, tp=tp, pp=pp).embedding_gb
+        assert t.mem_gb - v.mem_gb == pytest.approx(extra) and t.weights_gb - v.weights_gb == pytest.approx(extra)
+        assert (t.tpot_s, t.ttft_s, t.kv_gb, t.activation_gb) == (v.tpot_s, v.ttft_s, v.kv_gb, v.activation_gb)
+        plan = plan_memory(_sm(model, tp=tp, pp=pp), "trtllm", gpu_capacity_gb=48.0,
+                           max_num_batched_tokens=4096, max_num_seqs=8)
+        assert plan.weights_gb == pytest.approx(t.weights_gb)
+    with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+        AM.predict(MODELS["llama-2-7b"], GPUS["a6000"], tp=1, pp=1, engine="sglang", **kw)
+
+
+def test_validate_scores_memory_with_the_measured_engine():
+    import pandas as pd
+    from profiler.validate import errors, predict_like
+    from profiler.table import KEY
+    row = dict(model="llama-2-7b", gpu="a6000", tp=8, pp=1, batch=1, prompt_tokens=512, output_tokens=64,
+               dtype="bf16")
+    p = AM.predict(MODELS["llama-2-7b"], GPUS["a6000"], tp=8, pp=1, batch=1, prompt_tokens=512,
+                   output_tokens=64, engine="trtllm")
+    measured = pd.DataFrame([{**row, "ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "mem_gb": p.mem_gb}])
+    assert errors(measured, predict_like(measured, MODELS, GPUS, engine="trtllm"))["mem_gb"].iloc[0] == pytest.approx(0)
+    # scored with vLLM's layout the same table is off by the 7 missing embedding copies
+    err = errors(measured, predict_like(measured, MODELS, GPUS))["mem_gb"].iloc[0]
+    assert err == pytest.approx(100 * 7 * _sm("llama-2-7b", tp=8).embedding_gb / p.mem_gb)
+    assert set(KEY) <= set(measured.columns)
