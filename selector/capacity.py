@@ -72,7 +72,7 @@ def delay_tail(slack_s, mean, var, wait_p, theta) -> np.ndarray:
     v = np.maximum(np.asarray(var, float), 1e-24 * m * m)
     k, scale = m * m / v, v / m
     pos = np.maximum(t, 0.0)
-    survive = gammaincc(k, pos / scale)
+    survive = np.where(np.asarray(mean, float) <= 1e-12, 0.0, gammaincc(k, pos / scale))   # no delay: none
     if np.all(np.asarray(wait_p) <= 0.0):
         return np.where(t < 0, 1.0, survive)
     ts = theta * scale
@@ -116,6 +116,14 @@ class CallMix:
         """A rate past which the instance is unstable (prefill alone, or the slots, saturate)."""
         return min(1.0 / self.ef, self.slots / float(self.w @ (self.f + self.dec * self.tau1)))
 
+    def unloaded_s(self, tail_q: float = TAIL_Q) -> float:
+        """The unloaded call latency that all but ``tail_q`` of calls keep (the p99 at 0.01): the
+        cells' batch-1 latencies, weighted."""
+        s0 = self.f + self.dec * self.tau1
+        order = np.argsort(-s0)
+        above = np.cumsum(self.w[order])
+        return float(s0[order[int(np.searchsorted(above, tail_q, side="right"))]])
+
     def tail(self, lam: float, budget_s: float) -> float:
         """``P(latency > budget_s)`` at Poisson rate ``lam`` (1.0 past stability)."""
         rho = lam * self.ef
@@ -144,14 +152,12 @@ class CallMix:
         return float(self.w @ delay_tail(budget_s - fixed, delay, var, wait_p, theta))
 
 
-def capacity_rps(latency: Latency, prompt: int, output: int, budget_s: float, slots: int,
-                 cells: Sequence[Sequence[float]] = MEAN_CELL, *, tail_q: float = TAIL_Q) -> float:
-    """Calls/s of one instance (module docstring): the highest rate where :meth:`CallMix.tail` is
-    within ``tail_q`` (it grows with the rate and is 1.0 past stability), by regula falsi with the
-    Illinois step on the log of the tail over ``[0, max_rate]``, to ``_XTOL`` of the rate found
-    (at least ``_XTOL ** 2`` of the range); 0.0 when the unloaded tail already exceeds ``tail_q``."""
-    mix = CallMix(latency, prompt, output, slots, cells)
-
+def capacity_rps(mix: CallMix, budget_s: float, *, tail_q: float = TAIL_Q) -> float:
+    """Calls/s of one instance (module docstring) whose calls are ``mix``: the highest rate where
+    :meth:`CallMix.tail` is within ``tail_q`` (it grows with the rate and is 1.0 past stability),
+    by regula falsi with the Illinois step on the log of the tail over ``[0, max_rate]``, to
+    ``_XTOL`` of the rate found (at least ``_XTOL ** 2`` of the range); 0.0 when the unloaded
+    tail already exceeds ``tail_q``."""
     def g(lam: float) -> float:
         return math.log(max(mix.tail(lam, budget_s), 1e-12) / tail_q)
 

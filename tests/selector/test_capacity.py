@@ -50,25 +50,32 @@ def test_tail_grows_with_load_and_capacity_sits_at_the_quantile() -> None:
     mix = CallMix(_latency, 1000, 100, 8, CELLS)
     tails = [mix.tail(lam, 4.0) for lam in (0.0, 0.5, 1.0, 2.0, 3.0)]
     assert tails == sorted(tails) and tails[0] == 0.0 and tails[-1] > 0.01
-    cap = capacity_rps(_latency, 1000, 100, 4.0, 8, CELLS)
+    cap = capacity_rps(CallMix(_latency, 1000, 100, 8, CELLS), 4.0)
     assert mix.tail(cap, 4.0) <= 0.01 < mix.tail(cap * 1.01, 4.0)
     assert mix.tail(cap * 1.01, 4.0) < 0.02                     # the tail is continuous in the rate
     # a looser budget takes more load; two slots queue where eight do not
-    assert capacity_rps(_latency, 1000, 100, 6.0, 8, CELLS) > cap
-    assert capacity_rps(_latency, 1000, 100, 4.0, 2, CELLS) < cap
+    assert capacity_rps(CallMix(_latency, 1000, 100, 8, CELLS), 6.0) > cap
+    assert capacity_rps(CallMix(_latency, 1000, 100, 2, CELLS), 4.0) < cap
+
+
+def test_unloaded_quantile_of_the_cells() -> None:
+    mix = CallMix(_latency, 1000, 100, 8, CELLS)                  # 0.54, 1.09, 2.14, 3.19 s at 50/30/15/5%
+    assert mix.unloaded_s(0.01) == pytest.approx(_latency(1, 2000, 300))
+    assert mix.unloaded_s(0.06) == pytest.approx(_latency(1, 1500, 200))
+    assert mix.tail(0.0, mix.unloaded_s(0.06)) <= 0.06 < mix.tail(0.0, mix.unloaded_s(0.06) - 1e-9)
 
 
 def test_capacity_is_zero_when_the_size_tail_alone_misses() -> None:
     # 5% of calls take 3.19 s unloaded: no rate keeps 99% within 3 s
-    assert capacity_rps(_latency, 1000, 100, 3.0, 8, CELLS) == 0.0
+    assert capacity_rps(CallMix(_latency, 1000, 100, 8, CELLS), 3.0) == 0.0
     # the mean call alone (no size mix) fits the same budget at some rate
-    assert capacity_rps(_latency, 1000, 100, 3.0, 8) > 0.0
+    assert capacity_rps(CallMix(_latency, 1000, 100, 8), 3.0) > 0.0
 
 
 def test_prefill_stalls_decodes() -> None:
     """Prefill-heavy calls: the same decode, a longer prompt, less capacity (rho = lam E[f])."""
-    light = capacity_rps(_latency, 500, 100, 4.0, 8, CELLS)
-    heavy = capacity_rps(_latency, 4000, 100, 4.0, 8, CELLS)
+    light = capacity_rps(CallMix(_latency, 500, 100, 8, CELLS), 4.0)
+    heavy = capacity_rps(CallMix(_latency, 4000, 100, 8, CELLS), 4.0)
     assert heavy < light
 
 
