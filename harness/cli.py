@@ -24,7 +24,7 @@ from flowmaker.entry import UserError, command_name, doc
 ENGINE_FLAGS = {"scheduler": "--scheduler", "max_num_seqs": "--max-batch", "max_num_batched_tokens": "--max-batch-tokens",
                 "chunk_size": "--chunk-size", "gpu_memory_utilization": "--gpu-mem-util",
                 "kv_capacity_tokens": "--kv-tokens", "block_size": "--block-size", "watermark": "--watermark",
-                "long_prefill_token_threshold": "--long-prefill-threshold"}
+                "long_prefill_token_threshold": "--long-prefill-threshold", "async_scheduling": "--async-scheduling"}
 OPTION = {"time_scale": "--time-scale", "max_requests": "--max-requests", "rate_rps": "--rate",
           "concurrency": "--concurrency", **ENGINE_FLAGS}
 
@@ -143,6 +143,9 @@ def build_parser(*, servers: bool = True) -> argparse.ArgumentParser:
                     help="vllm-v1: most prompt tokens a request prefills per step, vLLM "
                          f"long_prefill_token_threshold (default {d.long_prefill_token_threshold}: no cap)")
     sp.add_argument("--chunk-size", type=int, default=None, help=f"sarathi token budget (default {d.chunk_size})")
+    sp.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                    help="vLLM async scheduling: the CPU step time overlaps the forward (vLLM's default from "
+                         "0.14; default off: vLLM 0.10-0.13)")
     sp.add_argument("--time-scale", type=float, default=1.0, help="stretch inter-arrival times by X")
     sp.add_argument("--max-requests", type=int, default=None,
                     help="replay only the first N requests (with --concurrency: the request count)")

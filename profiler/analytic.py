@@ -12,7 +12,7 @@ Conventions (details and equations in docs/profiler.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from profiler import ops
@@ -116,6 +116,8 @@ class StepModel:
     allreduce_curve: TokenCurve | None = None  # None when tp == 1 or no curve for tp GPUs
     sendrecv_curve: TokenCurve | None = None
     embedding_gb: float = 0.0  # one copy of the input embedding table (engines that replicate it)
+    # async scheduling (vLLM >= 0.14 default): the CPU step time overlaps the GPU's forward
+    async_scheduling: bool = False
 
     def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
                  decode_ctx: float) -> float:
@@ -162,9 +164,22 @@ class StepModel:
         if tokens <= 0:
             return 0.0
         layer = self._layer_s(tokens, tokens2, prefill_tokens, decode_batch, decode_ctx)
+        if self.async_scheduling:  # step n+1 is scheduled while the GPU runs step n
+            gpu = (stage_layers * layer + self.head_gemm.time(max(seqs, 1)) + self.outer_fixed_s
+                   + tokens * self.outer_s_per_token + (hops * self._hop_s(tokens) if hops else 0.0))
+            return max(gpu, self.iteration_overhead_s)
         return (stage_layers * layer + self.head_gemm.time(max(seqs, 1))
                 + self.outer_fixed_s + tokens * self.outer_s_per_token + self.iteration_overhead_s
                 + (hops * self._hop_s(tokens) if hops else 0.0))
+
+    def with_scheduling(self, async_scheduling: bool) -> StepModel:
+        """This step model under synchronous (False: a step = forward + CPU step time, vLLM <= 0.13,
+        TensorRT-LLM of 2024) or asynchronous scheduling (True: the engine core schedules step n+1
+        and processes step n-1's output while the GPU runs step n, so a step = max(forward, CPU
+        step time); vLLM's default from 0.14, ``profiler.engine.EngineConfig.async_scheduling``)."""
+        if async_scheduling == self.async_scheduling:
+            return self
+        return replace(self, async_scheduling=async_scheduling)
 
     def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
                decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
@@ -201,7 +216,8 @@ class StepModel:
     def decode_terms(self, batch: int, context_tokens: float) -> dict[str, float]:
         """`decode_step_s(batch, context_tokens)` split into its terms (s): the layers' GEMMs,
         memory-bound kernels, attention and all-reduces, the pipeline hops, the LM head with the
-        embedding/final norm, and the CPU step time; they sum to it (a diagnostic, not the hot path:
+        embedding/final norm, and the CPU step time (under async scheduling the part the forward
+        does not hide); they sum to it (a diagnostic, not the hot path:
         experiments/scripts/a6000_terms.py)."""
         layer = {"gemm": sum(g.time(batch) for g in self.dense_gemms)
                  + (self._add_experts(0.0, batch) if self.expert_gemms else 0.0),
@@ -211,7 +227,9 @@ class StepModel:
         out = {k: self.layers * v for k, v in layer.items()}
         out["hops"] = (self.pp - 1) * self._hop_s(batch) if self.pp > 1 else 0.0
         out["head"] = self.head_gemm.time(batch) + self.outer_fixed_s + batch * self.outer_s_per_token
-        out["step_cpu"] = self.iteration_overhead_s
+        gpu = sum(out.values())
+        out["step_cpu"] = (max(0.0, self.iteration_overhead_s - gpu) if self.async_scheduling
+                           else self.iteration_overhead_s)  # async: only what the forward does not hide
         return out
 
     # --- memory (GB, all tp*pp GPUs); per-engine reservation rules: profiler/memory.py --------

@@ -8,7 +8,10 @@ on 2024 software. Current engines differ in three ways this fit corrects (issue 
 - FlashAttention-2/3 prefill kernels and fused norm/activation kernels (estimates, same place);
 - per-step scheduling overhead (CPU) and the GEMM / weight-streaming / KV-read efficiencies of
   current kernels: fitted, by least squares on log(predicted / measured), on the sources of
-  configs/calibration/public_serving.yaml marked ``fit: true``.
+  configs/calibration/public_serving.yaml marked ``fit: true``. Each source is timed under its
+  engine's scheduling mode (``profiler.engine.async_scheduling_default``: vLLM >= 0.14 overlaps
+  the CPU step time with the forward, ``StepModel.with_scheduling``), so the CPU step time is
+  pinned down by the synchronous sources and hidden in the asynchronous ones.
 
 `python -m profiler calibrate-serving` writes configs/calibration/serving.yaml, which
 `load_default_calibration` lays over vidur.yaml for the GPUs it lists (one step model for the
@@ -38,10 +41,9 @@ ATTN_PREFILL_ESTIMATE = {"h100-sxm": 0.5, "a100-40gb": 0.55}
 #: fitted per GPU, with bounds
 GPU_PARAMS = {"compute_eff": (0.4, 0.95), "mem_eff": (0.5, 0.98), "attn_decode_mem_eff": (0.4, 0.98),
               "allreduce_latency_us": (2.0, 80.0)}
-#: one fitted per-step overhead (ms) per scheduling mode: "async" (vLLM >= 0.14 overlaps the next
-#: step's scheduling with the GPU's work, PR vllm-project/vllm#27614) and "sync" (TensorRT-LLM of
-#: 2024, vLLM <= 0.13 and V0). The default calibration models vLLM V1 0.10-0.13: "sync".
-ENGINES = ("async", "sync")
+#: bounds of the fitted CPU step time (ms): one for every engine; the synchronous sources expose it
+#: whole, the asynchronous ones (vLLM >= 0.14) hide it behind the forward
+OVERHEAD_MS = (0.0, 5.0)
 
 
 def sources_path() -> Path:
@@ -64,12 +66,16 @@ class Point:
     measured_s: float
     fit: bool
 
+    @property
+    def async_scheduling(self) -> bool:
+        return self.engine == "async"
+
 
 def engine_of(text: str) -> str:
-    """The scheduling mode of an engine description: "async" for vLLM >= 0.14, else "sync"."""
-    import re
-    m = re.search(r"vllm\s+~?(\d+)\.(\d+)", text.lower())
-    return "async" if m and (int(m[1]), int(m[2])) >= (0, 14) else "sync"
+    """The scheduling mode of an engine description: "async" for vLLM >= 0.14, else "sync"
+    (``profiler.engine.async_scheduling_default``)."""
+    from profiler.engine import async_scheduling_default
+    return "async" if async_scheduling_default(text) else "sync"
 
 
 def _table_points(name: str, src: dict[str, Any], data: Path) -> list[Point]:
@@ -143,40 +149,32 @@ def predict(sm: StepModel, p: Point) -> float:
     return tpot
 
 
-def errors(cal: Calibration, points: list[Point], overhead_ms: dict[str, float] | None = None) -> np.ndarray:
-    """predicted / measured - 1 per point; `overhead_ms` replaces the per-step CPU time per engine."""
+def errors(cal: Calibration, points: list[Point]) -> np.ndarray:
+    """predicted / measured - 1 per point, each under its engine's scheduling mode."""
     models, gpus = load_models(), load_gpus()
-    ams: dict[str, AnalyticModel] = {}
-    for eng in {p.engine for p in points}:
-        c = cal
-        if overhead_ms and eng in overhead_ms:
-            c = cal.model_copy(update={"gpus": {**cal.gpus, **{
-                g: cal.gpus[g].model_copy(update={"iteration_overhead_ms": overhead_ms[eng]})
-                for g in FITTED if g in cal.gpus}}})
-        ams[eng] = AnalyticModel(calibration=c)
-    return np.array([predict(ams[p.engine].step_model(models[p.model], gpus[p.gpu], p.tp, 1), p) / p.measured_s - 1
-                     for p in points])
+    am = AnalyticModel(calibration=cal)
+    return np.array([predict(am.step_model(models[p.model], gpus[p.gpu], p.tp, 1).with_scheduling(p.async_scheduling), p)
+                     / p.measured_s - 1 for p in points])
 
 
-def _calibration(base: Calibration, x: np.ndarray) -> tuple[Calibration, dict[str, float]]:
+def _calibration(base: Calibration, x: np.ndarray) -> Calibration:
     gpus = dict(base.gpus)
     k = len(GPU_PARAMS)
     for i, gpu in enumerate(FITTED):
         vals = dict(zip(GPU_PARAMS, x[i * k:(i + 1) * k]))
         gpus[gpu] = base.for_gpu(gpu).model_copy(update={
             **GRAPH_ESTIMATES, "attn_prefill_eff": ATTN_PREFILL_ESTIMATE[gpu], **vals,
-            "iteration_overhead_ms": float(x[-1])})  # the default engine: sync scheduling
-    overhead = dict(zip(ENGINES, (float(v) for v in x[-len(ENGINES):])))
-    return base.model_copy(update={"gpus": gpus}), overhead
+            "iteration_overhead_ms": float(x[-1])})
+    return base.model_copy(update={"gpus": gpus})
 
 
-def fit(base: Calibration, points: list[Point]) -> tuple[Calibration, dict[str, float]]:
+def fit(base: Calibration, points: list[Point]) -> Calibration:
     """Least squares on log(pred/meas) over the `fit` points of the GPUs in `FITTED`."""
     from scipy.optimize import least_squares
     pts = [p for p in points if p.fit and p.gpu in FITTED]
-    lo = [b[0] for _ in FITTED for b in GPU_PARAMS.values()] + [0.0] * len(ENGINES)
-    hi = [b[1] for _ in FITTED for b in GPU_PARAMS.values()] + [5.0] * len(ENGINES)
-    x0 = [base.for_gpu(g).model_dump()[k] for g in FITTED for k in GPU_PARAMS] + [1.0] * len(ENGINES)
+    lo = [b[0] for _ in FITTED for b in GPU_PARAMS.values()] + [OVERHEAD_MS[0]]
+    hi = [b[1] for _ in FITTED for b in GPU_PARAMS.values()] + [OVERHEAD_MS[1]]
+    x0 = [base.for_gpu(g).model_dump()[k] for g in FITTED for k in GPU_PARAMS] + [1.0]
     x0 = np.clip(x0, np.array(lo) + 1e-6, np.array(hi) - 1e-6)
 
     counts: dict[str, int] = {}
@@ -185,17 +183,15 @@ def fit(base: Calibration, points: list[Point]) -> tuple[Calibration, dict[str, 
     weight = np.array([counts[p.source] ** -0.5 for p in pts])  # every source weighs the same
 
     def residual(x: np.ndarray) -> np.ndarray:
-        cal, over = _calibration(base, x)
-        return weight * np.log1p(errors(cal, pts, over))
+        return weight * np.log1p(errors(_calibration(base, x), pts))
 
     res = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac")
     return _calibration(base, res.x)
 
 
-def per_source(cal: Calibration, points: list[Point], overhead_ms: dict[str, float] | None = None
-               ) -> dict[str, dict[str, float]]:
+def per_source(cal: Calibration, points: list[Point]) -> dict[str, dict[str, float]]:
     """Source -> {metric: MAPE (%)}, plus n."""
-    err = errors(cal, points, overhead_ms)
+    err = errors(cal, points)
     out: dict[str, dict[str, float]] = {}
     for src in dict.fromkeys(p.source for p in points):
         for metric in ("batch_latency", "tpot", "ttft"):
@@ -215,8 +211,8 @@ def calibrate_serving(vidur: Calibration | None = None, points: list[Point] | No
         points, missing = load_points()
         if missing:
             raise FileNotFoundError("; ".join(missing))
-    cal, overhead = fit(vidur, points)
-    before, after = per_source(vidur, points), per_source(cal, points, overhead)
+    cal = fit(vidur, points)
+    before, after = per_source(vidur, points), per_source(cal, points)
     gpus: dict[str, GpuCalibration] = {}
     for gpu, copies in FITTED.items():
         fitted = {k: round(float(v), 4) for k, v in cal.gpus[gpu].model_dump().items()
@@ -230,9 +226,10 @@ def calibrate_serving(vidur: Calibration | None = None, points: list[Point] | No
         source="public real serving measurements (configs/calibration/public_serving.yaml)",
         files=[f"{n}: {s.get('repo') or s['url']}" for n, s in srcs.items()],
         fit_date=__import__("datetime").date.today().isoformat(),
-        notes=(f"fitted per-step overhead (ms): synchronous scheduling {overhead['sync']:.3f} (TensorRT-LLM "
-               f"rows; used: the default engine is vLLM V1 0.10-0.13, which schedules synchronously), "
-               f"asynchronous {overhead['async']:.3f} (vLLM >= 0.14 rows; fit only); estimates (not measured): "
+        notes=(f"fitted CPU step time {cal.gpus['h100-sxm'].iteration_overhead_ms:.3f} ms: exposed whole by "
+               f"synchronous engines (TensorRT-LLM rows; vLLM <= 0.13, the default engine), hidden behind the "
+               f"forward by asynchronous ones (vLLM >= 0.14 rows: step = max(forward, CPU), "
+               f"EngineConfig.async_scheduling); estimates (not measured): "
                f"{GRAPH_ESTIMATES}, attn_prefill_eff {ATTN_PREFILL_ESTIMATE}"),
         gpus=gpus,
         mape_pct={src: {m: {"before": before[src].get(m), "after": after[src].get(m),
@@ -248,6 +245,7 @@ Regenerate: python -m profiler calibrate-serving (profiler/calibration_serving.p
 Laid over vidur.yaml for the GPUs listed here (load_default_calibration).
 kernel/elementwise/attention overheads, elementwise_mem_eff and attn_prefill_eff are ESTIMATES
 (CUDA-graph replay, fused kernels, FlashAttention), not measured; compute_eff, mem_eff,
-attn_decode_mem_eff and iteration_overhead_ms (vLLM's per-step CPU time) are fitted.
+attn_decode_mem_eff and iteration_overhead_ms (the per-step CPU time: exposed whole under synchronous
+scheduling, hidden behind the forward under vLLM >= 0.14's async scheduling) are fitted.
 mape_pct: source -> metric -> MAPE (%) before (vidur.yaml) / after (this fit), n points.
 The held-back vLLM 0.11 measurements of issue 23 were not used."""

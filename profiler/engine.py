@@ -57,6 +57,12 @@ class EngineConfig(BaseModel):
                                            "capacity (tokens per instance)")
     prefix_caching: bool = Field(False, description="reuse the KV of a prompt prefix seen before "
                                  "(vLLM enable_prefix_caching); off for load runs")
+    async_scheduling: bool = Field(False, description="vLLM async scheduling: the engine core schedules step "
+                                   "n+1 while the GPU runs step n, so the per-step CPU time overlaps the forward "
+                                   "(step = max(forward, CPU) instead of forward + CPU). vLLM's default from 0.14 "
+                                   "on (vllm-project/vllm#27614; not with pipeline parallelism), opt-in "
+                                   "--async-scheduling in 0.10-0.13; off here: the default engine models vLLM "
+                                   "V1 0.10-0.13 (async_scheduling_default)")
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineConfig:
@@ -77,6 +83,30 @@ class EngineConfig(BaseModel):
 
 
 DEFAULT = EngineConfig()
+
+#: the first vLLM release that schedules asynchronously by default (v0.14.0 release notes, "Async
+#: scheduling is now enabled by default", PR vllm-project/vllm#27614; `SchedulerConfig.async_scheduling`
+#: was `bool = False` before, the opt-in `--async-scheduling` of PR #19970, 0.10 on)
+VLLM_ASYNC_DEFAULT_FROM = (0, 14)
+
+
+def async_scheduling_default(engine: str, *, pp: int = 1) -> bool:
+    """Whether an engine described as ``engine`` (e.g. "vllm 0.21.0", "vllm ~0.8.5 (V1)",
+    "tensorrt-llm ...") schedules asynchronously by default: vLLM >= 0.14 with one pipeline stage
+    (vLLM's `VllmConfig` turns the `None` default on unless pipeline_parallel_size > 1, a
+    non-EAGLE/MTP speculative method or an executor without support); everything else (vLLM
+    <= 0.13, V0, TensorRT-LLM of 2024) schedules between steps."""
+    import re
+    m = re.search(r"vllm\s+~?v?(\d+)\.(\d+)", engine.lower())
+    return bool(m) and (int(m[1]), int(m[2])) >= VLLM_ASYNC_DEFAULT_FROM and pp == 1
+
+
+def engine_step(step: Any, cfg: EngineConfig) -> Any:
+    """``step`` (the profiler's step model) as ``cfg``'s engine runs it: with async scheduling
+    the per-step CPU time overlaps the forward (``StepModel.with_scheduling``). A step model
+    without that notion (a measured table) is returned as it is."""
+    with_scheduling = getattr(step, "with_scheduling", None)
+    return with_scheduling(cfg.async_scheduling) if with_scheduling is not None else step
 
 
 def memory_budget_gb(cfg: EngineConfig, *, gpu_capacity_gb: float, n_gpus: int,

@@ -87,26 +87,41 @@ def llmd_rows(steps: Steps, max_loads: int | None = None) -> tuple[list[dict[str
     return rows, missing
 
 
-def closed_loop_rows(sources: dict[str, Any], steps: Steps, requests: int = 64) -> list[dict[str, Any]]:
+def closed_loop_rows(sources: dict[str, Any], steps: Steps, requests: int = 64, *,
+                     sensitivity: bool = False) -> list[dict[str, Any]]:
     """Each point of the page sources (``kind: points`` in configs/calibration/public_serving.yaml)
-    re-run in the closed-loop simulator at its concurrency."""
-    from harness.simulate import SimulateConfig, simulate
-    from harness.trace import Trace
+    re-run in the closed-loop simulator at its concurrency, on the source's engine as it ran
+    (``async_scheduling_default`` of its version). ``sensitivity``: instead, each point again at
+    every prompt length of the source's ``prompt_sensitivity`` (where its prompt length is derived
+    or assumed), rows with ``prompt_tokens`` set, kept out of the MAPE."""
     from profiler.calibration_serving import engine_of
+    from profiler.engine import EngineConfig, async_scheduling_default
     rows = []
     for src, spec in sources.items():
+        engine = EngineConfig(async_scheduling=async_scheduling_default(spec["engine"]))
+        label = spec["engine"] + f" ({engine_of(spec['engine'])} scheduling)"
         for p in spec.get("points", []) if spec["kind"] == "points" else []:
-            c, prompt, output = p["concurrency"], p["prompt_tokens"], p["output_tokens"]
-            n = max(requests, 4 * c)
-            trace = Trace(src, np.zeros(n), np.full(n, prompt), np.full(n, output))
-            cfg = SimulateConfig(model=p["model"], gpu=p["gpu"], tp=p["tp"], concurrency=c)
-            s = simulate(trace, cfg, step=steps(p["model"], p["gpu"], p["tp"])).summary
-            base = {"source": src, "engine": spec["engine"] + f" ({engine_of(spec['engine'])} scheduling)",
-                    "model": p["model"], "gpu": p["gpu"], "tp": p["tp"], "load": f"concurrency {c}",
-                    "method": "closed-loop", "requests": n, "sim_overloaded": False}
-            rows += [_row(base, m, "mean", p[f"{m}_s"], s[f"{m}_s"]["mean"]) for m in ("ttft", "tpot", "e2e")
-                     if f"{m}_s" in p]
+            prompts = spec.get("prompt_sensitivity", []) if sensitivity else [p["prompt_tokens"]]
+            for prompt in prompts:
+                rows += _closed_loop_point(src, label, engine, {**p, "prompt_tokens": prompt}, steps, requests,
+                                           sensitivity)
     return rows
+
+
+def _closed_loop_point(src: str, label: str, engine: Any, p: dict[str, Any], steps: Steps, requests: int,
+                       sensitivity: bool) -> list[dict[str, Any]]:
+    from harness.simulate import SimulateConfig, simulate
+    from harness.trace import Trace
+    c, prompt, output = p["concurrency"], p["prompt_tokens"], p["output_tokens"]
+    n = max(requests, 4 * c)
+    trace = Trace(src, np.zeros(n), np.full(n, prompt), np.full(n, output))
+    cfg = SimulateConfig(model=p["model"], gpu=p["gpu"], tp=p["tp"], concurrency=c, engine=engine)
+    s = simulate(trace, cfg, step=steps(p["model"], p["gpu"], p["tp"])).summary
+    base = {"source": src, "engine": label, "model": p["model"], "gpu": p["gpu"], "tp": p["tp"],
+            "load": f"concurrency {c}", "method": "closed-loop", "requests": n, "sim_overloaded": False,
+            "prompt_tokens": prompt if sensitivity else None}
+    return [_row(base, m, "mean", p[f"{m}_s"], s[f"{m}_s"]["mean"]) for m in ("ttft", "tpot", "e2e")
+            if f"{m}_s" in p]
 
 
 def step_rows(points: list[Any], sources: dict[str, Any], steps: Steps) -> list[dict[str, Any]]:
@@ -116,7 +131,8 @@ def step_rows(points: list[Any], sources: dict[str, Any], steps: Steps) -> list[
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for p in points:
         key = (p.source, f"{sources[p.source]['engine']} ({p.engine} scheduling)", p.model, p.gpu, p.tp, p.metric)
-        groups.setdefault(key, []).append((p.measured_s, predict(steps(p.model, p.gpu, p.tp), p)))
+        sm = steps(p.model, p.gpu, p.tp).with_scheduling(p.async_scheduling)
+        groups.setdefault(key, []).append((p.measured_s, predict(sm, p)))
     rows = []
     for (src, eng, model, gpu, tp, metric), vals in groups.items():
         meas, sim = np.array(vals).T

@@ -26,8 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile, load_week
 
+#: the planner's rules off: the selector's own plans (spec section 9's placement, memory x latency)
+PLAIN = {"pack_busy": None, "score": "gb", "shrink_tp": (), "shrink_moves": "down"}
 #: the controller's fields that are durations in profile seconds (divided by the compression)
-TIMES = ("interval_s", "window_s", "window_long_s", "up_gap_s", "cooldown_s")
+TIMES = ("interval_s", "window_s", "window_long_s", "up_gap_s", "cooldown_s", "forecast_s", "slo_hold_s")
 
 
 class Arm(BaseModel):
@@ -45,6 +47,8 @@ class Arm(BaseModel):
     gpu_cap: int | None = None
     startup_fixed_s: float = Field(30.0, ge=0, description="profile seconds")
     load_gb_per_s: float = Field(0.5, gt=0, description="GB per profile second")
+    plain: bool = Field(False, description="the selector's own plans: none of the planner's rules (packing, "
+                        "GPU score, smaller TP)")
 
     @property
     def name(self) -> str:
@@ -57,6 +61,8 @@ def sim_controller(arm: Arm) -> ControllerConfig:
     upd = {k: getattr(arm.controller, k) / c for k in TIMES}
     upd.update(startup_fixed_s=arm.startup_fixed_s / c, load_gb_per_s=arm.load_gb_per_s * c,
                adaptive=arm.adaptive)
+    if arm.plain:
+        upd.update(PLAIN)
     return arm.controller.model_copy(update=upd)
 
 
@@ -118,7 +124,7 @@ def arm_cell(arm: Arm, params, problems, tokens, cluster, gpu: str, trace, sourc
                        selector_for(params.selector, arm.fixed_workflow), wl, gpu=gpu,
                        initial_rates=arm_rates(arm, profs, base), end_s=arm.profile.duration_s,
                        config=sim_controller(arm), engine=EngineConfig(scheduler=params.scheduler),
-                       price_per_gb_s=params.price_per_gb_s)
+                       price_per_gb_s=params.price_per_gb_s, forecast=lambda k, t: profs[k].multiplier(t))
     cell = _tables(arm, profs, base, res, wl)
     cell["results"]["trace_source"] = source
     cell["results"]["cell_wall_s"] = time.perf_counter() - t0
@@ -153,6 +159,7 @@ def _tables(arm: Arm, profs, base, res, wl) -> dict[str, pd.DataFrame]:
         load = sum(p.peak_x * r * float(p.multiplier((a + b) / 2)) for p, r in zip(profs, base))
         hourly.append({**key, "hour": prof.start_hour + h, "requests": int(m.sum()),
                        "goodput": float(res.good[m].mean()) if m.any() else None, "gb_mean": mean_gb(steps, a, b),
+                       "gpus_mean": mean_gpus(res.instances, a, b, prof.duration_s), "lost": int((~res.good[m]).sum()),
                        "rate_x": load / peak if peak > 0 else 0.0})
     decisions = [{**key, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in d.items()}}
                  for d in res.decisions]
@@ -160,6 +167,20 @@ def _tables(arm: Arm, profs, base, res, wl) -> dict[str, pd.DataFrame]:
             "decisions": pd.DataFrame(decisions), "instances": pd.DataFrame([{**key, **r} for r in res.instances]),
             "memory": pd.DataFrame([{**key, "t_s": t, "gb": g} for t, g in res.gb_steps]),
             "hourly": pd.DataFrame(hourly)}
+
+
+def mean_gpus(instances: list[dict], a: float, b: float, end_s: float) -> float:
+    """Whole GPUs held on average over ``[a, b)`` (a GPU shared by instances once:
+    ``harness.billing.gpu_bill`` of the instances' spans clipped to the hour)."""
+    from harness.billing import gpu_bill
+    from selector.deployment import InstanceSpec
+    spans = []
+    for r in instances:
+        lo, hi = max(a, r["start_s"]), min(b, end_s if r["released_s"] is None else r["released_s"])
+        if hi > lo:
+            gpus = tuple(int(g) for g in str(r["gpus"]).split(","))
+            spans.append((InstanceSpec(r["instance"], r["model"], r["tp"], r["pp"], gpus, r["mem_gb"]), lo, hi))
+    return gpu_bill(spans, None)[0] / (b - a) if b > a else 0.0
 
 
 def mean_gb(steps: np.ndarray, a: float, b: float) -> float:
@@ -203,9 +224,10 @@ def oracle_cell(arm: Arm, params, problems, tokens, cluster, gpu: str) -> dict[s
         unplaced += len(tasks) - len(ctl.ledger.current)
         held = [x for x in ctl.ledger.held.values() if x.released_s is None]
         gb = sum(x.spec.mem_gb for x in held)
+        n_gpus = len({g for x in held for g in x.spec.gpus})
         gb_s += gb * (b - a)
         spans += [(x.spec, a, b) for x in held]
-        hourly.append({**_key(arm), "hour": prof.start_hour + h, "requests": 0, "goodput": None, "gb_mean": gb,
+        hourly.append({**_key(arm), "hour": prof.start_hour + h, "requests": 0, "goodput": None, "gb_mean": gb, "gpus_mean": n_gpus,
                        "rate_x": sum(rates) / sum(p.peak_x * r for p, r in zip(profs, base))})
     gpu_s, usd = gpu_bill(spans, problems[0].cluster.prices if problems else None)
     row = {**_key(arm), "goodput": float("nan"), "reserved_gb_s": gb_s, "gpu_s_held": gpu_s, "usd": usd,

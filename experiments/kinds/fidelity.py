@@ -61,6 +61,9 @@ def rows(params: Params) -> tuple[pd.DataFrame, list[str]]:
     table = [p for p in points if p.metric in ("batch_latency", "ttft") and p.source.startswith("argonne")]
     out: list[dict[str, Any]] = []
     for which in CALIBRATIONS:
+        if which == "after":  # the prompt lengths a page does not state, tried (kept out of the MAPE)
+            out += [{**r, "calibration": which} for r in closed_loop_rows(
+                sources, steps_for(calibration(which)), params.closed_loop_requests, sensitivity=True)]
         steps = steps_for(calibration(which))
         got, miss = llmd_rows(steps, params.llmd_loads)
         got += closed_loop_rows(sources, steps, params.closed_loop_requests)
@@ -79,12 +82,31 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     (llm-d points the simulator calls overloaded are left out: their queues grow without bound)."""
     if df.empty:
         return pd.DataFrame()
-    calm = df[~df.sim_overloaded]
+    calm = df[~df.sim_overloaded & _not_sensitivity(df)]
     keys = ["source", "engine", "model", "gpu", "tp", "method", "metric", "stat"]
     m = calm.assign(ape=calm.error.abs() * 100).pivot_table(index=keys, columns="calibration", values="ape",
                                                              aggfunc="mean")
     n = calm[calm.calibration == "after"].groupby(keys).size().rename("points")
     return m.join(n).reset_index().reindex(columns=[*keys, "points", *CALIBRATIONS])
+
+
+def _not_sensitivity(df: pd.DataFrame) -> pd.Series:
+    return df["prompt_tokens"].isna() if "prompt_tokens" in df else pd.Series(True, index=df.index)
+
+
+def sensitivity_lines(df: pd.DataFrame) -> list[str]:
+    """The sources' points at the prompt lengths they do not state (rows with ``prompt_tokens``)."""
+    if "prompt_tokens" not in df or df["prompt_tokens"].isna().all():
+        return []
+    sens = df[df["prompt_tokens"].notna() & (df.calibration == "after")]
+    lines = ["## Prompt-length sensitivity (after; not in the MAPE)", "",
+             "Points re-run at other prompt lengths than the recorded one (configs/calibration/"
+             "public_serving.yaml `prompt_sensitivity`): how much of a miss a wrong length could explain.", "",
+             "| source | load | prompt tokens | metric | measured | simulated | error % |", "|---|---|---|---|---|---|---|"]
+    for r in sens.itertuples(index=False):
+        lines.append(f"| {r.source} | {r.load} | {int(r.prompt_tokens)} | {r.metric} | {r.measured:.4g} | "
+                     f"{r.simulated:.4g} | {100 * r.error:+.1f} |")
+    return lines + [""]
 
 
 def markdown(df: pd.DataFrame, missing: list[str]) -> str:
@@ -93,7 +115,9 @@ def markdown(df: pd.DataFrame, missing: list[str]) -> str:
              "vidur's operator fits alone; `after`: the default model with the serving calibration "
              "(configs/calibration/serving.yaml). llm-d points the simulator calls overloaded are "
              "left out of the MAPE (listed in the parquet). `step` rows compare offline batches with "
-             "the step model directly (their `error` is the MAPE over the batches of the row); `replay` and `closed-loop` rows run `harness.simulate`. "
+             "the step model directly (their `error` is the MAPE over the batches of the row); `replay` and `closed-loop` rows run `harness.simulate`, each on its source's engine as it ran "
+             "(`(async scheduling)`: vLLM >= 0.14, whose default overlaps the per-step CPU time with the forward, "
+             "EngineConfig.async_scheduling; `step` rows likewise). "
              "Sources and their provenance: configs/calibration/public_serving.yaml, docs/profiler.md.", ""]
     s = summary(df)
     if not s.empty:
@@ -102,13 +126,14 @@ def markdown(df: pd.DataFrame, missing: list[str]) -> str:
         for r in s.itertuples(index=False):
             lines.append("| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r) + " |")
         lines.append("")
-        per = df[(df.calibration == "after") & ~df.sim_overloaded & (df["stat"] == "mean")]
+        per = df[(df.calibration == "after") & ~df.sim_overloaded & (df["stat"] == "mean") & _not_sensitivity(df)]
         lines += ["## Every point (after; mean)", "",
                   "| source | gpu | load | metric | measured | simulated | error % |", "|---|---|---|---|---|---|---|"]
         for r in per.itertuples(index=False):
             lines.append(f"| {r.source} | {r.gpu} | {r.load} | {r.metric} | {r.measured:.4g} | "
                          f"{r.simulated:.4g} | {100 * r.error:+.1f} |")
         lines.append("")
+        lines += sensitivity_lines(df)
     lines += [f"- {m}" for m in missing] or ["- every source's data was found"]
     return "\n".join(lines) + "\n"
 

@@ -30,13 +30,14 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
 from experiments.executor import Cell, run_cells
-from experiments.kinds._reselection_arms import Arm, arm_cell, oracle_cell
+from experiments.kinds._reselection_arms import PLAIN, Arm, arm_cell, oracle_cell
 from flowmaker.entry import UserError
 from harness.adaptive.controller import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
@@ -71,6 +72,10 @@ class Params(BaseModel):
     tune: Segment | None = Field(None, description="days and seeds the controller is tuned on")
     controllers: dict[str, ControllerConfig] = Field(default={"default": WEEK_CONTROLLER}, min_length=1,
                                                      description="candidates, times in profile seconds")
+    planner: dict[str, Any] = Field(default_factory=dict, description="planning rules (fields of PLANNER) every "
+                                    "policy uses, static, adaptive and the oracle alike")
+    selector_plan: bool = Field(True, description="also run static-peak with the selector's own plans (no "
+                                "planner rules) on the report seeds")
     rightsize: list[float] = Field(default=[], description="static multipliers of the peak plan tried")
     rightsize_seeds: list[int] = Field(default=[], description="seeds the right-sized static plan is chosen on")
     goodput_tol: float = Field(0.01, ge=0, lt=1, description="relative goodput loss allowed against static-peak")
@@ -88,6 +93,10 @@ class Params(BaseModel):
 
     @model_validator(mode="after")
     def _held_out(self) -> Params:
+        bad = set(self.planner) - set(PLAIN)
+        if bad:
+            raise ValueError(f"planner: not a planning rule: {sorted(bad)} (rules: {sorted(PLAIN)})")
+        ControllerConfig(**self.planner)
         unknown = set(self.curves) - set(self.tasks)
         if unknown:
             raise ValueError(f"curves: tasks not in the experiment: {sorted(unknown)}")
@@ -124,6 +133,11 @@ def segment_profile(params: Params, seg: Segment, compression: float | None = No
                              "compression": compression or seg.compression or params.profile.compression})
 
 
+def controller(params: Params, name: str | None = None) -> ControllerConfig:
+    """Candidate ``name`` (default: the first) with the experiment's planning rules."""
+    return params.controllers[name or next(iter(params.controllers))].model_copy(update=dict(params.planner))
+
+
 def _arm(params: Params, phase: str, policy: str, seg: Segment, seed: int, ctl: ControllerConfig, *,
          adaptive: bool, compression: float | None = None, **kw) -> Arm:
     return Arm(phase=phase, policy=policy, adaptive=adaptive, profile=segment_profile(params, seg, compression),
@@ -133,19 +147,22 @@ def _arm(params: Params, phase: str, policy: str, seg: Segment, seed: int, ctl: 
 
 def choice_arms(params: Params) -> list[Arm]:
     """Stage 1 (module docstring)."""
-    first = next(iter(params.controllers.values()))
+    first = controller(params)
     arms = []
     if params.tune is not None and len(params.controllers) > 1:
         for s in params.tune.seeds:
             arms.append(_arm(params, "tune", "static-peak", params.tune, s, first, adaptive=False))
-            arms += [_arm(params, "tune", f"adaptive-{n}", params.tune, s, c, adaptive=True)
-                     for n, c in params.controllers.items()]
+            arms += [_arm(params, "tune", f"adaptive-{n}", params.tune, s, controller(params, n), adaptive=True)
+                     for n in params.controllers]
     for s in params.rightsize_seeds:
         arms.append(_arm(params, "rightsize", "static-peak", params.report, s, first, adaptive=False))
         arms += [_arm(params, "rightsize", f"static-x{m:g}", params.report, s, first, adaptive=False, rate_x=m)
                  for m in params.rightsize]
     for s in params.report.seeds:
         arms.append(_arm(params, "report", "static-peak", params.report, s, first, adaptive=False))
+        if params.selector_plan and params.planner:
+            arms.append(_arm(params, "report", "static-peak-selector", params.report, s, first, adaptive=False,
+                             plain=True))
         if params.fixed_workflow and s == params.report.seeds[0]:
             arms.append(_arm(params, "report", "static-peak-fixed-workflow", params.report, s, first,
                              adaptive=False, fixed_workflow=True))
@@ -179,7 +196,7 @@ def choose(frames: pd.DataFrame, params: Params) -> dict:
 
 def report_arms(params: Params, choice: dict) -> list[Arm]:
     """Stage 2 (module docstring)."""
-    ctl = params.controllers[choice["controller"]]
+    ctl = controller(params, choice["controller"])
     seg, first = params.report, params.report.seeds[0]
     arms = []
     for s in seg.seeds:
@@ -234,7 +251,7 @@ def run(params: Params, ctx: RunContext) -> None:
         return [Cell(a.name, arm_cell, (a, *common, trace, source), tables=TABLES, label=a.policy) for a in arms]
 
     oracle = _arm(params, "report", "oracle-hourly", params.report, params.report.seeds[0],
-                  next(iter(params.controllers.values())), adaptive=True)
+                  controller(params), adaptive=True)
     stage1 = [Cell(oracle.name, oracle_cell, (oracle, *common), tables=("results", "hourly"), label="oracle"),
               *cells(choice_arms(params))]
     skipped = sum(is_done(ctx, c) for c in stage1)

@@ -35,7 +35,10 @@ move that finds only the serving plan, *blocks* the task at its ``r_s``: rules 1
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
 ``shrink_tp`` (configs of at most that many GPUs per replica: memory x latency prefers large TP
-at any load); it takes the plan whose memory over ``cooldown_s`` plus start-up overlap is least.
+at any load; ``shrink_moves="all"``: every selection); it takes the plan whose score (memory, or with
+``score="gpu"`` whole GPUs held, over ``cooldown_s`` plus start-up overlap) is least; ``pack_busy``
+re-places started instances best-fit, ``forecast_s`` adds a seasonal forecast to rules 1 and 3,
+``slo_hold_s`` keeps an SLO move's target a while (``harness.adaptive.planning``).
 Old instances of the same model and config are kept (``keep_matching``). A plan that routes to
 the same instances only updates the planned rate (outcome ``update``); one that starts or drains
 an instance is a **migration**; gaps count from when it completes. Start-up of a new instance
@@ -48,11 +51,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.adaptive.ledger import Ledger, Version, version_name
+from harness.adaptive.planning import Candidate, Forecast, candidate, forecast_ratio
 from harness.cluster import SimTask
 from harness.replay import deployment_task
 from selector.deployment import Deployment, InstanceSpec
@@ -92,6 +96,17 @@ class ControllerConfig(BaseModel):
     shrink_tp: tuple[int, ...] = Field((), description="moves down (and an adaptive first deployment) also "
                                                        "re-select with at most this many GPUs per replica")
     drain_poll_s: float = Field(1.0, gt=0, description="how often draining instances are checked")
+    pack_busy: float | None = Field(None, gt=0, le=1, description="re-place the instances a migration starts "
+                                    "best-fit on GPUs already held, up to this compute busy (None: the "
+                                    "selector's placement)")
+    slo_hold_s: float = Field(0.0, ge=0, description="after an SLO move, moves down plan for at least its target "
+                              "for this long (0: off)")
+    score: Literal["gb", "gpu"] = Field("gb", description="unit of a migration's score and of min_saving: GB "
+                                         "held, or whole GPUs held on the cluster (ties: GB)")
+    shrink_moves: Literal["down", "all"] = Field("down", description="shrink_tp on moves down and adaptive first "
+                                                 "deployments, or on every selection (static plans included)")
+    forecast_s: float = Field(0.0, ge=0, description="with a forecast: moves up plan for the largest forecast "
+                              "rate of the next forecast_s, moves down for that of the next cooldown_s (0: off)")
 
 
 @dataclass(frozen=True)
@@ -144,17 +159,19 @@ class Controller:
     order) on ``cluster`` (its GPUs, sharing mode and pre-existing instances)."""
 
     def __init__(self, tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, backend: Backend, *,
-                 gpu: str, config: ControllerConfig = ControllerConfig()) -> None:
+                 gpu: str, config: ControllerConfig = ControllerConfig(), forecast: Forecast | None = None) -> None:
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be distinct: {names}")
         self.tasks, self.selector, self.backend, self.gpu, self.cfg = list(tasks), selector, backend, gpu, config
+        self.forecast = forecast if config.forecast_s > 0 else None
         self.ledger = Ledger(cluster)
         self.gen = {n: -1 for n in names}
         self.last_move = {n: -math.inf for n in names}
         self.next_up = {n: -math.inf for n in names}
         self.next_down = {n: -math.inf for n in names}
         self.blocked: dict[str, float] = {}          # task -> estimate at which moving up found nothing
+        self.slo_floor: dict[str, tuple[float, float]] = {}   # task -> (SLO move's target, until when)
         self.decisions: list[dict] = []
         self.select_s = 0.0
         self._models = [{m.name for m in t.problem.models} for t in tasks]
@@ -191,20 +208,26 @@ class Controller:
                     self._reselect(k, max(r_s * c.headroom, c.min_rate_rps), r_s, "unplaced", now)
                 continue
             p = cur.rate_rps
+            r_up, est_down = r_s, max(r_s, r_l)
+            floor, until = self.slo_floor.get(name, (0.0, -math.inf))
+            floor = floor if now < until else 0.0       # slo_hold_s: a plan that fixed misses stays a while
+            if self.forecast is not None:       # the measured level times the profile's shape ahead
+                r_up = r_s * max(1.0, forecast_ratio(self.forecast, k, now, w, c.forecast_s))
+                est_down = max(est_down, r_s * forecast_ratio(self.forecast, k, now, w, c.cooldown_s))
             # misses are judged on requests the serving version took (not those of the plan it replaced)
             judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
                                                    tm.problem.task.latency_slo_s)
             up_ok = since >= c.up_gap_s and now >= self.next_up[name] and not blocked
             cap = self.rate_capacity(cur) * (1 + c.drift_up)
             # a Poisson count of mean cap * w / headroom has sd sqrt(that): noise alone rarely passes
-            if r_s * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok:
-                self._reselect(k, r_s * c.headroom, r_s, "up", now)
+            if r_up * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok:
+                self._reselect(k, r_up * c.headroom, r_s, "up", now)
             elif judged >= c.slo_min_judged and missed > c.slo_miss_share * judged and up_ok:
-                self._reselect(k, max(r_s * c.headroom, p) * c.slo_bump, r_s, "slo", now)
-            elif (max(r_s, r_l) * c.headroom < cur.load_rps * (1 - c.drift_down) - TOL and since >= c.cooldown_s
-                  and now >= self.next_down[name]):
-                est = max(r_s, r_l)
-                self._reselect(k, max(est * c.headroom * (1 + c.down_margin), c.min_rate_rps), est, "down", now)
+                self._reselect(k, max(r_up * c.headroom, p) * c.slo_bump, r_s, "slo", now)
+            elif (max(est_down * c.headroom, floor) < cur.load_rps * (1 - c.drift_down) - TOL
+                  and since >= c.cooldown_s and now >= self.next_down[name]):
+                target = max(est_down * c.headroom * (1 + c.down_margin), c.min_rate_rps, floor)
+                self._reselect(k, target, est_down, "down", now)
         self.poll(now)
 
     def poll(self, now: float) -> float | None:
@@ -333,10 +356,10 @@ class Controller:
         plans = [("reselect", self._select(self.problem(k, vname, target, view)))]
         if c.rescale and cur is not None:
             plans.append(("rescale", self._select(self.problem(k, vname, target, view, variant=cur))))
-        if c.adaptive and reason in ("down", "initial", "unplaced"):
+        if c.shrink_moves == "all" or (c.adaptive and reason in ("down", "initial", "unplaced")):
             plans += [(f"tp<={b}", self._select(self.problem(k, vname, target, view, max_gpus=b))) for b in c.shrink_tp]
         row["select_s"] = sum(dt for _, (_, dt) in plans)
-        cands = [self._candidate(name, how, plan) for how, (plan, _) in plans if plan.deployment is not None]
+        cands = [self._candidate(name, how, plan, view) for how, (plan, _) in plans if plan.deployment is not None]
         if not cands:
             self.next_up[name] = now + c.up_gap_s
             self.next_down[name] = now + c.cooldown_s
@@ -348,15 +371,18 @@ class Controller:
         raw, rename, started, drained = best.raw, best.rename, best.started, best.drained
         same = (cur is not None and not started and not drained and cur.deployment.workflow == raw.workflow
                 and _routes(cur.deployment) == _routes(raw, rename))
-        freed = sum(h.spec.mem_gb for h in drained) - sum(i.mem_gb for i in started)
-        own_gb = sum(h.spec.mem_gb for h in self.ledger.own(name))
-        row.update(how=best.how, freed_gb=freed)
-        if reason == "down" and not same and freed * c.cooldown_s - best.overlap < c.min_saving * own_gb * c.cooldown_s - TOL:
+        row.update(how=best.how, freed_gb=sum(h.spec.mem_gb for h in drained) - sum(i.mem_gb for i in started),
+                   freed_gpus=best.freed_gpus)
+        freed, own = (best.freed_gpus, best.own_gpus) if c.score == "gpu" else \
+            (row["freed_gb"], sum(h.spec.mem_gb for h in self.ledger.own(name)))
+        if reason == "down" and not same and freed * c.cooldown_s - best.overlap < c.min_saving * own * c.cooldown_s - TOL:
             self.next_down[name] = now + c.cooldown_s
             self.decisions.append({**row, "outcome": "no-saving"})
             return
         self.gen[name] += 1
         load = target / c.slo_bump if reason == "slo" else target
+        if reason == "slo" and c.slo_hold_s > 0:
+            self.slo_floor[name] = (target, now + c.slo_hold_s)
         v = Version(vname, name, k, self.gen[name], raw, target, est, reason, now, load_rps=load)
         v = self.ledger.commit(v, raw, view, rename=rename, started=started, now=now, startup_s=self.startup_s,
                                warm=warm)
@@ -382,29 +408,11 @@ class Controller:
         self.select_s += dt
         return plan, dt
 
-    def _candidate(self, task: str, how: str, plan: Any) -> _Candidate:
-        """A plan with its migration: what it keeps, starts and drains, and its score: the memory
-        only this task holds afterwards over ``cooldown_s`` plus what its new instances hold while
-        they start (GB x s)."""
-        raw = plan.deployment
-        rename, started = self.ledger.match(task, raw, keep=self.cfg.keep_matching)
-        kept = set(rename.values())
-        own = self.ledger.own(task)
-        drained = [h for h in own if h.spec.id not in kept]
-        steady = sum(h.spec.mem_gb for h in own if h.spec.id in kept) + sum(i.mem_gb for i in started)
-        overlap = sum(i.mem_gb * self.startup_s(i) for i in started)
-        return _Candidate(how, raw, rename, started, drained, overlap, steady * self.cfg.cooldown_s + overlap)
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    how: str
-    raw: Deployment
-    rename: dict
-    started: list
-    drained: list
-    overlap: float
-    score: float
+    def _candidate(self, task: str, how: str, plan: Any, view: Cluster) -> Candidate:
+        """A plan with its migration and score (:func:`harness.adaptive.planning.candidate`)."""
+        c = self.cfg
+        return candidate(self.ledger, task, how, plan.deployment, view, keep=c.keep_matching, pack_busy=c.pack_busy,
+                         score=c.score, cooldown_s=c.cooldown_s, startup_s=self.startup_s)
 
 
 def _routes(dep: Deployment, rename: dict[str, str] | None = None) -> tuple:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.adaptive.planning import Forecast
 from harness.billing import gpu_bill
 from harness.cluster import ClusterSim, SimTask, Workload
 from harness.replay import cell_metrics
@@ -157,13 +158,15 @@ class DayResult:
 
 def simulate_day(tasks: Sequence[TaskModel], cluster: Cluster, selector: Any, workload: Workload, *, gpu: str,
                  initial_rates: Sequence[float], end_s: float, config: ControllerConfig = ControllerConfig(),
-                 engine: EngineConfig = DEFAULT, price_per_gb_s: float = 1e-6) -> DayResult:
+                 engine: EngineConfig = DEFAULT, price_per_gb_s: float = 1e-6,
+                 forecast: Forecast | None = None) -> DayResult:
     """One policy over ``workload`` (module docstring); ``config.adaptive = False``: the first
-    deployment stays all day."""
+    deployment stays all day; ``forecast``: the controller's seasonal forecast (``config.forecast_s``)."""
     t0 = time.perf_counter()
     sim = ClusterSim(gpu=gpu, instances=[], engine=engine, track_busy=True,
                      tasks=[SimTask(t.name, t.problem.task.latency_slo_s, (), placed=False) for t in tasks])
-    ctl = Controller(tasks, cluster, selector, SimBackend(sim, workload), gpu=gpu, config=config)
+    ctl = Controller(tasks, cluster, selector, SimBackend(sim, workload), gpu=gpu, config=config,
+                     forecast=forecast)
     ctl.deploy(initial_rates, now=0.0, warm=True)
     run = _DayRun(ctl, end_s)
     if config.adaptive:

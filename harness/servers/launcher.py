@@ -25,6 +25,7 @@ How :class:`EngineConfig` maps to each backend (``-`` = no flag; the backend's o
 | prefix_caching | ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` | ``kv_cache_config.enable_block_reuse`` | - (refused when asked for) |
 | scheduler vllm-v1, sarathi / vllm | ``--enable-chunked-prefill`` / ``--no-enable-chunked-prefill`` | ``--enable_chunked_prefill`` / - | - |
 | long_prefill_token_threshold (> 0) | ``--long-prefill-token-threshold`` | - | - |
+| async_scheduling (True) | ``--async-scheduling`` (False: no flag, so vLLM >= 0.14 keeps its async default; ``--args ID=--no-async-scheduling`` turns it off there) | - | - |
 | (context length: ``ServerSpec.max_model_len``, ``harness.servers.export_rules``) | ``--max-model-len`` | ``--max_seq_len`` | - |
 
 A fourth backend, ``torch`` (``harness/servers/torchserve.py``: the profiler's decoder behind a
@@ -165,6 +166,8 @@ def build_command(spec: ServerSpec, *, config_dir: str | Path = ".") -> list[str
                "--enable-chunked-prefill" if e.scheduler in CHUNKED else "--no-enable-chunked-prefill"]
         if e.long_prefill_token_threshold:
             cmd += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
+        if e.async_scheduling:
+            cmd += ["--async-scheduling"]
         if e.kv_capacity_tokens is not None:
             cmd += ["--num-gpu-blocks-override", str(math.ceil(e.kv_capacity_tokens / e.block_size))]
         if spec.max_model_len is not None:

@@ -27,7 +27,7 @@ from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WA
                                           PieceSink, Policy, Seq, Sink)
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
-from profiler.engine import EngineConfig
+from profiler.engine import EngineConfig, engine_step
 
 
 class LLMCore(PagedKV, Event):
@@ -45,7 +45,7 @@ class LLMCore(PagedKV, Event):
                  loop: Simulator | None = None) -> None:
         PagedKV.__init__(self, name, kv_tokens, config, on_piece)
         self.time = 0.0
-        self.step, self.sink, self.loop = step, sink, loop
+        self.step, self.sink, self.loop = engine_step(step, config), sink, loop  # config's scheduling mode
         self.policy: Policy = policy or make_admission(config)
         self._quiet_decode = bool(getattr(self.policy, "decodes_when_quiet", False))
         self.gpus = tuple(gpus)                   # slots whose busy time it keeps

@@ -38,7 +38,9 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     assert set(res.phase) == {"tune", "rightsize", "report", "sweep", "cap", "uncompressed"}
     rep = res[res.phase == "report"].set_index("policy")
     assert {"static-peak", "adaptive", "oracle-hourly", "static-peak-fixed-workflow",
-            "adaptive-fixed-workflow"} <= set(rep.index)
+            "adaptive-fixed-workflow", "static-peak-selector"} <= set(rep.index)
+    # the planner's rules (GPU score, smaller TP on every selection) hold no more GPUs than the selector's own plan
+    assert rep.loc["static-peak", "gpu_s_held"] <= rep.loc["static-peak-selector", "gpu_s_held"] + 1e-6
     sim = rep.drop(index="oracle-hourly")
     assert (sim.requests == sim.requests.iloc[0]).all()                         # one workload per seed
     assert rep.loc["static-peak", "migrations"] == 0 and rep.loc["adaptive", "migrations"] >= 1
@@ -57,6 +59,9 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     md = (top / "summary.md").read_text()
     assert md == (run / "summary.md").read_text() and "## Targets (issue 25), per seed" in md
     assert "## What the headline depends on (generated" in md and "(the full run)" in md
+    for line in ("- planner: static-peak with the selector's own plans", "- oracle bound:", "- hour by hour",
+                 "- goodput by task", "- controller settings (tuning days"):
+        assert line in md, line
     assert "| adaptive |" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}

@@ -60,8 +60,7 @@ def test_recorded_errors_are_what_the_recorded_constants_give():
     if missing:
         pytest.skip("; ".join(missing))
     rec = load_calibration(serving_calibration_path())
-    over = {"sync": rec.gpus["h100-sxm"].iteration_overhead_ms, "async": 0.0}
-    after = cs.per_source(load_default_calibration(), points, over)
+    after = cs.per_source(load_default_calibration(), points)
     before = cs.per_source(load_calibration(default_calibration_path()), points)
     for src, metrics in rec.mape_pct.items():
         for metric, v in metrics.items():
