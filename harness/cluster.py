@@ -22,7 +22,7 @@ from operator import attrgetter
 import numpy as np
 
 from orchestrator.engines.llm_core import LLMCore
-from orchestrator.engines.llm_seq import Seq, Sink
+from orchestrator.engines.llm_seq import FAILED, Seq, Sink
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import Arrivals, Event, Simulator
 from profiler.engine import DEFAULT, EngineConfig, kv_capacity_tokens
@@ -90,7 +90,7 @@ def build_core(spec: InstanceSpec, *, gpu: str, engine: EngineConfig, sink: Sink
     running on ``loop``; ``gpus``: its slots when instances share GPUs (with ``colocation``)."""
     sm, kv = instance_timing(spec, gpu=gpu, engine=engine, step=step)
     return LLMCore(name=spec.id, step=sm, kv_tokens=kv, sink=sink, config=engine, gpus=gpus,
-                   colocation=colocation, loop=loop)
+                   colocation=colocation, loop=loop, coast=True)
 
 
 @dataclass(frozen=True)
@@ -195,16 +195,24 @@ class ClusterSim:
     def run(self, workload: Workload) -> dict[str, np.ndarray]:
         """Replay ``workload``; per request: ``done_s`` (NaN if failed), ``failed``, ``acc_ok``."""
         t0 = time.perf_counter()
+        self.begin(workload)
+        if len(workload):
+            self._start()
+        self.sim.run()
+        self.wall_s = time.perf_counter() - t0
+        return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
+
+    def begin(self, workload: Workload) -> None:
+        """Take ``workload`` (its results empty) without putting anything on the loop: ``run`` does
+        then; a test may make requests arrive itself (:meth:`arrive_one`)."""
         self.w = workload
         n = len(workload)
         self.done_s = np.full(n, np.nan)
         self.failed = np.zeros(n, dtype=bool)
         self.acc_ok = np.ones(n, dtype=bool)
-        if n:
-            self._start()
-        self.sim.run()
-        self.wall_s = time.perf_counter() - t0
-        return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
+        # the workload's columns as Python numbers (one request's values read per arrival)
+        self._task, self._diff = workload.task.astype(np.int64).tolist(), workload.difficulty.astype(float).tolist()
+        self._ps, self._os = workload.prompt_scale.astype(float).tolist(), workload.output_scale.astype(float).tolist()
 
     def _start(self) -> None:
         """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
@@ -216,13 +224,12 @@ class ClusterSim:
 
     def arrive_one(self, i: int, now: float) -> list[Event] | None:
         """Request ``i`` arrives (``core.Arrivals`` calls this for every request of an instant)."""
-        w = self.w
-        task = self.tasks[int(w.task[i])]
+        task = self.tasks[self._task[i]]
         if not task.placed:
             self.failed[i] = True
             self.acc_ok[i] = False
             return None
-        req = _Req(i, task, float(w.difficulty[i]), float(w.prompt_scale[i]), float(w.output_scale[i]))
+        req = _Req(i, task, self._diff[i], self._ps[i], self._os[i])
         req.left = task.stages[0].calls
         return self._issue(req, now)
 
@@ -232,15 +239,15 @@ class ClusterSim:
         if not ok:
             req.acc_ok = False
         self._next_call += 1
-        call = Seq(self._next_call, *st.sizes(req.ps, req.os), now, owner=req)
+        prompt, output = st.sizes(req.ps, req.os)
+        call = Seq(self._next_call, prompt, output, now, req)
         if self.calls is not None:
             self.calls.append(call)
         return self.router.pick(self._groups[ids], call).submit(call, now)
 
     def _done(self, call: Seq, now: float) -> list[Event] | None:
-        req = call.owner
-        assert isinstance(req, _Req)
-        if call.failed:
+        req: _Req = call.owner              # type: ignore[assignment] - every call's owner is its request
+        if call.state == FAILED:
             self.failed[req.i] = True
             return None
         req.left -= 1

@@ -8,7 +8,12 @@ instance gets it.
   is the paper's rule; ``"lowest"`` ranks the other way round, as the public code does
   (NetX-lab/Ayo ``Ayo/schedulers/engine_scheduler.py``, ``_select_batch_topology_from_pending``
   takes each query's nodes of rank ``max(-depth)``, its ``fill_strategy="same_query"`` the rest).
-  It only changes anything when the batch cap binds (more pending than capacity).
+  It only changes anything when the batch cap binds (more pending than capacity). On an engine
+  that takes one batch at a time and can estimate a batch's time (``estimate_s``: the simulated
+  non-LLM engines), :meth:`TopologyAware.trim` also keeps a batch only as large as pays in latency
+  (issue 26): another query's primitive joins it only if the time it adds, times the other queries
+  already in it, is below the fixed cost it saves by not running alone after it (for two
+  invocations ready together, merging lowers the sum of their completion times exactly then).
 * :class:`Blind` (FIFO, the TO baselines): ready order until the batch is full.
 * :class:`PerInvocation` (PO): one primitive invocation per batch.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,11 @@ class BatchingPolicy(ABC):
     def select(self, pending: Sequence[Pending], *, capacity: int) -> list[Pending]:
         """A non-empty batch from non-empty ``pending``; total size <= capacity unless a single
         primitive alone exceeds it."""
+
+    def trim(self, batch: list[Pending], cost: Callable[[Sequence[Pending]], float]) -> list[Pending]:
+        """The part of ``batch`` (from :meth:`select`) to run now, given ``cost(batch) -> seconds``
+        on the instance that takes it; the rest stays pending. Default: all of it."""
+        return batch
 
 
 def _fill(order: Sequence[Pending], capacity: int) -> list[Pending]:
@@ -92,6 +102,19 @@ class TopologyAware(BatchingPolicy):
                         out.append(p)
                         used += p.size
         return out
+
+    def trim(self, batch: list[Pending], cost: Callable[[Sequence[Pending]], float]) -> list[Pending]:
+        """Keep ``batch``'s primitives in order while each pays (module docstring): ``p`` joins when
+        ``m * w < a``, ``w`` the time it adds to the batch kept so far, ``a`` the fixed cost it
+        would pay alone (its own time less ``w``), ``m`` the other queries in the batch. A
+        primitive of a query already in the batch always joins (``m`` counts only others)."""
+        kept = batch[:1]
+        for p in batch[1:]:
+            others = len({q.qid for q in kept} - {p.qid})
+            w = cost([*kept, p]) - cost(kept) if others else 0.0
+            if not others or others * w < cost([p]) - w:
+                kept.append(p)
+        return kept
 
 
 class Balancer(ABC):

@@ -257,8 +257,9 @@ def _time_limit(p: argparse.ArgumentParser, *, what: str = "per task") -> None:
 def _cluster_opts(p: argparse.ArgumentParser, *, default: str | None) -> None:
     p.add_argument("--cluster", default=default, metavar="NAME|FILE",
                    help=f"cluster name in configs/clusters or a cluster file (default {DEFAULT_CLUSTER})")
-    p.add_argument("--sharing", default=None, choices=("memory", "compute"),
-                   help="how GPUs are shared (spec section 9); default: the cluster file's `sharing`, else memory")
+    p.add_argument("--sharing", default=None, choices=("memory", "compute", "fair-share"),   # problem.SHARING_MODES
+                   help="how GPUs are shared (spec section 9; fair-share: docs/selection.md); default: the cluster "
+                        "file's `sharing`, else memory")
     p.add_argument("--profile", default=None, metavar="NAME|FILE",
                    help="profile table (parquet; a name in results/profiles); default: the analytic model")
     p.add_argument("--objective", default=None, choices=("gb_s", "usd_per_hour"),

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
-from selector.placement import StageDemand, free_memory, gpu_types, place, reuse_busy, reused_gpus_ok
+from selector.placement import (StageDemand, free_memory, gpu_types, place, reuse_busy, reused_fair_ok, reused_gpus_ok,
+                                tenant_utils)
 from selector.plan import Plan, StagePlan
 from selector.problem import TOL, objective_value
 
@@ -75,7 +76,8 @@ def routed(options: Sequence[Option]) -> dict[int, float]:
 def placement(cp: Compiled, options: Sequence[Option]) -> list[list[list[int]]] | None:
     """Constraint 4 under the problem's sharing mode: LeastLoaded's GPUs per new stage and
     replica, or None. Under ``sharing: compute`` (section 9) reuse is applied first, a reused
-    instance's GPU above 1 fails the variant, and placement skips GPUs without compute room."""
+    instance's GPU above 1 fails the variant, and placement skips GPUs without compute room;
+    ``sharing: fair-share`` adds the fair-share check to both (``selector.placement.fair_room``)."""
     cluster = cp.problem.cluster
     if not cluster.compute:
         return place(free_memory(cluster), demands(options), types=gpu_types(cluster))
@@ -83,7 +85,10 @@ def placement(cp: Compiled, options: Sequence[Option]) -> list[list[list[int]]] 
     busy = reuse_busy(cluster, to)
     if not reused_gpus_ok(cluster, to, busy):
         return None
-    return place(free_memory(cluster), demands(options), busy, types=gpu_types(cluster))
+    tenants = tenant_utils(cluster, to) if cluster.fair_share else None
+    if tenants is not None and not reused_fair_ok(cluster, to, tenants):
+        return None
+    return place(free_memory(cluster), demands(options), busy, types=gpu_types(cluster), tenants=tenants)
 
 
 def capacity_ok(cp: Compiled, options: Sequence[Option]) -> bool:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from selector.evaluate import Evaluation, evaluate, to_plan
+from selector.evaluate import Evaluation, evaluate, to_plan, variant_of
 from selector.index import NEW, Compiled, Option, compile_problem
 from selector.joint import TaskSet
 from selector.plan import Plan
@@ -118,13 +118,36 @@ class JointRun:
         return tuple(None if s.evaluation is None else choice_of(s.compiled, s.evaluation) for s in self.steps)
 
 
-def run_choice(ts: TaskSet, choice: Sequence[TaskChoice | None]) -> JointRun:
-    """Evaluate ``choice`` (one entry per task) by section 8 (module docstring)."""
-    cluster = ts.cluster
-    steps: list[Step] = []
-    for k, c in enumerate(choice):
-        p = ts.on(k, cluster)
-        cp = compile_problem(p)
+def place(p: Problem, plan: Plan, cluster: Cluster) -> tuple[TaskChoice, Cluster]:
+    """One task's solved single-task ``plan`` (for ``p``, the task on ``cluster``) placed: its choice
+    and the cluster it leaves (the step of section 8's greedy that the joint solvers repeat)."""
+    cp = compile_problem(p)
+    ev = evaluate(cp, *variant_of(cp, plan))
+    return choice_of(cp, ev), apply(cp, ev, cluster)
+
+
+#: prefixes already evaluated: ``choice[:k]`` -> (its steps, the cluster after them, task ``k``
+#: on that cluster and compiled)
+Memo = dict[tuple, tuple[tuple[Step, ...], Cluster, Problem, Compiled]]
+
+
+def run_choice(ts: TaskSet, choice: Sequence[TaskChoice | None], memo: Memo | None = None) -> JointRun:
+    """Evaluate ``choice`` (one entry per task) by section 8 (module docstring). ``memo``: shared by
+    calls on the same ``ts`` (e.g. the many tie candidates of one answer), so that a prefix of
+    tasks is compiled and evaluated once; the run is the same with or without it."""
+    choice = tuple(choice)
+    memo = {} if memo is None else memo
+    start = next((k for k in range(len(choice) - 1, -1, -1) if choice[:k] in memo), 0)
+    steps: list[Step] = list(memo[choice[:start]][0]) if choice[:start] in memo else []
+    cluster = memo[choice[:start]][1] if choice[:start] in memo else ts.cluster
+    for k in range(start, len(choice)):
+        c = choice[k]
+        if choice[:k] in memo:
+            _, _, p, cp = memo[choice[:k]]
+        else:
+            p = ts.on(k, cluster)
+            cp = compile_problem(p)
+            memo[choice[:k]] = (tuple(steps), cluster, p, cp)
         if c is None:
             steps.append(Step(p, cp, None))
             continue

@@ -1,5 +1,5 @@
 """LeastLoaded placement of new replicas (spec section 4, constraint 4; section 9 for
-``sharing: compute``)."""
+``sharing: compute``; the fair-share check for ``sharing: fair-share``, docs/selection.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -55,17 +55,43 @@ def reused_gpus_ok(cluster: Cluster, routed: Mapping[int, float], busy: Mapping[
     return all(busy[g] <= 1.0 + TOL for i in routed for g in cluster.instances[i].gpus)
 
 
+def tenant_utils(cluster: Cluster, routed: Mapping[int, float]) -> dict[int, list[float]]:
+    """Fair share: per GPU id, the utilisation of each instance with a shard there, after
+    ``routed`` (instance index -> utilisation the variant routes to it)."""
+    out: dict[int, list[float]] = {g.id: [] for g in sorted(cluster.gpus, key=lambda g: g.id)}
+    for i, inst in enumerate(cluster.instances):
+        for g in inst.gpus:
+            out[g].append(inst.utilization + routed.get(i, 0.0))
+    return out
+
+
+def fair_room(utils: Sequence[float], extra: float | None = None) -> bool:
+    """Whether every instance on a GPU (``utils``, plus one new of utilisation ``extra``) keeps
+    its utilisation within its processor share, ``1 / tenants``: ``tenants * max u <= 1 + 1e-9``."""
+    us = list(utils) if extra is None else [*utils, extra]
+    return not us or len(us) * max(us) <= 1.0 + TOL
+
+
+def reused_fair_ok(cluster: Cluster, routed: Mapping[int, float], tenants: Mapping[int, list[float]]) -> bool:
+    """Fair share after reuse: every GPU of a reused instance keeps :func:`fair_room`."""
+    return all(fair_room(tenants[g]) for i in routed for g in cluster.instances[i].gpus)
+
+
 def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
           busy: Mapping[int, float] | None = None, *,
-          types: Mapping[int, str] | None = None) -> list[list[list[int]]] | None:
+          types: Mapping[int, str] | None = None,
+          tenants: Mapping[int, list[float]] | None = None) -> list[list[list[int]]] | None:
     """Place every stage's replicas in order; returns per stage, per replica, its sorted GPU ids,
     or ``None`` when some replica cannot be placed. ``busy`` (GPU id -> utilisation after reuse)
     turns on section 9: a GPU is a candidate only while ``busy + util <= 1 + 1e-9``, and placing
     a shard adds ``util`` to it. ``types`` (GPU id -> type, :func:`gpu_types`) turns on section 10:
-    a demand with a ``gpu_type`` is a candidate only on GPUs of that type. Neither ``free_gb`` nor
-    ``busy`` is modified."""
+    a demand with a ``gpu_type`` is a candidate only on GPUs of that type. ``tenants`` (GPU id ->
+    its instances' utilisations after reuse, :func:`tenant_utils`) turns on the fair-share check:
+    a GPU is a candidate only while :func:`fair_room` holds with the new shard's ``util``, which
+    then joins its tenants. None of ``free_gb``, ``busy`` and ``tenants`` is modified."""
     free = dict(free_gb)
     load = None if busy is None else dict(busy)
+    fair = None if tenants is None else {g: list(us) for g, us in tenants.items()}
     ids = sorted(free)
     out: list[list[list[int]]] = []
     for d in demands:
@@ -75,7 +101,7 @@ def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
         used_by_stage: set[int] = set()
         stage_out: list[list[int]] = []
         for _ in range(d.replicas):
-            chosen = _pick(free, load, mine, used_by_stage, d)
+            chosen = _pick(free, load, mine, used_by_stage, d, fair)
             if chosen is None:
                 return None
             stage_out.append(sorted(chosen))
@@ -84,10 +110,11 @@ def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
 
 
 def _pick(free: dict[int, float], load: dict[int, float] | None, ids: list[int], taken: set[int],
-          d: StageDemand) -> list[int] | None:
+          d: StageDemand, fair: dict[int, list[float]] | None = None) -> list[int] | None:
     chosen: list[int] = []
     for _ in range(d.shards):
-        cands = [g for g in ids if g not in taken and (load is None or load[g] + d.util <= 1.0 + TOL)]
+        cands = [g for g in ids if g not in taken and (load is None or load[g] + d.util <= 1.0 + TOL)
+                 and (fair is None or fair_room(fair[g], d.util))]
         if not cands:
             return None
         top = max(free[g] for g in cands)
@@ -97,6 +124,8 @@ def _pick(free: dict[int, float], load: dict[int, float] | None, ids: list[int],
         free[best] -= d.shard_gb
         if load is not None:
             load[best] += d.util
+        if fair is not None:
+            fair[best].append(d.util)
         taken.add(best)
         chosen.append(best)
     return chosen

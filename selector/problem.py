@@ -183,21 +183,28 @@ class Instance(_Frozen):
 
 
 #: spec section 9: how placement shares a GPU (``memory``: sections 1-8 exactly; ``compute``: a
-#: GPU also takes a shard only while its summed utilisation stays within 1)
-SHARING_MODES = ("memory", "compute")
+#: GPU also takes a shard only while its summed utilisation stays within 1; ``fair-share``:
+#: ``compute`` and every instance's utilisation within its processor share, ``1 / tenants`` of
+#: each of its GPUs: docs/selection.md "Fair-share placement", an extension beyond the spec)
+SHARING_MODES = ("memory", "compute", "fair-share")
 
 
 class Cluster(_Frozen):
     gpus: tuple[Gpu, ...]
     instances: tuple[Instance, ...] = ()
-    sharing: Literal["memory", "compute"] = "memory"
+    sharing: Literal["memory", "compute", "fair-share"] = "memory"
     #: section 10: US dollars per GPU-hour by GPU type (None: not given)
     prices: Annotated[dict[GpuType, PosNum] | None, BeforeValidator(_prices)] = None
 
     @property
     def compute(self) -> bool:
-        """True under ``sharing: compute`` (spec section 9)."""
-        return self.sharing == "compute"
+        """True under ``sharing: compute`` (spec section 9) and ``fair-share``, which adds to it."""
+        return self.sharing in ("compute", "fair-share")
+
+    @property
+    def fair_share(self) -> bool:
+        """True under ``sharing: fair-share`` (:data:`SHARING_MODES`)."""
+        return self.sharing == "fair-share"
 
     def __hash__(self) -> int:      # ``prices`` is a dict: hash its items, so a typed cluster hashes too
         return hash((self.gpus, self.instances, self.sharing, tuple(sorted((self.prices or {}).items()))))

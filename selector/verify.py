@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from selector.index import replicas_for
-from selector.placement import StageDemand, free_memory, gpu_busy, gpu_types, place
+from selector.placement import StageDemand, fair_room, free_memory, gpu_busy, gpu_types, place, tenant_utils
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 REL = 1e-6
@@ -86,8 +86,15 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
     if compute:
         errs += [f"GPU {g} busy {busy[g]} > 1 after reuse (sharing: compute)" for g in sorted(reused_gpus)
                  if busy[g] > 1 + TOL]
+    tenants = None
+    if problem.cluster.fair_share:
+        added = {k: util[i.id] - i.utilization for k, i in enumerate(problem.cluster.instances)
+                 if util[i.id] != i.utilization}
+        tenants = tenant_utils(problem.cluster, added)
+        errs += [f"GPU {g} tenants {tenants[g]} beyond their fair share after reuse (sharing: fair-share)"
+                 for g in sorted(reused_gpus) if not fair_room(tenants[g])]
     placed = place(free_memory(problem.cluster), demands, busy if compute else None,
-                   types=gpu_types(problem.cluster))
+                   types=gpu_types(problem.cluster), tenants=tenants)
     got = [[list(g) for g in sp.gpus] for sp in plan.stages if sp.reuse is None]
     if placed is None:
         errs.append("new replicas cannot be placed by LeastLoaded")

@@ -14,6 +14,7 @@ from selector.placement import free_memory
 from selector.problem import TOL
 from solvers._joint_bound import task_bounds
 from solvers._joint_data import JointData
+from solvers._joint_rows import capacity_rows, compute_rows
 from solvers._cpsat import cp_solver
 
 SCALE = 100_000
@@ -52,6 +53,7 @@ class JointModel:
         free = free_memory(ts.cluster)
         self.free_total = sum(free.values())
         self.lat_max = max(p.task.latency_slo_s for p in ts.tasks) + TOL
+        self.util_scale = SCALE           # units per unit of utilisation
         self.ls = SCALE / self.lat_max
         self.ms = SCALE / max(self.free_total + TOL, 1e-6)
         prices = ts.cluster.prices or {}
@@ -122,9 +124,18 @@ class JointModel:
             for e in lst:
                 self.var[e.key] = m.new_bool_var(str(e.key))
         v = self.var
+        # for reading answers: per task its workflow literals, per (task, workflow) its stages' entries
+        self._workflow_vars: dict[int, list] = {k: [] for k in range(self.n)}
+        self._stage_vars: dict[tuple[int, int], list] = {}
+        for key, x in v.items():
+            if key[0] == "x":
+                k, w = key[1:]
+                self._workflow_vars[k].append((w, x))
+                self._stage_vars[k, w] = [[(e, v[e.key]) for e in self.entries[k, w, s]]
+                                          for s in range(self.data.stages(k, w))]
         # one workflow or skip; one option per stage of the chosen workflow
         for k in range(self.n):
-            m.add(v["z", k] + sum(x for key, x in v.items() if key[0] == "x" and key[1] == k) == 1)
+            m.add(v["z", k] + sum(x for _, x in self._workflow_vars[k]) == 1)
         for (k, w, s), lst in self.entries.items():
             m.add(sum(v[e.key] for e in lst) == v["x", k, w])
         # a virtual reuse needs its creator
@@ -132,9 +143,9 @@ class JointModel:
             if ("v", r) in v:
                 m.add_implication(v["v", r], v[("y", *vr.virtual.creator)])
         self._latency_memory_cost()
-        self._capacity()
+        capacity_rows(self)
         if ts.cluster.compute:
-            self._compute()
+            compute_rows(self)
 
     def _terms(self, k: int, attr: str) -> list:
         return [getattr(e, attr) * self.var[e.key] for (k2, _, _), lst in self.entries.items() if k2 == k
@@ -146,6 +157,7 @@ class JointModel:
         self.cost: list = []
         self.cost_ub = 0
         self.ints: dict[int, tuple] = {}
+        self.products: dict[tuple[int, int], tuple] = {}     # (k, w) of a longer workflow -> M, L, P
         for k, p in enumerate(ts.tasks):
             lat_ub = math.floor((p.task.latency_slo_s + TOL) * self.ls + self.slack)
             lk = m.new_int_var(0, lat_ub, f"L[{k}]")
@@ -159,12 +171,9 @@ class JointModel:
                 self.cost.append(uk)
                 self.cost_ub += ub
                 continue
-            mk = m.new_int_var(0, self.mem_ub, f"M[{k}]")
-            m.add(mk == sum(self._terms(k, "mem")))
             pk = m.new_int_var(0, lat_ub * self.mem_ub, f"P[{k}]")
-            m.add_multiplication_equality(pk, [mk, lk])
-            self._product_bounds(k, pk)
-            self.ints[k] = (lk, mk, pk)
+            m.add(pk == sum(self._workflow_products(k, lat_ub)))
+            self.ints[k] = (lk, pk)
             self.cost.append(pk)
             self.cost_ub += lat_ub * self.mem_ub
         self._task_lower_bounds()
@@ -178,6 +187,27 @@ class JointModel:
             if terms:
                 m.add(sum(terms) <= math.floor((free + TOL) * self.ms + all_slack))
 
+    def _workflow_products(self, k: int, lat_ub: int) -> list:
+        """``P[k]`` as a sum over task ``k``'s workflows (all but the chosen one are 0): a one-stage
+        workflow's product is linear in its options (``mem_o lat_o y_o``, exact, so the LP is
+        tight there); a longer one gets ``P[k, w] = M[k, w] * L[k, w]`` with the rows of
+        :meth:`_product_bounds`. On integer points the sum is ``M[k] * L[k]``."""
+        out = []
+        for w in sorted({w for (k2, w, _) in self.entries if k2 == k}):
+            lists = [self.entries[k, w, s] for s in range(self.data.stages(k, w))]
+            if len(lists) == 1:
+                out.extend(e.mem * e.lat * self.var[e.key] for e in lists[0] if e.mem and e.lat)
+                continue
+            mkw = self.m.new_int_var(0, self.mem_ub, f"M[{k},{w}]")
+            lkw = self.m.new_int_var(0, lat_ub, f"L[{k},{w}]")
+            self.m.add(mkw == sum(e.mem * self.var[e.key] for lst in lists for e in lst if e.mem))
+            self.m.add(lkw == sum(e.lat * self.var[e.key] for lst in lists for e in lst if e.lat))
+            pkw = self.m.new_int_var(0, lat_ub * self.mem_ub, f"P[{k},{w}]")
+            self.m.add_multiplication_equality(pkw, [mkw, lkw])
+            self._product_bounds(k, w, pkw)
+            self.products[k, w] = (mkw, lkw, pkw)
+            out.append(pkw)
+        return out
     def _task_lower_bounds(self) -> None:
         """``C_k >= task_lb[k]`` when task ``k`` is served (``solvers/_joint_bound.py``), in units."""
         scale = self.ps if self.usd else self.ms * self.ls
@@ -186,13 +216,13 @@ class JointModel:
             if lb > 0:
                 self.m.add(ck + lb * self.var["z", k] >= lb)
 
-    def _product_bounds(self, k: int, pk) -> None:
+    def _product_bounds(self, k: int, w: int, pk) -> None:
         """Linear rows that the exact product implies, for a useful LP bound: with ``Lmin(o)`` the
         least latency (units) of a variant using option ``o`` and ``Mmin(o)`` its least memory,
         ``P = sum_o mem_o y_o L >= sum_o mem_o Lmin(o) y_o`` and likewise ``P >= sum_o lat_o Mmin(o) y_o``."""
         rows: tuple[list, list] = ([], [])
-        for (k2, w, s), lst in self.entries.items():
-            if k2 != k:
+        for (k2, w2, s), lst in self.entries.items():
+            if (k2, w2) != (k, w):
                 continue
             others = [self.entries[k, w, t] for t in range(self.data.stages(k, w)) if t != s]
             lat_rest = sum(min(e.lat for e in o) for o in others)
@@ -205,52 +235,6 @@ class JointModel:
         for row in rows:
             if row:
                 self.m.add(pk >= sum(row))
-
-    def _capacity(self) -> None:
-        d, m = self.data, self.m
-        us = float(SCALE)
-        slack = self.n * self.slack
-        base: dict[int, list] = {}
-        for (k, w, s), lst in self.entries.items():
-            for e in lst:
-                if e.key[0] == "y" and e.kind == REUSE:
-                    o = d.opt(*e.key[1:])
-                    base.setdefault(o.instance, []).append(round(o.util_add * us) * self.var[e.key])
-        util = [i.utilization for i in d.ts.cluster.instances]
-        for i, terms in base.items():
-            m.add(sum(terms) <= math.floor((1.0 + TOL - util[i]) * us + slack))
-        virt: dict[str, list] = {}
-        own: dict[str, float] = {}
-        for r, vr in enumerate(d.virtual_reuse):
-            if ("v", r) in self.var:
-                key = f"{vr.virtual.creator}/{vr.virtual.replica}"
-                virt.setdefault(key, []).append(round(vr.util_add * us) * self.var["v", r])
-                own[key] = vr.virtual.utilization
-        for key, terms in virt.items():
-            if len(terms) > 1:
-                m.add(sum(terms) <= math.floor((1.0 + TOL - own[key]) * us + slack))
-
-    def _compute(self) -> None:
-        """Section 9, necessary: each task's own reuse rows per GPU, and the room of the cluster."""
-        from solvers._exact import Prepared
-        from solvers._rows import reuse_by_gpu
-        d, m = self.data, self.m
-        us = float(SCALE)
-        for k, cp in enumerate(d.compiled):
-            prep = Prepared(cp, d.options[k], 0.0, self.smax)
-            keys = [e.key[2:] for (k2, _, _), lst in self.entries.items() if k2 == k for e in lst if e.key[0] == "y"]
-            for g, terms in reuse_by_gpu(prep, keys).items():
-                m.add(sum(round(u * us) * self.var[("y", k, *key)] for key, u in terms)
-                      <= math.floor((1.0 + TOL - cp.base_busy[g]) * us + self.slack))
-        load = []
-        for lst in self.entries.values():
-            for e in lst:
-                c = d.opt(*e.key[1:]).compute_load if e.key[0] == "y" else d.virtual_reuse[e.key[1]].compute_load
-                if c:
-                    load.append(round(c * us) * self.var[e.key])
-        if load:
-            room = d.compiled[0].compute_room
-            m.add(sum(load) <= math.floor((room + TOL) * us + self.n * self.slack))
 
     # -- rounding ---------------------------------------------------------------------------
     def widening(self) -> float:
@@ -321,12 +305,8 @@ class JointModel:
                 choice.append(None)
                 literals.append([("z", k)])
                 continue
-            w = next(key[2] for key in self.var if key[0] == "x" and key[1] == k and value(self.var[key]))
-            picks = []
-            s = 0
-            while (k, w, s) in self.entries:
-                picks.append(next(e for e in self.entries[k, w, s] if value(self.var[e.key])))
-                s += 1
+            w = next(w for w, x in self._workflow_vars[k] if value(x))
+            picks = [next(e for e, y in stage if value(y)) for stage in self._stage_vars[k, w]]
             choice.append((w, tuple(e.ident for e in picks)))
             literals.append([e.key for e in picks])
         return tuple(choice), literals
@@ -406,15 +386,15 @@ class JointModel:
                 want.add(e.key)
         for key, var in self.var.items():
             m.add_hint(var, key in want)
-        for k, ints in self.ints.items():      # L, M, P (or L, U) of the hinted choice, so the hint is complete
+        for k, ints in self.ints.items():      # L, P (or L, U) of the hinted choice, so the hint is complete
             picked = [self._entry[key] for key in want if key in self._entry and
                       (key[1] == k if key[0] == "y" else self.data.virtual_reuse[key[1]].task == k)]
             lat = sum(e.lat for e in picked)
-            if self.usd:
-                m.add_hint(ints[0], lat)
-                m.add_hint(ints[1], sum(e.usd for e in picked))
-            else:
-                mem = sum(e.mem for e in picked)
-                m.add_hint(ints[0], lat)
-                m.add_hint(ints[1], mem)
-                m.add_hint(ints[2], lat * mem)
+            mem = sum(e.mem for e in picked)
+            m.add_hint(ints[0], lat)
+            m.add_hint(ints[1], sum(e.usd for e in picked) if self.usd else lat * mem)
+            for (k2, w), prod in self.products.items():
+                if k2 == k:
+                    on = ("x", k, w) in want
+                    for var, val in zip(prod, (mem, lat, lat * mem), strict=True):
+                        m.add_hint(var, val if on else 0)

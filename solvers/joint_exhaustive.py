@@ -100,7 +100,8 @@ class ExhaustiveJoint(JointSelector):
         t0 = time.perf_counter()
         search = _Search(task_set, t0 + time_limit_s)
         search.dfs(0, task_set.cluster, 0, 0.0, ())
-        runs = [run_choice(task_set, choice) for _, _, choice in search.leaves]
+        memo: dict = {}
+        runs = [run_choice(task_set, choice, memo) for _, _, choice in search.leaves]
         best = choose_joint(runs)
         if best is None:     # stopped before the first leaf
             best = run_choice(task_set, [None] * len(task_set.tasks))

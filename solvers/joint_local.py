@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import time
 
-from selector.evaluate import evaluate, variant_of
 from selector.index import NEW, compile_problem
 from selector.joint import TaskSet
-from selector.joint_eval import JointPlan, JointRun, apply, choice_from_plan, choice_of, run_choice
+from selector.joint_eval import JointPlan, JointRun, choice_from_plan, choice_of, place, run_choice
 from selector.problem import Cluster
 from solvers.joint_base import JointSelector, better, finish
 
@@ -94,10 +93,8 @@ class LocalJoint(JointSelector):
             if not plan.solved:
                 choice.append(None)
                 continue
-            cp = compile_problem(p)
-            ev = evaluate(cp, *variant_of(cp, plan))
-            choice.append(choice_of(cp, ev))
-            cluster = apply(cp, ev, cluster)
+            placed, cluster = place(p, plan, cluster)
+            choice.append(placed)
         run = run_choice(ts, choice)
         return run if run.feasible else None
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import time
 
-from selector.evaluate import evaluate, variant_of
 from selector.joint import TaskSet
-from selector.index import compile_problem
-from selector.joint_eval import JointPlan, apply, choice_of, run_choice
+from selector.joint_eval import JointPlan, place, run_choice
 from solvers.joint_base import JointSelector, finish
 
 
@@ -40,10 +38,8 @@ class SequentialJoint(JointSelector):
                 if plan.status == "infeasible" and self._inner.exact:
                     reasons[k] = plan.reason
                 continue
-            cp = compile_problem(p)
-            ev = evaluate(cp, *variant_of(cp, plan))
-            choice.append(choice_of(cp, ev))
-            cluster = apply(cp, ev, cluster)
+            placed, cluster = place(p, plan, cluster)
+            choice.append(placed)
         run = run_choice(task_set, choice)
         assert run.feasible, f"sequential: its own choice failed re-evaluation at task {run.failed}"
         return finish(task_set, run, solver=self.name, t0=t0, proved=proved and run.served == 0,

@@ -151,7 +151,7 @@ SIMULATE_MODULES = {
     "flowmaker", "flowmaker.entry", "flowmaker.inputs", "flowmaker.lazy", "harness", "harness.__main__",
     "harness.cli", "profiler.collectives", "selector.problem", "selector.errors", "selector.yamlio",
     "harness.simulate", "harness.cluster", "harness.metrics", "harness.trace", "harness.load",
-    "orchestrator", "orchestrator.engines", "orchestrator.engines.llm_core", "orchestrator.engines.llm_seq",
+    "orchestrator", "orchestrator.engines", "orchestrator.engines.llm_core", "orchestrator.engines.llm_seq", "orchestrator.engines.llm_plan",
     "orchestrator.engines.llm_timing", "orchestrator.engines.admission", "orchestrator.engines.vllm_v1",
     "orchestrator.runtime",
     "orchestrator.runtime.events", "profiler", "profiler.engine", "profiler.steps", "profiler.analytic",

@@ -10,7 +10,7 @@ Headlines, on the headline scenario at 25-100% load (mean over the low and high 
 
 Choices: the cost unit (the four of ``_paper_costs.UNITS``, same cells); every other scenario
 that differs from the headline scenario in one field (placement of the baselines, colocation
-penalty, sharing mode, SLO set, arrivals, objective, re-planning), at the loads both ran; and the
+penalty, sharing mode, SLO set, arrivals, objective, re-planning, FlowMaker's fair-share check), at the loads both ran; and the
 paper's sizing of a baseline (``SIZED_AS_PAPER``: the same baseline sized as the paper had it).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from experiments.kinds._paper_report import ci95, fmt, paired
 SIZED_AS_PAPER = {"routellm-paper": "routellm-max-quality", "langchain-paper": "langchain"}
 FIELDS = {"placement": "baselines' placement", "colocation": "colocation penalty", "sharing": "sharing mode",
           "slo_set": "accuracy SLO set", "arrivals": "arrival process", "objective": "selection objective",
-          "replan": "re-planning per load"}
+          "replan": "re-planning per load", "fair_share": "FlowMaker's fair-share check"}
 REF = "flowmaker"
 
 

@@ -41,6 +41,11 @@ def load_slo_set(name: str) -> SloSet:
         raise UserError(f"{path}: {str(exc).splitlines()[0]}") from None
 
 
+#: FlowMaker's planning path: the selectors that plan with the fair-share check under compute sharing
+#: (``cluster.sharing: fair-share``, docs/selection.md "Fair-share placement") when a scenario's
+#: ``fair_share`` is on; every other selector keeps its own rule (section 9 for the compute-aware ones)
+FAIR_SHARE = ("flowmaker", "flowmaker-noreuse", "flowmaker-plus")
+
 #: selectors with fixed rules that read neither the problem's objective nor (but for their own
 #: placement option) anything a scenario's objective changes: their plans are shared across objectives
 OBJECTIVE_BLIND = ("langchain", "routellm")
@@ -60,13 +65,14 @@ def takes_placement(spec: str) -> bool:
 
 
 def plan_key(sharing: str, slo_set: str, spec: str, plan_load_pct: float, unplaced: tuple[str, ...],
-             placement: str, objective: str) -> PlanKey:
+             placement: str, objective: str, fair_share: bool = False) -> PlanKey:
     """The plan key, with the settings a selector ignores set to their defaults, so that scenarios
     differing only there share its plans and cells (FlowMaker in the fair-placement row, LangChain
-    under another objective)."""
+    under another objective, a baseline with FlowMaker's fair-share check on or off)."""
     placement = placement if takes_placement(spec) else "own"
     objective = "gb_s" if spec.partition(":")[0] in OBJECTIVE_BLIND else objective
-    return PlanKey(sharing, slo_set, spec, plan_load_pct, unplaced, placement, objective)
+    fair_share = fair_share and sharing == "compute" and spec.partition(":")[0] in FAIR_SHARE
+    return PlanKey(sharing, slo_set, spec, plan_load_pct, unplaced, placement, objective, fair_share)
 
 
 def _solver(spec: str, placement: str = "own"):
@@ -96,6 +102,12 @@ class PlanKey:
     unplaced: tuple[str, ...] = ()
     placement: str = "own"      # the baselines' placement: own rule, or FlowMaker's ("spec")
     objective: str = "gb_s"     # the problems' objective (spec section 5 or 10's usd_per_hour)
+    fair_share: bool = False    # planned under sharing: fair-share (section 9 + the fair-share check)
+
+    @property
+    def planning_sharing(self) -> str:
+        """The sharing mode the selector plans under (``fair-share`` adds to ``compute``)."""
+        return "fair-share" if self.fair_share else self.sharing
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,8 @@ class CellKey:
         """The key's fields as a results row has them (a shared cell's row takes its key's)."""
         p = self.plan
         return {"sharing": p.sharing, "slo_set": p.slo_set, "selector": label(p.selector), "placement": p.placement,
-                "objective": p.objective, "plan_load_pct": p.plan_load_pct, "unplaced": ",".join(p.unplaced)}
+                "objective": p.objective, "plan_load_pct": p.plan_load_pct, "unplaced": ",".join(p.unplaced),
+                "fair_share": p.fair_share}
 
 
 def work_digest(seq: list) -> str:
@@ -152,7 +165,7 @@ def deploy_sequence(problems, key: PlanKey, *, time_limit_s: float) -> tuple[lis
     if missing:
         raise UserError(f"SLO set '{key.slo_set}' has no accuracy SLO for task {missing[0]}")
     solver = _solver(key.selector, key.placement)
-    at = [problem_at(p, sharing=key.sharing, accuracy_slo=slo[p.task.name], load_pct=key.plan_load_pct,
+    at = [problem_at(p, sharing=key.planning_sharing, accuracy_slo=slo[p.task.name], load_pct=key.plan_load_pct,
                      objective=key.objective) for p in problems]
     cluster, seq, rows = at[0].cluster, [], []
     for p in at:
@@ -182,7 +195,7 @@ def _record(key: PlanKey, p, plan, select_s: float) -> dict:
     insts = dep.instances if dep is not None else ()
     return {"sharing": key.sharing, "slo_set": key.slo_set, "selector": label(key.selector),
             "placement": key.placement, "objective": key.objective, "plan_load_pct": key.plan_load_pct,
-            "task": p.task.name, "accuracy_slo": p.task.accuracy_slo,
+            "fair_share": key.fair_share, "task": p.task.name, "accuracy_slo": p.task.accuracy_slo,
             "arrival_rate_rps": p.task.arrival_rate_rps, "status": plan.status if plan else "left unplaced",
             "placed": dep is not None, "workflow": dep.workflow if dep is not None else None,
             "instances_new": len(insts), "gb_new": sum(i.mem_gb for i in insts),
@@ -231,7 +244,7 @@ def run_cell(cell: CellKey, seq: list, tokens, *, rates: tuple, gpu: str, gpu_id
     share = {g: busy.get(g, 0.0) / summary["residency_window_s"] for g in gpu_ids}
     summary["busy_gpu_s"] = float(sum(busy.get(g, 0.0) for g in gpu_ids))     # busy GPU-seconds, window
     return {"sharing": cell.plan.sharing, "slo_set": cell.plan.slo_set, "selector": label(cell.plan.selector),
-            "placement": cell.plan.placement, "objective": cell.plan.objective,
+            "placement": cell.plan.placement, "objective": cell.plan.objective, "fair_share": cell.plan.fair_share,
             "plan_load_pct": cell.plan.plan_load_pct, "unplaced": ",".join(cell.plan.unplaced),
             "colocation": cell.colocation, "arrivals": cell.arrivals, "trace": cell.trace,
             "load_pct": cell.load_pct, "seed": cell.seed, "trace_source": source, "peak_to_mean": ptm,

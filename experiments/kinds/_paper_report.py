@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,12 +181,12 @@ def deployments_table(deps: pd.DataFrame) -> list[str]:
 
 def scenario_deps(deps: pd.DataFrame, sc, selectors) -> pd.DataFrame:
     """The deployment records of ``selectors`` in scenario ``sc``: its sharing mode and SLO set and,
-    per selector, its placement and objective where the selector has records under them (a
+    per selector, its placement, objective and fair-share check where it has records under them (a
     selector that ignores one was planned under the default, ``_paper_plan.plan_key``)."""
     d = deps[(deps.sharing == sc.sharing) & (deps.slo_set == sc.slo_set) & deps.selector.isin(set(selectors))]
     parts = []
     for _, g in d.groupby("selector", sort=False):
-        for col, default in (("placement", "own"), ("objective", "gb_s")):
+        for col, default in (("placement", "own"), ("objective", "gb_s"), ("fair_share", False)):
             if col in g:
                 want = getattr(sc, col)
                 g = g[g[col] == (want if (g[col] == want).any() else default)]
@@ -276,7 +277,7 @@ def sensitivity_table(df: pd.DataFrame, params, ref: str) -> list[str]:
     for sc in params.scenarios:
         sub = df[df.scenario == sc.name]
         plans = "per load" if sc.replan else f"once at {params.plan_load_pct:g}%"
-        head = (f"| {sc.name} | {sc.sharing} | {sc.slo_set} | {'on' if sc.colocation else 'off'} | {plans} | "
+        head = (f"| {sc.name} | {_sharing(sc)} | {sc.slo_set} | {'on' if sc.colocation else 'off'} | {plans} | "
                 f"{sc.arrivals or params.arrivals} | {sc.placement} | {sc.objective} | ")
         for base in [s for s in sub.selector.unique() if s != ref]:
             g = paired(sub, ref, base, "goodput", cost=False)
@@ -286,9 +287,14 @@ def sensitivity_table(df: pd.DataFrame, params, ref: str) -> list[str]:
     return lines
 
 
+def _sharing(sc) -> str:
+    """The scenario's sharing mode, and FlowMaker's fair-share check where it plans with it."""
+    return f"{sc.sharing} (FlowMaker: + fair share)" if sc.sharing == "compute" and sc.fair_share else sc.sharing
+
+
 def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, ref: str, main: bool) -> list[str]:
     from experiments.kinds._paper_costs import units_by_load, units_ratio_table
-    lines = [f"## Scenario `{sc.name}`: sharing {sc.sharing}, SLO set `{sc.slo_set}`, colocation "
+    lines = [f"## Scenario `{sc.name}`: sharing {_sharing(sc)}, SLO set `{sc.slo_set}`, colocation "
              f"{'on' if sc.colocation else 'off'}, {'re-planned per load' if sc.replan else 'planned once'}, "
              f"baselines placed by {'their own rules' if sc.placement == 'own' else 'FlowMaker' + chr(39) + 's rule'}, "
              f"objective {sc.objective}"]
@@ -318,12 +324,13 @@ def _scenario_md(sub: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, sc, 
 
 
 def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.DataFrame, *, drain_cap_s: float,
-                 wall_s: float, cpu_s: float = float("nan"), execution: Execution = Execution(),
+                 clock: Callable[[], tuple[float, float]], execution: Execution = Execution(),
                  resumed: Resumed = Resumed()) -> None:
     """``summary.md`` and the plots: the first scenario's as goodput.png and cost.png, every other
     scenario in ``params.plots`` (default: all) as goodput-<scenario>.png and cost-<scenario>.png.
-    ``wall_s``: this invocation's wall time; ``resumed``: what earlier invocations of a resumed run
-    computed (the run's own wall time adds their cells' own)."""
+    ``clock()``: this invocation's (wall, CPU) seconds so far, read once every section and plot is
+    done, so the reported wall time is the whole run's but for writing the file; ``resumed``: what
+    earlier invocations of a resumed run computed (the run's own wall time adds their cells' own)."""
     from experiments.kinds._paper_costs import MAX_HEADLINE_LOAD, overload_md
     from experiments.kinds._paper_dependence import dependence_md
     from experiments.kinds._paper_differences import differences_md
@@ -332,7 +339,24 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
     df, deps, gpus = _plain(df), _plain(deps), _plain(gpus)
     ptm = df.groupby(["trace", "load_pct"]).peak_to_mean.mean()
     keys = ['selector', 'sharing', 'slo_set', 'colocation', 'plan_load_pct', 'unplaced', 'arrivals', 'trace',
-            'load_pct', 'seed'] + [k for k in ("placement", "objective") if k in df]
+            'load_pct', 'seed'] + [k for k in ("placement", "objective", "fair_share") if k in df]
+    body = [*dependence_md(df, params, headline(params)),
+            "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
+            "## Sensitivity rows at 25-100% (goodput ratio FlowMaker / baseline, window cost ratio baseline / "
+            "FlowMaker in reserved GB x s)", "", *sensitivity_table(df, params, ref), ""]
+    for i, sc in enumerate(params.scenarios):
+        sub = df[df.scenario == sc.name]
+        if sub.load_pct.min() > MAX_HEADLINE_LOAD:
+            body += overload_md(sub, deps, sc)
+        else:
+            body += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
+        if i == 0:
+            plots(sub, out)                       # the headline: goodput.png, cost.png
+        elif params.plots is None or sc.name in params.plots:
+            plots(sub, out, suffix=f"-{sc.name}")
+    body += differences_md(df, deps, params)
+    body += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
+    wall_s, cpu_s = clock()
     total_s = wall_s + resumed.cell_wall_s
     lines = ["# Paper goodput/cost experiment: summary", "",
              f"Cells: {df.cell.nunique() if 'cell' in df else df.drop_duplicates(keys).shape[0]} simulated "
@@ -341,29 +365,14 @@ def write_report(params, out, df: pd.DataFrame, deps: pd.DataFrame, gpus: pd.Dat
              f"-{df.groupby(['scenario', 'selector', 'trace', 'load_pct']).seed.nunique().max()}; arrivals "
              f"{params.arrivals} over a {params.window_s:g} s window; cost window = window + min(drain, "
              f"{drain_cap_s:.1f} s); trace source: {', '.join(sorted(set(df.trace_source)))}; "
-             f"{resumed.describe(wall_s)} (CPU {cpu_s:.0f} s, {execution.describe()}).", "",
+             f"{resumed.describe(wall_s)} (CPU {cpu_s:.0f} s, {execution.describe()}; the whole run up to writing "
+             "this file: plans, replays, tables and plots).", "",
              "Peak-to-mean of the arrivals (10 s bins, mean over cells): "
              + "; ".join(f"{tr} {ld:g}% {v:.2f}" for (tr, ld), v in ptm.items()), "",
              "Intervals: 95% t intervals over seeds (paired ratios); `[lo, hi]` after each mean; spans in "
              "parentheses are min-max over (trace, load) cells. Paper figures: shared/reference/flowmaker.md.", "",
              *targets_md(df, params, wall_s=total_s, cpu_s=cpu_s, workers=execution.describe(),
-                         wall_text=resumed.describe(wall_s)),
-             *dependence_md(df, params, headline(params)),
-             "## RouteLLM: accuracy-SLO share of served requests", "", *routellm_shares(df), "",
-             "## Sensitivity rows at 25-100% (goodput ratio FlowMaker / baseline, window cost ratio baseline / "
-             "FlowMaker in reserved GB x s)", "", *sensitivity_table(df, params, ref), ""]
-    for i, sc in enumerate(params.scenarios):
-        sub = df[df.scenario == sc.name]
-        if sub.load_pct.min() > MAX_HEADLINE_LOAD:
-            lines += overload_md(sub, deps, sc)
-        else:
-            lines += _scenario_md(sub, deps, gpus, sc, ref, main=i == 0)
-        if i == 0:
-            plots(sub, out)                       # the headline: goodput.png, cost.png
-        elif params.plots is None or sc.name in params.plots:
-            plots(sub, out, suffix=f"-{sc.name}")
-    lines += differences_md(df, deps, params)
-    lines += ["More on why our numbers differ: docs/baselines.md (\"Why our numbers differ from the paper's\")."]
+                         wall_text=resumed.describe(wall_s)), *body]
     atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
 
 

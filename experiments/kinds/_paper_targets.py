@@ -115,9 +115,14 @@ def _reuse_target(sub, ref, metric: str = COST) -> tuple[bool | None, str]:
         return None, "FlowMakerNoReuse or a load band not in the scenario"
     r = paired(sub, ref, "flowmaker-noreuse", metric, cost=True)
     lo, hi = band(r, _loads(sub, "low")), band(r, _loads(sub, "high"))
-    disjoint = lo[0] - lo[1] > hi[0] + hi[1]
+    if lo[0] - lo[1] > hi[0] + hi[1]:
+        apart = "intervals disjoint"
+    elif hi[0] - hi[1] > lo[0] + lo[1]:
+        apart = "intervals disjoint, low below high"
+    else:
+        apart = "intervals overlap"
     return lo[0] > hi[0], (f"saving FlowMakerNoReuse / FlowMaker low {fmt(*lo[:2])}x vs high {fmt(*hi[:2])}x "
-                           f"(intervals {'disjoint' if disjoint else 'overlap'}; paper 1.61x vs 1.31x)")
+                           f"({apart}; paper 1.61x vs 1.31x)")
 
 
 def _word(ok: bool | None) -> str:

@@ -48,13 +48,13 @@ def classes(graphs_of: Callable[[tuple[str, ...]], list[Any]]) -> dict[tuple[str
     return out
 
 
-def shapley(lat: dict[tuple[str, ...], float]) -> dict[str, float]:
-    """``phi_p`` of ``v(S) = ln(L(none) / L(S))`` over the passes in ``ALL``."""
-    n = len(ALL)
+def shapley(lat: dict[tuple[str, ...], float], players: Sequence[str] = ALL) -> dict[str, float]:
+    """``phi_p`` of ``v(S) = ln(L(none) / L(S))`` over the passes in ``players`` (subsets of them)."""
+    n = len(players)
     key = {frozenset(s): v for s, v in lat.items()}
     phi = {}
-    for p in ALL:
-        rest = [q for q in ALL if q != p]
+    for p in players:
+        rest = [q for q in players if q != p]
         tot = 0.0
         for k in range(n):
             w = factorial(k) * factorial(n - k - 1) / factorial(n)
@@ -65,13 +65,16 @@ def shapley(lat: dict[tuple[str, ...], float]) -> dict[str, float]:
 
 
 def decompose(app: str, rate: float, setting: str, lat: dict[tuple[str, ...], float],
-              baseline: str, baseline_s: float) -> pd.DataFrame:
+              baseline: str, baseline_s: float, applied: Sequence[str] = ALL) -> pd.DataFrame:
     """One row per pass, plus ``baseline->unoptimised`` and ``total`` rows (factors; a pass's share
-    in percent of the passes' joint gain ``ln(L(none) / L(all))``, the share of the total being
-    meaningless where the total is near 1x)."""
-    none, full = lat[()], lat[tuple(ALL)]
+    in percent of the passes' joint gain ``ln(L(none) / L(applied))``, the share of the total being
+    meaningless where the total is near 1x). ``applied``: the passes Teola applies (the guided
+    optimiser's choice); the Shapley values are over them, a pass left out has factor 1 and the
+    total is ``baseline_s / L(applied)``."""
+    applied = tuple(p for p in ALL if p in applied)
+    none, full = lat[()], lat[applied]
     total = baseline_s / full
-    phi = shapley(lat)
+    phi = {p: 0.0 for p in ALL} | shapley(lat, applied)
     gain = log(none / full)
 
     def pct(x: float) -> float:
@@ -81,33 +84,39 @@ def decompose(app: str, rate: float, setting: str, lat: dict[tuple[str, ...], fl
              "share_pct": float("nan"), "off_alone": float("nan"), "only_on": float("nan")}]
     for p in ALL:
         rows.append({"part": p, "factor": exp(phi[p]), "share_pct": pct(phi[p]),
-                     "off_alone": lat[tuple(q for q in ALL if q != p)] / full, "only_on": none / lat[(p,)]})
+                     "off_alone": lat[tuple(q for q in applied if q != p)] / full if p in applied else 1.0,
+                     "only_on": none / lat[(p,)], "applied": p in applied})
     off_sum = log(baseline_s / none) + sum(log(r["off_alone"]) for r in rows[1:])
     only_sum = log(baseline_s / none) + sum(log(r["only_on"]) for r in rows[1:])
     rows.append({"part": "total (product of the factors above)", "factor": total,
                  "share_pct": pct(sum(phi.values())),
                  "off_alone": exp(off_sum), "only_on": exp(only_sum)})
     return pd.DataFrame(rows).assign(app=app, rate_rps=rate, setting=setting, baseline=baseline,
-                                     baseline_s=baseline_s, teola_s=full, unoptimised_s=none)
+                                     baseline_s=baseline_s, teola_s=full, unoptimised_s=none,
+                                     passes="+".join(applied) or "none")
 
 
 def markdown(dec: pd.DataFrame) -> list[str]:
     out = ["", "## Each pass's share of the speedup (per app, each app's low rate and one query)", "",
            "Factor: Shapley value of each pass on ln(latency), as a factor; the factors multiply to "
-           "the total exactly (`experiments/kinds/_teola_passes.py`). Share: percent of the passes' joint gain "
-           "ln(L(no pass) / L(all)). "
-           "Off alone: L(all but p) / L(all); only on: L(no pass) / L(p alone); in the total row, the "
+           "the total exactly (`experiments/kinds/_teola_passes.py`). Teola is the passes its optimiser applies "
+           "there (`orchestrator/guided.py`; every pass where `teola-guided` is not run): the Shapley values are over "
+           "them, a pass not applied has factor 1.000x (its only-on factor says what it would do alone). Share: "
+           "percent of the passes' joint gain ln(L(no pass) / L(applied)). "
+           "Off alone: L(applied but p) / L(applied); only on: L(no pass) / L(p alone); in the total row, the "
            "product of the off-alone (only-on) factors with the baseline's, which misses the total by "
            "the passes' interactions.", ""]
     for (app, setting), g in dec.groupby(["app", "setting"], sort=False):
         r0 = g.iloc[0]
         rate = "one query" if setting == "one_query" else f"{r0.rate_rps:g} req/s"
         out += [f"### {app}, {rate}: best baseline {r0.baseline} {r0.baseline_s:.3f} s, unoptimised graph "
-                f"{r0.unoptimised_s:.3f} s, Teola {r0.teola_s:.3f} s", "",
+                f"{r0.unoptimised_s:.3f} s, Teola {r0.teola_s:.3f} s (passes applied: "
+                f"{getattr(r0, 'passes', '+'.join(ALL)).replace('+', ', ')})", "",
                 "| part | factor | share of the passes' gain | off alone | only on |", "|---|---|---|---|---|"]
         for r in g.itertuples():
             off, on, sh = ("-" if pd.isna(v) else f"{v:.3f}x" for v in (r.off_alone, r.only_on, r.factor))
             share = "-" if pd.isna(r.share_pct) else f"{r.share_pct:.1f}%"
-            out.append(f"| {r.part} | {sh} | {share} | {off} | {on} |")
+            part = r.part if getattr(r, "applied", True) is not False else f"{r.part} (not applied)"
+            out.append(f"| {part} | {sh} | {share} | {off} | {on} |")
         out.append("")
     return out

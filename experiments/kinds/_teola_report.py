@@ -22,6 +22,26 @@ CLAIMS = reference("teola")["claims"]
 #: Teola without passes on Teola's runtime: the "unoptimised DAG" the Ayo README compares against
 UNOPTIMISED = "teola-no-par-pipe"
 PREFIX = "teola+prefix-cache"
+#: Teola with cost-model-guided pass application (``orchestrator.guided``): Teola's figure where run
+GUIDED = "teola-guided"
+PREFIX_GUIDED = "teola+prefix-cache-guided"
+ALL_PASSES = "teola"
+_GUIDES = {GUIDED: ALL_PASSES, PREFIX_GUIDED: PREFIX}
+
+
+def guided_base(scheme: str) -> str | None:
+    """The scheme a guided one applies its passes from (None: not a guided scheme)."""
+    return _GUIDES.get(scheme)
+
+
+def prefix_of(schemes: Any) -> str:
+    """The scheme that gives Teola-with-prefix-cache's figure: the guided one where it runs."""
+    return PREFIX_GUIDED if PREFIX_GUIDED in schemes else PREFIX
+
+
+def teola_of(schemes: Any) -> str:
+    """The scheme that gives Teola's figure: the guided one where it runs, else all passes."""
+    return GUIDED if GUIDED in schemes else ALL_PASSES
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
@@ -40,32 +60,40 @@ def _per_seed_ratio(grp: pd.DataFrame, base: list[str], scheme: str) -> pd.Serie
     return by[base].min(axis=1) / by[scheme]
 
 
-def speedups(summary: pd.DataFrame, isolated: pd.DataFrame, p: Any) -> pd.DataFrame:
+def speedups(summary: pd.DataFrame, isolated: pd.DataFrame, p: Any,
+             passes: dict[tuple[str, float], str] | None = None) -> pd.DataFrame:
     """Teola (and Teola with prefix caching) vs the best baseline per (app, rate), with each
     rate's regime: ``low`` (the smallest), ``high`` (the largest below saturation), ``mid``,
-    or ``saturated`` (the best baseline's mean above ``p.saturation`` x its isolated mean)."""
+    or ``saturated`` (the best baseline's mean above ``p.saturation`` x its isolated mean).
+    Teola is :func:`teola_of` the schemes run; ``passes``: what the guided one applied per (app, rate)."""
     base = [s for s in p.schemes if s in BASELINES]
+    t = teola_of(p.schemes)
     iso = _pooled(isolated, ["app", "scheme"])
     rows = []
     for (app, rate), grp in summary.groupby(["app", "rate_rps"], sort=False):
         mean, p99 = _pooled(grp, ["scheme"]), _pooled(grp, ["scheme"], "p99_latency_s")
         best = mean[base].idxmin()
-        r = _per_seed_ratio(grp, base, "teola")
+        r = _per_seed_ratio(grp, base, t)
         dflt = [b for b in base if b in DEFAULT_BASELINES and b in mean.index]
         best_d = mean[dflt].idxmin() if dflt else best
-        row = {"app": app, "rate_rps": rate, "teola_mean_s": mean["teola"], "best_baseline": best,
-               "best_default": best_d, "speedup_vs_default": mean[best_d] / mean["teola"],
-               "best_baseline_mean_s": mean[best], "speedup_mean": mean[best] / mean["teola"],
+        row = {"app": app, "rate_rps": rate, "teola_scheme": t, "teola_mean_s": mean[t], "best_baseline": best,
+               "best_default": best_d, "speedup_vs_default": mean[best_d] / mean[t],
+               "best_baseline_mean_s": mean[best], "speedup_mean": mean[best] / mean[t],
                "speedup_min": r.min(), "speedup_max": r.max(), "n_seeds": len(r),
-               "speedup_p99": p99[best] / p99["teola"],
+               "speedup_p99": p99[best] / p99[t], "passes": (passes or {}).get((app, rate), ""),
                "saturated": bool(mean[best] > p.saturation * iso[(app, best)]),
                "best_isolated_s": iso[(app, best)], "paper_speedup": PAPER_SPEEDUP.get(app, "")}
         if UNOPTIMISED in mean.index:
-            row["speedup_vs_unoptimised"] = mean[UNOPTIMISED] / mean["teola"]
-        if PREFIX in mean.index:
-            rp = _per_seed_ratio(grp, base, PREFIX)
-            row.update(prefix_cache_speedup=mean[best] / mean[PREFIX], prefix_cache_min=rp.min(),
-                       prefix_cache_max=rp.max())
+            row["speedup_vs_unoptimised"] = mean[UNOPTIMISED] / mean[t]
+        if t != ALL_PASSES and ALL_PASSES in mean.index:
+            ra = _per_seed_ratio(grp, base, ALL_PASSES)
+            row.update(all_passes_speedup=mean[best] / mean[ALL_PASSES], all_passes_min=ra.min(),
+                       all_passes_max=ra.max())
+        pre = prefix_of(mean.index)
+        if pre in mean.index:
+            rp = _per_seed_ratio(grp, base, pre)
+            row.update(prefix_cache_speedup=mean[best] / mean[pre], prefix_cache_min=rp.min(),
+                       prefix_cache_max=rp.max(), prefix_cache_scheme=pre)
         rows.append(row)
     return _regimes(pd.DataFrame(rows))
 
@@ -168,17 +196,23 @@ def markdown(sp: pd.DataFrame, ab: pd.DataFrame, cap: pd.DataFrame, p: Any) -> s
              "Best baseline: the fastest of all baselines, LlamaIndex's defaults (`llamadist*-po/to`) and "
              "the same with in-module concurrency opened (`llamadist*-open-*`); the last columns give the "
              "speedup over the fastest default one alone.", "",
-             "| app | rate (req/s) | regime | Teola mean (s) | best baseline | its mean (s) | speedup (mean) | "
-             f"speedup (p99) | teola+prefix-cache | vs unoptimised DAG ({UNOPTIMISED}) | best default baseline | "
-             "speedup vs it | paper |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"Teola: `{teola_of(p.schemes)}`"
+             + (f" (the passes its optimiser applies at each rate, chosen by `orchestrator/guided.py` on a calibration "
+                f"workload of {p.guide_queries} queries, seed {p.guide_seed}: a pass is applied unless dropping it lowers "
+                f"the simulated mean latency by more than {100 * p.guide_min_gain:g}%; `{ALL_PASSES}`, every pass "
+                "always, beside it)." if teola_of(p.schemes) == GUIDED else "."), "",
+             "| app | rate (req/s) | regime | Teola mean (s) | passes applied | best baseline | its mean (s) | "
+             f"speedup (mean) | speedup (p99) | {ALL_PASSES} (every pass) | {prefix_of(p.schemes)} | vs unoptimised DAG "
+             f"({UNOPTIMISED}) | best default baseline | speedup vs it | paper |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sp.itertuples():
         pc = _x(r.prefix_cache_speedup, r.prefix_cache_min, r.prefix_cache_max) if hasattr(r, "prefix_cache_speedup") else "-"
         un = f"{r.speedup_vs_unoptimised:.2f}x" if hasattr(r, "speedup_vs_unoptimised") else "-"
-        lines.append(f"| {r.app} | {r.rate_rps:g} | {r.regime} | {r.teola_mean_s:.3f} | {r.best_baseline} | "
-                     f"{r.best_baseline_mean_s:.3f} | {_x(r.speedup_mean, r.speedup_min, r.speedup_max)} | "
-                     f"{r.speedup_p99:.2f}x | {pc} | {un} | {r.best_default} | {r.speedup_vs_default:.2f}x | "
-                     f"{r.paper_speedup} |")
+        al = _x(r.all_passes_speedup, r.all_passes_min, r.all_passes_max) if hasattr(r, "all_passes_speedup") else "-"
+        lines.append(f"| {r.app} | {r.rate_rps:g} | {r.regime} | {r.teola_mean_s:.3f} | {r.passes or 'all'} | "
+                     f"{r.best_baseline} | {r.best_baseline_mean_s:.3f} | "
+                     f"{_x(r.speedup_mean, r.speedup_min, r.speedup_max)} | {r.speedup_p99:.2f}x | {al} | {pc} | {un} | "
+                     f"{r.best_default} | {r.speedup_vs_default:.2f}x | {r.paper_speedup} |")
     lines += ["", f"## Ablation ({p.ablation_app})", "",
               "| setting | scheme | mean (s) | slowdown vs Teola [per-seed range] |", "|---|---|---|---|"]
     for r in ab.itertuples():

@@ -49,6 +49,10 @@ class Scenario(BaseModel):
                                    "compute-aware under sharing compute; docs/baselines.md)")
     objective: Literal["gb_s", "usd_per_hour"] = Field(
         default="gb_s", description="the problems' objective (spec section 5, or section 10's dollars per hour)")
+    fair_share: bool = Field(
+        default=True, description="under sharing compute, FlowMaker's planning path (_paper_plan.FAIR_SHARE) adds "
+                                   "the fair-share check (sharing: fair-share, docs/selection.md); false: section 9 "
+                                   "alone. The other selectors keep their own rules either way")
     arrivals: Literal["poisson", "window"] | None = None
     loads_pct: list[float] | None = Field(default=None, min_length=1)
     seeds: int | None = Field(default=None, ge=1)
@@ -189,7 +193,8 @@ def plan_all(params: Params, problems, seed: int = 0, ctx: RunContext | None = N
             unplaced = tuple(sc.unplaced.get(label(spec), ()))
             for load in sc.loads_pct or params.loads_pct:
                 keyed.append((sc, load, plan_key(sc.sharing, sc.slo_set, spec, load if sc.replan else
-                                                 params.plan_load_pct, unplaced, sc.placement, sc.objective)))
+                                                 params.plan_load_pct, unplaced, sc.placement, sc.objective,
+                                                 sc.fair_share)))
     plans, rows = _plan_keys(params, problems, list(dict.fromkeys(k for _, _, k in keyed)), ctx,
                              [] if earlier is None else earlier)
     work = {k: work_digest(seq) for k, seq in plans.items()}
@@ -282,7 +287,7 @@ def run(params: Params, ctx: RunContext) -> None:
             for g, v in json.loads(js).items()]
     atomic_write_parquet(ctx.run_dir / "gpus.parquet", pd.DataFrame(gpus))
     write_report(params, ctx.run_dir, df.drop(columns=["per_task"]), pd.DataFrame(dep_rows), pd.DataFrame(gpus),
-                 drain_cap_s=cap, wall_s=time.perf_counter() - t0, cpu_s=_cpu_since(c0), execution=ctx.execution,
+                 drain_cap_s=cap, clock=lambda: (time.perf_counter() - t0, _cpu_since(c0)), execution=ctx.execution,
                  resumed=Resumed.of(earlier))
     if params.publish:
         _publish(ctx.run_dir)

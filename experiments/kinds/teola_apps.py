@@ -10,6 +10,7 @@ and spread over seeds, the rate regime by the saturation rule), ``ablation.parqu
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import numpy as np
@@ -26,6 +27,8 @@ from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
 from orchestrator.apps import AppSpec, check_apps
 from orchestrator.engines import load_engine_spec, profiler_llm_instances
+from orchestrator.guided import choose_passes
+from orchestrator.schemes import ALL, Scheme, only_scheme
 from orchestrator.passes import GraphCache, passes_named
 from orchestrator.runtime.api import pass_context
 from orchestrator.template import QueryConfig
@@ -63,7 +66,13 @@ class Params(BaseModel):
     n_isolated: int = Field(20, ge=1, le=MAX_QUERIES, description="queries per isolated-latency cell")
     n_queries: int = Field(150, ge=1, le=MAX_QUERIES, description="queries per cell")
     seeds: tuple[int, ...] = Field((0,), min_length=1, description="one run of every cell per seed")
-    schemes: tuple[str, ...] = ("teola", "teola+prefix-cache") + BASELINES
+    schemes: tuple[str, ...] = (report.GUIDED, "teola", report.PREFIX_GUIDED, "teola+prefix-cache") + BASELINES
+    # `teola-guided` (and `teola+prefix-cache-guided`): Teola whose optimiser applies only the passes its cost model says pay at the
+    # deployment's rate (orchestrator/guided.py): the simulation of the app on its engines' profiles,
+    # `guide_queries` queries drawn with `guide_seed` (never an evaluated seed), backward elimination
+    guide_queries: int = Field(100, ge=1, le=MAX_QUERIES, description="calibration queries per (app, rate)")
+    guide_seed: int = Field(1000, description="calibration workload's seed; keep it out of `seeds`")
+    guide_min_gain: float = Field(0.005, ge=0, lt=1, description="a pass is dropped when that lowers the cost by more")
     app_overrides: dict[str, AppOverride] = Field(default_factory=dict)
     # each pass's share of the speedup: every pass subset (identical graphs run once) at each listed
     # app's lowest rate and for one query (experiments/kinds/_teola_passes.py)
@@ -132,10 +141,49 @@ def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, 
     return f"{app_name}__{rate:g}rps__{scheme_name}__n{n}__s{seed}{tag}"
 
 
-def _simulate(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
+_GUIDED: dict[tuple, tuple[str, ...]] = {}
+
+
+def _guide_key(p: Params, app_name: str, rate: float, n: int, scheme_name: str) -> tuple:
+    return p.model_dump_json(), app_name, p.isolated_rate_rps if n == 1 else rate, scheme_name
+
+
+def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: str = report.GUIDED) -> tuple[str, ...]:
+    """The passes a guided scheme (``teola-guided``, ``teola+prefix-cache-guided``) applies to
+    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on queries that do not
+    interact), chosen on the calibration workload with the engines of the scheme it guides."""
+    key = _guide_key(p, app_name, rate, n, scheme_name)
+    cal_rate = key[2]
+    if key not in _GUIDED:
+        base = get_scheme(report.guided_base(scheme_name))
+
+        def cost(passes: tuple[str, ...]) -> float:
+            _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, passes), p.guide_queries, p.guide_seed)
+            return float(np.mean([r.latency_s for r in res]))
+        _GUIDED[key] = choose_passes(cost, ALL, min_gain=p.guide_min_gain)
+    return _GUIDED[key]
+
+
+def _with_passes(base: Scheme, passes: tuple[str, ...]) -> Scheme:
+    """``base`` (Teola, with or without prefix caching) with only ``passes`` on."""
+    if set(passes) == set(base.passes):
+        return base
+    return dataclasses.replace(get_scheme(only_scheme(passes)), prefix_caching=base.prefix_caching)
+
+
+def _resolve(p: Params, app_name: str, rate: float, scheme_name: str, n: int) -> tuple[Scheme, str]:
+    """The scheme a cell runs and the passes it applies ("" unless a guided scheme)."""
+    if report.guided_base(scheme_name) is None:
+        return get_scheme(scheme_name), ""
+    passes = guided_passes(p, app_name, rate, n, scheme_name)
+    return _with_passes(get_scheme(report.guided_base(scheme_name)), passes), "+".join(passes) or "none"
+
+
+def _simulate(p: Params, app_name: str, rate: float, scheme_name: str | Scheme, n: int, seed: int,
               cap: dict[str, int] | None = None, traces: dict | None = None) -> tuple[list, list, dict]:
     """One (app, rate, scheme, queries, seed, batch cap) simulation: its configs, results and engines."""
-    app, scheme = _app(p, app_name), get_scheme(scheme_name)
+    app = _app(p, app_name)
+    scheme = scheme_name if isinstance(scheme_name, Scheme) else _resolve(p, app_name, rate, scheme_name, n)[0]
     rng = np.random.default_rng([seed, abs(int(rate * 1000)), len(app_name)])
     cfgs = app.query_configs(n, rng)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
@@ -145,18 +193,35 @@ def _simulate(p: Params, app_name: str, rate: float, scheme_name: str, n: int, s
     return cfgs, res, engines
 
 
+def guide_frame(p: Params, app_name: str, rate: float, n: int, scheme_name: str) -> pd.DataFrame:
+    """One calibration: the passes ``scheme_name`` applies at ``rate`` (one row)."""
+    return pd.DataFrame([{"app": app_name, "rate_rps": rate, "n_queries": n, "scheme": scheme_name,
+                          "passes": "+".join(guided_passes(p, app_name, rate, n, scheme_name))}])
+
+
+def _given(p: Params, app_name: str, rate: float, n: int, scheme_name: str, passes: str | None) -> None:
+    """Record a calibration made elsewhere (another process: ``run`` makes each once)."""
+    if passes is not None and report.guided_base(scheme_name) is not None:
+        _GUIDED[_guide_key(p, app_name, rate, n, scheme_name)] = tuple(x for x in passes.split("+") if x)
+
+
 def cell_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int,
-               cap: dict[str, int] | None = None) -> pd.DataFrame:
-    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies."""
+               cap: dict[str, int] | None = None, passes: str | None = None) -> pd.DataFrame:
+    """One (app, rate, scheme, queries, seed, batch cap) cell: its requests' latencies (``passes``:
+    a guided scheme's calibrated choice, when made already)."""
+    _given(p, app_name, rate, n, scheme_name, passes)
     cfgs, res, _ = _simulate(p, app_name, rate, scheme_name, n, seed, cap)
     return pd.DataFrame({"app": app_name, "rate_rps": rate, "scheme": scheme_name, "seed": seed,
+                         "passes": _resolve(p, app_name, rate, scheme_name, n)[1],
                          "qid": [r.qid for r in res], "arrival_s": [r.arrival_s for r in res],
                          "latency_s": [r.latency_s for r in res], "n_primitives": [r.n_primitives for r in res],
                          "doc_tokens": [c.doc_tokens for c in cfgs]})
 
 
-def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int, at_rate: float) -> pd.DataFrame:
+def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, seed: int, at_rate: float,
+               passes: str | None = None) -> pd.DataFrame:
     """The same simulation as a cell, its queries' critical paths (``_teola_critical``), filed under ``at_rate``."""
+    _given(p, app_name, rate, n, scheme_name, passes)
     traces: dict = {}
     _, _, engines = _simulate(p, app_name, rate, scheme_name, n, seed, traces=traces)
     mb = {k: v[0].max_batch_size() for k, v in engines.items()}
@@ -165,11 +230,14 @@ def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
 
 
 def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
-    """Critical paths of Teola and the best baseline where Teola is slower (seed 0): one query, and at the rate."""
-    rows = sp[(sp.speedup_mean < 1.0) & ~sp.saturated]
+    """Critical paths of Teola and the best baseline where Teola is slower and at each app's high rate
+    (``_teola_critical.explained``; seed 0): one query, and at the rate."""
+    rows = sp[[critical.explained(*r) for r in zip(sp.speedup_mean, sp.saturated, sp.regime)]]
     jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
-            for s in ("teola", best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
-    cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j)) for j in jobs]
+            for s in (report.teola_of(p.schemes), best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
+    guides = _guides(p, ctx, [(j[0], j[1], j[2], j[3]) for j in jobs])
+    cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j),
+                  {"passes": guides.get((j[0], j[1], j[2], j[3] == 1))}) for j in jobs]
     return critical.parts(pd.concat(run_cells(ctx, cells, desc="critical paths"), ignore_index=True)) if cells \
         else pd.DataFrame()
 
@@ -209,32 +277,52 @@ def _jobs(p: Params) -> dict[str, list[tuple]]:
     return jobs
 
 
+def _guides(p: Params, ctx: RunContext, jobs: list[tuple]) -> dict[tuple, str]:
+    """Each guided scheme's calibration among ``jobs`` ((app, rate, scheme, n, ...)), made once
+    (cells ``guide__...``) -> {(app, rate, scheme, one query): passes}."""
+    need = list(dict.fromkeys((a, r, s, n == 1) for a, r, s, n, *_ in jobs if report.guided_base(s) is not None))
+    cells = [Cell(f"guide__{a}__{'isolated' if one else f'{r:g}rps'}__{s}", guide_frame, (p, a, r, 1 if one else 2, s))
+             for a, r, s, one in need]
+    out = run_cells(ctx, cells, desc="calibrations") if cells else []
+    return {k: str(f.passes.iloc[0]) for k, f in zip(need, out)}
+
+
 def run(params: Params, ctx: RunContext) -> None:
     jobs = _jobs(params)
-    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job), label=f"{job[0]} {job[1]:g}rps {job[2]} "
-                         f"s{job[4]}") for job in part_jobs] for part, part_jobs in jobs.items()}
+    one = [(a, 1.0, report.GUIDED, 1) for a in (params.apps if params.decompose_apps is None else params.decompose_apps)
+           if report.GUIDED in params.schemes]       # the decomposition's one-query Teola
+    guides = _guides(params, ctx, [j for part in jobs.values() for j in part] + one)
+    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job),
+                         {"passes": guides.get((job[0], job[1], job[2], job[3] == 1))},
+                         label=f"{job[0]} {job[1]:g}rps {job[2]} s{job[4]}") for job in part_jobs]
+             for part, part_jobs in jobs.items()}
     results = iter(run_cells(ctx, [c for part in cells.values() for c in part], desc="teola cells"))
     frames: dict[str, pd.DataFrame] = {}
     for part, part_jobs in jobs.items():
         out = [next(results).assign(capped=bool(job[5]), n_queries=job[3]) for job in part_jobs]
         frames[part] = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     summary = report.summarise(frames["main"])
-    sp = report.speedups(summary, report.summarise(frames["isolated"]), params)
+    main = frames["main"]
+    applied = {(a, r): ps for a, r, ps in main[main.scheme == report.GUIDED][["app", "rate_rps", "passes"]]
+               .drop_duplicates().itertuples(index=False)}
+    sp = report.speedups(summary, report.summarise(frames["isolated"]), params, applied)
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
-    dec = _decomposition(params, frames["decomposition"], summary) if len(frames["decomposition"]) else pd.DataFrame()
+    dec = _decomposition(params, frames["decomposition"], summary, guides) if len(frames["decomposition"]) \
+        else pd.DataFrame()
     paths = _paths(params, ctx, sp)
     for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap),
                      ("decomposition", dec), ("critical_paths", paths)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", df)
     report.plot(summary, ab, ctx.run_dir)
     md = report.markdown(sp, ab, cap, params) + ("\n".join(by_pass.markdown(dec)) + "\n" if len(dec) else "")
-    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s)) + "\n" if len(paths) else ""
+    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s, report.teola_of(params.schemes))) + "\n" \
+        if len(paths) else ""
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 
 
-def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame, guides: dict[tuple, str]) -> pd.DataFrame:
     """Per app and setting: each pass subset's mean latency over seeds (through its
     representative), decomposed against the best baseline of the main run (load) or of the
     isolated-query run (one query)."""
@@ -247,6 +335,8 @@ def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame) -> pd.Dat
         reps = _decompose_reps(p, app)
         lat = {sub: float(mean[by_pass.scheme_of(rep)]) for sub, rep in reps.items()}
         b = mean[base] if n == 1 else main.loc[(app, rate)][base]
+        key = (app, 1.0 if n == 1 else rate, report.GUIDED, n == 1)
+        applied = tuple(x for x in guides[key].split("+") if x) if key in guides else ALL
         out.append(by_pass.decompose(app, 0.0 if n == 1 else rate, "one_query" if n == 1 else "load", lat,
-                                     str(b.idxmin()), float(b.min())))
+                                     str(b.idxmin()), float(b.min()), applied))
     return pd.concat(out, ignore_index=True)

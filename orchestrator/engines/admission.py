@@ -28,8 +28,8 @@ newest partially prefilled sequence first, then the newest decoding one.
 A prefill of ``n`` new tokens on top of ``c`` tokens already in the KV cache (a continued
 prompt, a prefix-cache hit, an earlier chunk) pays attention work ``(c + n)^2 - c^2``.
 
-Each policy reads the core through a read-only :class:`~orchestrator.engines.llm_seq.CoreView`
-and returns an immutable :class:`~orchestrator.engines.llm_seq.IterationPlan` (which sequences
+Each policy reads the core through a read-only :class:`~orchestrator.engines.llm_plan.CoreView`
+and returns an immutable :class:`~orchestrator.engines.llm_plan.IterationPlan` (which sequences
 are preempted, whether the decode batch decodes, which sequences prefill how many tokens); the
 core applies it and times it, as vLLM v1's ``Scheduler.schedule`` returns a ``SchedulerOutput``
 that the model runner executes (``vllm/v1/core/sched/scheduler.py`` and ``output.py``, vLLM
@@ -49,7 +49,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, WAITING, CoreView, IterationPlan, Policy, Seq
+from orchestrator.engines.llm_plan import DECODE_ONLY, IDLE, CoreView, IterationPlan, Policy
+from orchestrator.engines.llm_seq import WAITING, Seq
 from orchestrator.engines.vllm_v1 import VllmV1, preempt_newest
 from profiler.engine import SCHEDULERS, EngineConfig
 
@@ -68,6 +69,9 @@ def _prefill_cost(v: CoreView, s: Seq) -> tuple[int, int]:
 class VllmV0:
     name = "vllm"
     decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
+    # Policy: after DECODE_ONLY, with the same queue head and no more free blocks admission is
+    # not retried (``_blocked``), so the answer stays DECODE_ONLY while the batch's blocks are free
+    decode_only_repeats = True
 
     def __init__(self) -> None:
         self._blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
@@ -76,10 +80,13 @@ class VllmV0:
         free, running = v.free, len(v.running)
         # admission is retried only when the queue head or the free blocks changed
         if v.waiting and (v.waiting[0] is not self._blocked[0] or free > self._blocked[1] or not running):
-            chunks = self._prefill(v, (), free, running)
-            if chunks:
-                return IterationPlan((), False, chunks)
-            self._blocked = (v.waiting[0], free)
+            head = v.waiting[0]
+            # a pass admits nothing when the head has no seat or blocks (what _admit finds first)
+            if running < v.max_batch and free - v.new_blocks(head) >= v.watermark:
+                chunks = self._prefill(v, (), free, running)
+                if chunks:
+                    return IterationPlan((), False, chunks)
+            self._blocked = (head, free)
         elif v.background and not running and not v.waiting:   # idle: background may run
             chunks = self._prefill(v, (), free, running)
             if chunks:
@@ -150,6 +157,9 @@ class PaddedPrefill(VllmV0):
 class Sarathi:
     name = "sarathi"
     decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
+    # Policy: after DECODE_ONLY (nothing prefilling), admission of the same queue head with the same
+    # seats and no more free blocks fails again, so the answer repeats while the blocks are free
+    decode_only_repeats = True
 
     def __init__(self, *, chunk_size: int = 512) -> None:
         if chunk_size < 1:

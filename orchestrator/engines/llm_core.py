@@ -17,20 +17,24 @@ of the instant (the event loop's ``defer``), so every submission of an instant c
 
 Bookkeeping, O(1) amortised per iteration whatever the batch size: the paged KV cache, the
 decode batch and preemption (``orchestrator.engines.llm_seq.PagedKV``, the core's base class).
+A core built with ``coast`` (the harness's, ``harness.cluster.build_core``) runs stretches of quiet
+decode iterations as one event (``orchestrator.engines.llm_seq.QuietStretches``, its base class); read
+its state at its own events or after the loop ran (a Teola engine reads it at any time: it does
+not coast).
 """
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 
 from orchestrator.engines.admission import make_admission
-from orchestrator.engines.llm_seq import (DECODE_ONLY, DONE, FAILED, PREFILL, WAITING, IterationPlan, PagedKV,
-                                          PieceSink, Policy, Seq, Sink)
+from orchestrator.engines.llm_plan import DECODE_ONLY, IterationPlan, Policy
+from orchestrator.engines.llm_seq import DONE, FAILED, PREFILL, WAITING, PagedKV, PieceSink, QuietStretches, Seq, Sink
 from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.runtime.events import P_DONE, Event, Simulator
 from profiler.engine import EngineConfig, engine_step
 
 
-class LLMCore(PagedKV, Event):
+class LLMCore(QuietStretches, Event):
     """A model instance. ``sink(seq, now)`` is told of every finished, parked or rejected
     sequence; ``on_piece(seq, mark index, now)`` of every mark reached. ``policy`` decides its
     iterations (default: the one ``config.scheduler`` names); ``loop`` is the event loop it runs
@@ -42,7 +46,7 @@ class LLMCore(PagedKV, Event):
     def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
                  policy: Policy | None = None, on_piece: PieceSink | None = None,
                  gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None,
-                 loop: Simulator | None = None) -> None:
+                 loop: Simulator | None = None, coast: bool = False) -> None:
         PagedKV.__init__(self, name, kv_tokens, config, on_piece)
         self.time = 0.0
         self.step, self.sink, self.loop = engine_step(step, config), sink, loop  # config's scheduling mode
@@ -59,8 +63,17 @@ class LLMCore(PagedKV, Event):
         self.prefill_iterations = 0
         self.busy_s = 0.0
         self.tokens = 0
-        self._decode_coef: dict[int, tuple[float, float]] = {}
+        self._decode_coef = {}
+        self._prefill_memo: dict[tuple[int, float, int], float] = {}
         self._me = (self,)
+        self.coast = coast
+        self._repeats = bool(getattr(self.policy, "decode_only_repeats", False))
+        self._run = self._entry = None            # no quiet stretch under way (QuietStretches)
+        for g in self.gpus:
+            for other in g.cores:
+                other.share_gpu()
+            g.cores.append(self)
+        self._solo = all(len(g.cores) == 1 for g in self.gpus)
 
     def bind(self, loop: Simulator) -> None:
         """Run on ``loop`` from now on (where it defers its next iteration's start)."""
@@ -89,7 +102,11 @@ class LLMCore(PagedKV, Event):
             s.tokens0 = s.have + s.prompt
             if s.prompt == 0 and first:
                 s.gen = 1          # the parked prefill's logits gave the first token
-        if not self.fits(s):
+        fits = -(-(s.tokens0 + s.output) // self.block_size) <= self.total_blocks - self.watermark   # fits(s)
+        if self._run is not None and not (fits and self.waiting and self._repeats and s.eff and s.kv_from is None
+                                          and not (front or s.background)):
+            self._interrupt(now)        # (queued behind a waiting sequence, it changes nothing yet)
+        if not fits:
             self.free += s.held
             s.held = 0
             s.state = FAILED
@@ -107,13 +124,16 @@ class LLMCore(PagedKV, Event):
             self.waiting.appendleft(s)
         else:
             self.waiting.append(s)
-        self._wake()
+        if not (self.busy or self.kicked):
+            self._wake()
         return None
 
     def promote(self, s: Seq, now: float) -> None:
         """Background sequence ``s`` became critical: it joins the end of the regular queue
         (nothing if it was admitted already)."""
         s.background = False
+        if self._run is not None:
+            self._interrupt(now)
         if s.state != WAITING or s not in self.background:
             return
         self.background.remove(s)
@@ -196,7 +216,13 @@ class LLMCore(PagedKV, Event):
             finishing += s.filled + m == s.eff
         if self.free < 0:
             raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
-        return self.step.step_s(tokens, attn, n, float(self.ctx_sum) if n else 0.0, prefill_seqs=finishing)
+        if n:
+            return self.step.step_s(tokens, attn, n, float(self.ctx_sum), prefill_seqs=finishing)
+        key = (tokens, attn, finishing)         # a prefill-only pass: memoised (passes of equal prompts recur)
+        dur = self._prefill_memo.get(key)
+        if dur is None:
+            dur = self._prefill_memo[key] = self.step.step_s(tokens, attn, 0, 0.0, prefill_seqs=finishing)
+        return dur
 
     # ---- iterations ----------------------------------------------------------------
     def at_instant_end(self, now: float) -> Sequence[Event] | None:
@@ -219,7 +245,9 @@ class LLMCore(PagedKV, Event):
                 events = []
                 self._admit_ready(now, events)
             plan = self.policy.schedule(self)
+        quiet = False
         if plan is DECODE_ONLY and running:        # most iterations: the whole batch decodes
+            quiet = self.coast and self._solo and not events
             self.free = free = self.free - self.groups[-self.dit % self.block_size]
             self.n_decode = n = len(running)
             self.chunks = ()
@@ -251,10 +279,15 @@ class LLMCore(PagedKV, Event):
         if events:
             events.append(self)
             return events
+        if quiet and (self._repeats or not (self.waiting or self.prefilling or self.ready or self.background)) \
+                and self._coast():
+            return None
         return self._me
 
     def end_iteration(self, now: float) -> list[Event] | None:
         """End the running iteration at ``now``; the next one starts at the instant's end."""
+        if self._run is not None:
+            raise RuntimeError(f"{self.name}: end_iteration during a quiet stretch (a coasting core runs on its loop)")
         self.time = now
         return self.handle(None)
 
@@ -263,6 +296,8 @@ class LLMCore(PagedKV, Event):
         then the next iteration starts at once when nothing else can happen at this instant on
         ``sim`` (the loop running it: ``Simulator.instant_over``), else at the instant's end (the
         loop's ``defer``)."""
+        if self._run is not None:       # the last iteration of a quiet stretch ends
+            self._settle(len(self._run) - 1)
         now = self.time
         if self.gpus:
             for g in self.gpus:
@@ -335,5 +370,7 @@ class LLMCore(PagedKV, Event):
 
     def release(self, key: Hashable) -> None:
         """Drop a parked KV nobody will continue."""
+        if self._run is not None:
+            self._interrupt(self.loop.now)      # type: ignore[union-attr] - a run has a loop
         tokens, _ = self.parked.pop(key)
         self.free += self.blocks(tokens)

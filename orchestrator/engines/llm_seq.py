@@ -1,9 +1,8 @@
-"""The vocabulary the LLM core (``orchestrator.engines.llm_core``) and its policies
-(``orchestrator.engines.admission``) share: a sequence (:class:`Seq`, its states, the callbacks the
-core tells of finished sequences and reached marks), the state sequences live in (:class:`PagedKV`,
-the core's base class: queues, paged KV blocks, the decode batch, preemption), what a policy sees
-of it (:class:`CoreView`, read-only), what it decides (:class:`IterationPlan`, immutable) and the
-policy interface itself (:class:`Policy`).
+"""The state of the LLM core (``orchestrator.engines.llm_core``): a sequence (:class:`Seq`, its
+states, the callbacks the core tells of finished sequences and reached marks), the state sequences
+live in (:class:`PagedKV`: queues, paged KV blocks, the decode batch, preemption) and the core's
+quiet decode stretches (:class:`QuietStretches`, the core's base class). What a policy sees of it,
+what it decides and the policy interface: ``orchestrator.engines.llm_plan``.
 
 :class:`PagedKV`: KV in blocks of ``block_size`` tokens (vLLM's paged allocation), ``free`` of
 ``total_blocks``, ``watermark`` kept free at admission. Its public methods are the capacity half
@@ -22,14 +21,37 @@ decode iteration one more. A prefill-only sequence (``output == 0``) parks its K
 (``final``); a later sequence with ``kv_from`` set takes that KV over: it prefills only its own
 new tokens, paying attention over the parked prefix, or, with nothing new to prefill, joins the
 decode batch at once.
+
+Quiet decode stretches (:class:`QuietStretches`): A quiet iteration is decode-only, ends reporting nothing (no sequence finishes, no mark is
+reached) and is followed by a decode-only start: the policy repeats ``DECODE_ONLY`` while nothing
+reaches the core (``Policy.decode_only_repeats``) and the batch's next blocks are free. Most
+iterations of a busy core are quiet, and nothing outside the core sees them, so their ends are
+worked out in one go when the stretch starts (the same step times, summed in the same order) and
+only the stretch's last end is on the event loop. Anything that reaches the core before that
+(``submit``, ``promote``, ``release``, another core taking a shard on its GPU) settles the
+iterations ended so far and moves the entry to the end of the one in flight
+(``Simulator.reschedule``): the core's state, times, busy times, GPU busy times and the event
+count (each settled end counts as the event it replaces) are those of running every iteration
+as an event. Only a core alone on its GPUs coasts (colocated cores slow each other down at every
+iteration start).
+
+The one difference: when a settled iteration end falls on exactly the same simulated time as
+another event (to the bit: identical cores with identical work and a constant step time), the
+two may be handled in the other order than the event-by-event loop would (its order at a tie is
+the order in which events were pushed); routing decisions taken at that instant can then differ.
+Profiled step times and measured or random arrival times make such ties practically absent
+(``experiments/scripts/sim_identity.py``: every compared array identical; tests in
+``tests/harness/test_coast.py``).
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from heapq import heappop, heappush
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
-from orchestrator.runtime.events import Event
+from orchestrator.engines.llm_timing import GpuSlot
+from orchestrator.runtime.events import Entry, Event, Simulator
 from profiler.engine import EngineConfig
 
 WAITING, PREFILL, DECODE, DONE, FAILED = range(5)
@@ -104,6 +126,7 @@ class PagedKV:
         self.parked: dict[Hashable, tuple[int, bool]] = {}   # key -> (KV tokens, first token ready)
         self.on_piece = on_piece
         self.buckets: dict[int, list[Seq]] = {}  # decode-iteration index -> sequences finishing then
+        self.finish_keys: list[int] = []          # the keys of ``buckets``, a min-heap
         self.mark_buckets: dict[int, list[Seq]] = {}
         self.preemptions = 0
         self.groups = [0] * bs
@@ -182,7 +205,8 @@ class PagedKV:
                 events.extend(new)
 
     def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        self._emit_marks(s, now, events)
+        if self.on_piece is not None:
+            self._emit_marks(s, now, events)
         s.state = DECODE
         s.ctx0 = s.have + s.eff
         s.join = k = self.dit
@@ -195,6 +219,7 @@ class PagedKV:
         b = self.buckets.get(f)
         if b is None:
             self.buckets[f] = [s]
+            heappush(self.finish_keys, f)
         else:
             b.append(s)
         if s.mark_i < len(s.marks) and self.on_piece is not None:
@@ -214,8 +239,9 @@ class PagedKV:
                     if new:
                         events.extend(new)
         bucket = self.buckets.pop(k, None)
-        if not bucket:
+        if bucket is None:
             return
+        heappop(self.finish_keys)       # k: every key below it was popped at its own iteration
         bs = self.block_size
         for s in bucket:
             if s.state != DECODE or s.finish != k:
@@ -238,88 +264,131 @@ class PagedKV:
         assert used + self.free == self.total_blocks, (used, self.free, self.total_blocks)
         assert self.ctx_sum == sum(s.ctx0 + self.dit - s.join for s in self.running.values())
         assert sum(self.groups) == len(self.running)
+        assert sorted(self.finish_keys) == sorted(self.buckets) and all(k >= self.dit for k in self.buckets)
 
 
-class IterationPlan(NamedTuple):
-    """One iteration as a policy decides it; only the core applies it, in this order (vLLM v1's
-    ``SchedulerOutput``: ``preempted_req_ids``, then ``num_scheduled_tokens`` per request).
-
-    ``preempt``: sequences preempted by recomputation, in order; each frees its blocks and goes to
-    the head of the waiting queue (so the last one ends first), to prefill its whole context
-    (:meth:`CoreView.recompute_tokens`) when readmitted. ``decode``: whether the decode batch left
-    after the preemptions decodes one token per sequence (the batch advances as a whole: its
-    bookkeeping is O(1) per iteration; a policy that would decode only some preempts the others).
-    ``chunks``: (sequence, prompt tokens) prefilled in this iteration, in order: a sequence being
-    prefilled continues, a waiting one (the head of its queue, the regular queue before the
-    background one) is admitted first, taking the blocks of its whole prompt.
-
-    The core times the iteration from the plan (the step time model), not the policy."""
-
-    preempt: tuple[Seq, ...] = ()
-    decode: bool = False
-    chunks: tuple[tuple[Seq, int], ...] = ()
+#: the most iterations one quiet stretch covers (:meth:`QuietStretches._coast`)
+RUN_CAP = 64
 
 
-#: an iteration with nothing to run; one where only the decode batch runs
-IDLE = IterationPlan()
-DECODE_ONLY = IterationPlan(decode=True)
+class QuietStretches(PagedKV):
+    """The KV and batch state (:class:`PagedKV`) plus the iteration clock a stretch advances; the
+    core (``LLMCore``) sets every attribute below."""
 
+    time: float                                  # the end of the iteration in flight (or of the stretch)
+    iter_start: float
+    busy_s: float
+    tokens: int
+    iterations: int
+    n_decode: int
+    gpus: tuple[GpuSlot, ...]
+    loop: Simulator | None
+    coast: bool
+    _solo: bool
+    _run: list[float] | None                     # a stretch under way: its iterations' ends
+    _entry: Entry | None                         # ... and its heap entry
+    _decode_coef: dict[int, tuple[float, float]]
 
-class CoreView(Protocol):
-    """What a policy may read of a core (``LLMCore`` is one); nothing here may be written.
+    def _coast(self) -> bool:
+        """The decode-only iteration just started begins a quiet stretch: the iterations after it
+        whose end reports nothing (no sequence finishes, no mark is reached) and whose next start
+        would be decode-only again (the policy repeats ``DECODE_ONLY`` while nothing reaches the
+        core: ``Policy.decode_only_repeats``, or nothing is queued; the batch's next blocks are
+        free). Their ends are worked out now (the same step times, summed in the same order) and
+        the stretch is one heap entry, at the end of its last iteration (at most ``RUN_CAP``
+        iterations, none past the loop's ``until_s``). Returns whether there is a stretch (the
+        core then pushed its entry itself). Only a core alone on its GPUs coasts (``share_gpu``)."""
+        k, n, free, bs = self.dit, self.n_decode, self.free, self.block_size
+        last = k + RUN_CAP                      # the stretch's last iteration (its end is the entry)
+        if self.finish_keys and self.finish_keys[0] < last:
+            last = self.finish_keys[0]
+        if self.mark_buckets:
+            last = min(last, min(self.mark_buckets))
+        m = last - k                            # quiet ends (each followed by a decode-only start)
+        if m and free < n * (m // bs + 1):      # the blocks may run out: the first start they do not cover
+            groups = self.groups
+            for i in range(1, m + 1):
+                free -= groups[-(k + i) % bs]
+                if free < 0:
+                    m = i - 1
+                    break
+        if not m:
+            return False
+        a, b = self._decode_coef[n]             # _start's duration of a decode-only iteration
+        t = self.time
+        ends = [t]
+        for c in range(self.ctx_sum + n, self.ctx_sum + n * m + 1, n):
+            t = t + (a + b * c)
+            ends.append(t)
+        loop = self.loop
+        until = loop.until_s                    # type: ignore[union-attr] - an iteration ran, so it has a loop
+        if ends[m] > until:
+            m = bisect_right(ends, until) - 1
+            if m <= 0:
+                return False
+            del ends[m + 1:]
+        self._run = ends
+        self.time = ends[m]
+        self._entry = loop.push(self)           # type: ignore[union-attr]
+        return True
 
-    Queues in order: ``waiting`` (regular sequences not admitted), ``background`` (low-priority
-    prefills, ``Seq.background``), ``prefilling`` (admitted, prompt not fully prefilled) and
-    ``running`` (decoding, by id in admission order). KV in blocks of ``block_size`` tokens:
-    ``free`` of ``total_blocks``, ``watermark`` kept free at admission."""
+    def _settle(self, j: int) -> None:
+        """End the quiet stretch after its first ``j`` iterations (each ended and the next started,
+        as ``handle`` and ``_start`` would have); the next one is in flight (``time``: its end)."""
+        ends = self._run
+        self._run = None
+        if j:
+            done = ends[:j]                     # type: ignore[index]
+            start, busy = self.iter_start, self.busy_s
+            gpus = self.gpus
+            if len(gpus) == 1 and gpus[0].since == start and done[-1] < gpus[0].until_s:
+                g = gpus[0]                     # its busy time runs with the core's: the same lengths
+                gpu_busy = g.busy_s
+                for t in done:
+                    d = t - start
+                    busy += d
+                    gpu_busy += d
+                    start = t
+                g.since, g.busy_s = start, gpu_busy
+                gpus = ()
+            else:
+                for t in done:                  # each iteration's length added in turn, as handle does
+                    busy += t - start
+                    start = t
+            self.busy_s, self.iter_start = busy, start
+            for g in gpus:                      # alone on it: busy ends and starts again at each end
+                u, since, gpu_busy = g.until_s, g.since, g.busy_s
+                for t in done:
+                    if t > u:
+                        t = u
+                    gpu_busy += t - since
+                    since = t
+                g.since, g.busy_s = since, gpu_busy
+            k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
+            need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
+            for i in range(j - j % bs + 1, j + 1):
+                need += groups[-(k + i) % bs]
+            self.free -= need
+            self.tokens += n * j
+            self.ctx_sum += n * j
+            self.dit = k + j
+            self.iterations += j
+            self.loop.events_handled += j       # type: ignore[union-attr] - each end an event
+        self.time = ends[j]                     # type: ignore[index]
 
-    @property
-    def config(self) -> EngineConfig: ...
-    @property
-    def waiting(self) -> Sequence[Seq]: ...
-    @property
-    def background(self) -> Sequence[Seq]: ...
-    @property
-    def prefilling(self) -> Sequence[Seq]: ...
-    @property
-    def running(self) -> Mapping[int, Seq]: ...
-    @property
-    def free(self) -> int: ...
-    @property
-    def watermark(self) -> int: ...
-    @property
-    def max_batch(self) -> int: ...
-    @property
-    def max_batch_tokens(self) -> int: ...
+    def _interrupt(self, now: float) -> None:
+        """Something reaches the core at ``now`` during a quiet stretch: the iterations ended before
+        ``now`` are settled and the one in flight becomes the last (its end is the core's entry)."""
+        ends = self._run
+        last = len(ends) - 1                    # type: ignore[arg-type]
+        j = bisect_left(ends, now, 0, last)     # type: ignore[arg-type]
+        self._settle(j)
+        if j < last:
+            self._entry = self.loop.reschedule(self._entry)   # type: ignore[union-attr, arg-type]
 
-    def blocks(self, tokens: int) -> int:
-        """Blocks that hold ``tokens`` tokens."""
-
-    def new_blocks(self, s: Seq) -> int:
-        """Blocks waiting sequence ``s`` must newly take to be admitted."""
-
-    def need_blocks(self) -> int:
-        """New blocks the decode batch needs in its next decode iteration."""
-
-    def needs_block(self, s: Seq) -> bool:
-        """Whether decoding sequence ``s`` is one of those needing a new block."""
-
-    def held_blocks(self, s: Seq) -> int:
-        """Blocks admitted sequence ``s`` (decoding or prefilling) frees when preempted now."""
-
-    def recompute_tokens(self, s: Seq) -> int:
-        """Tokens admitted sequence ``s`` prefills when readmitted after a preemption now."""
-
-
-class Policy(Protocol):
-    """Decides each iteration of one core (``EngineConfig.scheduler`` names one).
-
-    A policy may declare ``decodes_when_quiet = True``: with nothing waiting, prefilling, ready
-    or in the background queue and the decode batch's next blocks free, its plan is always
-    :data:`DECODE_ONLY`, so the core does not ask (most iterations of a busy core; every policy
-    of ``orchestrator.engines.admission`` declares it). Without it the core asks every time."""
-
-    name: str
-
-    def schedule(self, view: CoreView) -> IterationPlan:
-        """The next iteration; :data:`IDLE` when there is nothing to run."""
+    def share_gpu(self) -> None:
+        """Another core took a shard on one of this core's GPUs: their iterations slow each other
+        down (``Colocation``), so this core runs every iteration as an event from now on."""
+        self._solo = False
+        if self._run is not None:
+            self._interrupt(self.loop.now)      # type: ignore[union-attr]

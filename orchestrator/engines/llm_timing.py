@@ -17,18 +17,26 @@ class StepTime(Protocol):
                decode_context_tokens: float, *, prefill_seqs: int = 1) -> float: ...
 
 
+class GpuUser(Protocol):
+    """An engine core with a shard on a GPU (``GpuSlot.cores``)."""
+
+    def share_gpu(self) -> None:
+        """Another core took a shard on one of its GPUs."""
+
+
 class GpuSlot:
     """One physical GPU; ``busy`` counts instances with a shard on it that are mid-iteration,
     ``busy_s`` adds up the simulated time during which ``busy > 0``, up to ``until_s`` (the
     engine core keeps both as its iterations start and end; ``since``: when ``busy`` last left 0,
-    capped at ``until_s``)."""
+    capped at ``until_s``); ``cores``: the engine cores with a shard on it (each adds itself)."""
 
-    __slots__ = ("id", "busy", "until_s", "since", "busy_s")
+    __slots__ = ("id", "busy", "until_s", "since", "busy_s", "cores")
 
     def __init__(self, id: int, *, until_s: float = float("inf")) -> None:
         self.id, self.until_s = id, until_s
         self.busy = 0
         self.since = self.busy_s = 0.0
+        self.cores: list[GpuUser] = []
 
 
 class Colocation:

@@ -63,6 +63,12 @@ class SimEngine(Engine):
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         check_kinds(self, batch)
+        dur = self.estimate_s(batch)
+        outs = tuple(InvocationOutput(_run(i), dur) for i in batch)
+        return PendingBatch(BatchResult(outs, dur))
+
+    def estimate_s(self, batch: Sequence[Invocation]) -> float:
+        """The time :meth:`submit` takes for ``batch`` (the engine scheduler's batch trimming)."""
         by_kind: dict[Kind, list[Invocation]] = {}
         for inv in batch:
             by_kind.setdefault(inv.kind, []).append(inv)
@@ -71,8 +77,7 @@ class SimEngine(Engine):
             items = sum(i.n_items for i in invs)
             tok = sum(_item_tokens(i) * i.n_items for i in invs) / max(1, items)
             dur += self.profiles[kind].batch_s(items, tok)
-        outs = tuple(InvocationOutput(_run(i), dur) for i in batch)
-        return PendingBatch(BatchResult(outs, dur))
+        return dur
 
     def max_batch_size(self) -> int:
         if self._max_batch is None:

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from orchestrator.engines.llm_seq import DECODE_ONLY, IDLE, CoreView, IterationPlan, Seq
+from orchestrator.engines.llm_plan import DECODE_ONLY, IDLE, CoreView, IterationPlan
+from orchestrator.engines.llm_seq import Seq
 
 Chunk = tuple[Seq, int]
 NO_CAP = 1 << 62
@@ -51,6 +52,9 @@ NO_CAP = 1 << 62
 class VllmV1:
     name = "vllm-v1"
     decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
+    # Policy: after DECODE_ONLY, the same running requests take the same budget and the same queue
+    # head finds no more free blocks or seats, so the answer repeats while the blocks are free
+    decode_only_repeats = True
 
     def schedule(self, v: CoreView) -> IterationPlan:
         budget = v.max_batch_tokens

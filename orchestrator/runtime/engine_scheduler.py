@@ -2,7 +2,9 @@
 placed on instances, KV-cache affinity respected.
 
 Placement. An engine whose instances take one batch at a time (``continuous`` False: the non-LLM
-engines) gets a batch per idle instance, the instance chosen by a balancer. An engine with
+engines) gets a batch per idle instance, the instance chosen by a balancer; where the instance
+estimates a batch's time (``estimate_s``) the policy may run only part of it
+(``BatchingPolicy.trim``: Teola's keeps a batch only as large as pays in latency). An engine with
 iteration-level instances (``continuous``: the LLMs) places each *primitive* of the policy's
 batch on its own: a FullPrefilling or Decoding on the instance holding its KV, anything else on
 the instance with the least load (``load_tokens()``: KV held plus prompt tokens queued, counting
@@ -13,8 +15,10 @@ and is placed whatever the cap, so a cap can never hold back the work that frees
 
 Partial prefills are background work (Teola sec. 5: they only help if they are free): they are
 placed after every other primitive, only on an instance that would run them soon
-(``takes_background()``: idle, or a prefill pass is due there), where the engine core admits them
-only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
+(``takes_background()``: idle, or a prefill pass is due there) and never beside a regular prompt of
+their own query placed in the same round (that prompt is ahead of them on the query's critical
+path: a partial waits for a later input, so joining that pass only delays its own query), where
+the engine core admits them only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
 unpinned. When a partial prefill becomes critical (its full prefill waits only for it),
 :meth:`promote` turns it into regular work, here or on its instance.
 
@@ -125,7 +129,11 @@ class EngineScheduler:
             for i in idle:
                 elig = self._eligible(i)
                 if elig:
-                    launches.append(self._launch(i, self.policy.select(elig, capacity=self._room(i)), now_s))
+                    batch = self.policy.select(elig, capacity=self._room(i))
+                    est = getattr(self.instances[i], "estimate_s", None)
+                    if est is not None:
+                        batch = self.policy.trim(batch, lambda b: est([p.payload for p in b]))
+                    launches.append(self._launch(i, batch, now_s))
                     break
             else:
                 break
@@ -150,10 +158,9 @@ class EngineScheduler:
                 if i is not None:
                     self._place(p, i, placed, room, load)
         for p in sorted((p for p in self.pending if self.background(p)), key=lambda p: (p.ready_s, p.seq)):
-            cand = [i for i in room if self._takes_background(i, placed)]
-            if not cand:
-                break
-            self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
+            cand = [i for i in room if self._takes_background(i, placed) and not self._own_query(p, placed.get(i, ()))]
+            if cand:
+                self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
         return [self._launch(i, placed[i], now_s) for i in sorted(placed)]
 
     def _continues(self, p: Pending) -> bool:
@@ -171,6 +178,12 @@ class EngineScheduler:
             i = self._affinity[inv.kv_key]
             return i if i in room else None
         return min(room, key=lambda i: (load[i], i))
+
+    def _own_query(self, p: Pending, batch: Sequence[Pending]) -> bool:
+        """Whether ``batch`` holds regular work of ``p``'s query: a partial prefill waits for a
+        later input of its query, so that query's regular prompt placed now is ahead of it on the
+        query's critical path, and adding the partial's tokens to that pass would delay it."""
+        return any(q.qid == p.qid and not self.background(q) for q in batch)
 
     def _takes_background(self, i: int, placed: dict[int, list[Pending]]) -> bool:
         if any(p.payload.kind in PREFILL_KINDS for p in placed.get(i, ())):

@@ -11,12 +11,16 @@ Work deferred to the end of an instant (:meth:`Simulator.defer`: an engine core 
 iteration, so every submission of the instant can join it) runs after every event of that instant,
 in the order deferred, before the clock moves on; it is not an event (no heap entry, not counted
 in ``events_handled``). Events it causes at the same instant run before the next deferred item.
+
+A pending event can be moved earlier (:meth:`Simulator.reschedule`): an engine core that runs a
+stretch of quiet iterations as one heap entry (``orchestrator.engines.llm_core``) moves it to the
+end of its iteration in flight when something reaches it.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from itertools import count
 from typing import Any, Protocol
 
@@ -41,25 +45,31 @@ class Arrivals(Event):
     """Every arrival of one instant in one event: calls ``source.arrive_one(i, now)`` for each
     index whose time equals this event's, then schedules the next instant. Simultaneous arrivals
     thus reach their instances together (and can share a first batch), and the heap holds one
-    pending arrival at a time. ``source.arrival_s`` is sorted ascending."""
+    pending arrival at a time (this event, moved on to the next instant). ``source.arrival_s`` is
+    sorted ascending."""
 
     __slots__ = ("i", "source")
 
     def __init__(self, time: float, i: int, source: Any) -> None:
-        super().__init__(time)
-        self.i, self.source = i, source
+        self.time, self.i, self.source = time, i, source
 
     def handle(self, sim: Simulator) -> list[Event]:
-        a = self.source.arrival_s
+        source, now = self.source, self.time
+        a = source.arrival_s
         n, i, events = len(a), self.i, []
-        while i < n and a[i] == self.time:
-            new = self.source.arrive_one(i, self.time)
+        while i < n and a[i] == now:
+            new = source.arrive_one(i, now)
             if new:
                 events.extend(new)
             i += 1
         if i < n:
-            events.append(Arrivals(float(a[i]), i, self.source))
+            self.time, self.i = float(a[i]), i
+            events.append(self)
         return events
+
+
+#: a heap entry: (time, priority, insertion order, event)
+Entry = tuple[float, int, int, Event]
 
 
 class AtInstantEnd(Protocol):
@@ -75,7 +85,8 @@ class Simulator:
     def __init__(self) -> None:
         self.now = 0.0
         self.events_handled = 0
-        self._heap: list[tuple[float, int, int, Event]] = []
+        self.until_s = float("inf")             # where the current run() stops
+        self._heap: list[Entry] = []
         self._seq = count(1)                    # insertion order: ties in time and priority
         self._deferred: deque[AtInstantEnd] = deque()
         #: ``defer(item)``: call ``item.at_instant_end(now)`` once every event of the current instant
@@ -87,10 +98,24 @@ class Simulator:
         (work started now runs next, as it would at the instant's end)."""
         return not self._deferred and (not self._heap or self._heap[0][0] > now)
 
-    def push(self, event: Event) -> None:
+    def push(self, event: Event) -> Entry:
+        """Schedule ``event`` at its ``time``; returns its heap entry (for :meth:`reschedule`)."""
         if event.time < self.now:
             raise ValueError(f"event at {event.time} s is before the clock ({self.now} s)")
-        heappush(self._heap, (event.time, event.priority, next(self._seq), event))
+        entry = (event.time, event.priority, next(self._seq), event)
+        heappush(self._heap, entry)
+        return entry
+
+    def reschedule(self, entry: Entry) -> Entry:
+        """Move pending ``entry`` to its event's ``time`` now (not later than the entry's, not before
+        the clock), ordered among equal times as if pushed now; returns the new entry."""
+        heap, event = self._heap, entry[3]
+        if not self.now <= event.time <= entry[0]:
+            raise ValueError(f"cannot move an event from {entry[0]} s to {event.time} s at {self.now} s")
+        new = (event.time, event.priority, next(self._seq), event)
+        heap[heap.index(entry)] = new
+        heapify(heap)
+        return new
 
     def push_all(self, events: Iterable[Event] | None) -> None:
         if events:
@@ -99,6 +124,7 @@ class Simulator:
 
     def run(self, until_s: float = float("inf")) -> float:
         """Handle events up to ``until_s``; returns the simulated time of the last event."""
+        self.until_s = until_s
         heap, deferred, seq = self._heap, self._deferred, self._seq
         n = 0
         now = self.now

@@ -66,8 +66,7 @@ def test_remove_instance_only_when_idle_and_drops_its_routes():
     with pytest.raises(ValueError, match="already exists"):
         sim.add_instance(InstanceSpec("i1", "m", 1, 1, (1,), 10.0))
     sim2 = _sim()
-    sim2.w = _wl([0.0])
-    sim2.done_s, sim2.failed, sim2.acc_ok = np.full(1, np.nan), np.zeros(1, bool), np.ones(1, bool)
+    sim2.begin(_wl([0.0]))
     sim2.sim.push_all(sim2.arrive_one(0, 0.0))
     sim2.sim.run(until_s=0.05)                      # mid-call
     with pytest.raises(ValueError, match="still has 1 call"):

@@ -125,7 +125,8 @@ def test_replanning_changes_rates_and_records_each_load():
     for key, seq in plans.items():                                        # rates = load x planned rate
         for (p, _), base in zip(seq, problems):
             assert p.task.arrival_rate_rps == pytest.approx(base.task.arrival_rate_rps * key.plan_load_pct / 100)
-            assert p.cluster.sharing == "compute"
+            # FlowMaker plans with the fair-share check (a scenario's default), RouteLLM by its own rule
+            assert p.cluster.sharing == ("fair-share" if key.selector == "flowmaker" else "compute")
     new = {(r["plan_load_pct"], r["task"]): r["instances_new"] for r in rows if r["selector"] == "flowmaker"}
     assert any(new[(400, t)] > new[(25, t)] for t in TASKS)              # more load, more replicas
     assert len(rows) == 5 * len(TASKS)
@@ -202,3 +203,17 @@ def test_targets_section_says_met_or_missed_with_the_cells():
     assert "**missed**" in fair and "langchain code 100%" in fair               # names the cell it misses in
     assert "**met**" in next(ln for ln in lines if ln.startswith("- FlowMaker's goodput") and "`main`" in ln)
     assert "**missed**" in next(ln for ln in lines if "15 min" in ln)
+
+
+def test_fair_share_is_flowmakers_planning_rule_only():
+    from experiments.kinds._paper_plan import plan_key
+
+    def key(spec, sharing="compute", on=True):
+        return plan_key(sharing, "current", spec, 100, (), "own", "gb_s", on)
+
+    assert key("flowmaker").planning_sharing == "fair-share"
+    assert key("flowmaker-noreuse").planning_sharing == "fair-share"
+    assert key("flowmaker", on=False).planning_sharing == "compute"          # the section9 row
+    assert key("flowmaker", sharing="memory").planning_sharing == "memory"   # memory mode: nothing to add
+    for spec in ("murakkab", "langchain", "routellm:max-quality"):           # the baselines keep their rules
+        assert key(spec).planning_sharing == "compute" and key(spec) == key(spec, on=False)

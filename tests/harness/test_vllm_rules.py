@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from harness.simulate import SimulateConfig, simulate
 from orchestrator.engines.admission import VllmV0
 from orchestrator.engines.llm_core import LLMCore
-from orchestrator.engines.llm_seq import DECODE, IDLE, IterationPlan, Seq
+from orchestrator.engines.llm_plan import IDLE, IterationPlan
+from orchestrator.engines.llm_seq import DECODE, Seq
 from profiler.engine import EngineConfig, kv_capacity_tokens, memory_budget_gb
 from profiler.steps import gpu_spec, step_model
 from tests.harness.helpers import LinearStep, make_trace

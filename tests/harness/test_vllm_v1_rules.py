@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from harness.simulate import SimulateConfig, simulate
 from orchestrator.engines.admission import make_admission
 from orchestrator.engines.llm_core import LLMCore
-from orchestrator.engines.llm_seq import IterationPlan, Seq
+from orchestrator.engines.llm_plan import IterationPlan
+from orchestrator.engines.llm_seq import Seq
 from orchestrator.engines.vllm_v1 import VllmV1
 from orchestrator.runtime.events import Simulator
 from profiler.engine import EngineConfig

@@ -82,3 +82,28 @@ def test_to_batch_size_doubles_until_throughput_stops_improving():
     assert max_efficient_batch(lambda b: flat.batch_s(b, 256), min_gain=1.2) == 4
     linear = LinearProfile(base_ms=0.0, per_item_ms=1.0)     # no gain from batching at all
     assert max_efficient_batch(lambda b: linear.batch_s(b, 0)) == 1
+
+
+def _linear(fixed_s: float, per_item_s: float):
+    return lambda batch: fixed_s + per_item_s * sum(p.size for p in batch)
+
+
+def test_topology_aware_trim_merges_other_queries_only_while_it_pays_in_latency():
+    """Invocations of w = 0.1 s each: with a fixed cost of 0.04 s the second query waits to run
+    alone (sum of completions 0.14 + 0.28 < 2 x 0.24); with 0.15 s it joins (2 x 0.35 < 0.25 +
+    0.5) and a third does not (it would delay two others by 0.1 s each to save 0.15 s)."""
+    pend = [Pending(q, 0.0, 0.0, q, 0, 10, f"n{q}") for q in range(3)]
+    topo = TopologyAware()
+    assert topo.trim(list(pend), _linear(0.04, 0.01)) == pend[:1]
+    assert topo.trim(list(pend), _linear(0.15, 0.01)) == pend[:2]
+    assert topo.trim(list(pend), _linear(0.3, 0.01)) == pend           # 2 x 0.1 < 0.3: all three
+
+
+def test_topology_aware_trim_keeps_a_querys_own_primitives_together():
+    same = [Pending(7, 0.0, 0.0, i, 0, 10, f"n{i}") for i in range(3)]
+    assert TopologyAware().trim(list(same), _linear(0.0, 0.01)) == same   # no other query delayed
+
+
+def test_fifo_and_per_invocation_never_trim():
+    pend = [Pending(q, 0.0, 0.0, q, 0, 10, f"n{q}") for q in range(3)]
+    assert Blind().trim(list(pend), _linear(0.0, 0.01)) == pend

@@ -37,3 +37,17 @@ def test_subsets_with_the_same_graphs_share_one_representative():
     reps = by_pass.classes(lambda s: ["x"] if "prune" not in s else ["y"])
     assert len(set(reps.values())) == 2 and reps[()] == tuple(p for p in ALL if p != "prune")
     assert by_pass.scheme_of(tuple(ALL)) == "teola" and by_pass.scheme_of(()) == "teola-no-par-pipe"
+
+
+def test_decomposition_over_the_applied_passes_sums_to_their_total():
+    """Teola applies a subset (the guided optimiser's choice): the Shapley factors are over it, a
+    pass left out has factor 1, and the factors still multiply to baseline / L(applied)."""
+    gain = {p: 0.1 * (i + 1) for i, p in enumerate(ALL)}
+    lat = _lat(gain, pair=0.2)
+    applied = tuple(p for p in ALL if p != ALL[2])
+    dec = by_pass.decompose("app", 1.0, "load", lat, "base", 3.0, applied)
+    parts, total = dec[~dec.part.str.startswith("total")], dec[dec.part.str.startswith("total")].iloc[0]
+    assert parts.factor.prod() == pytest.approx(total.factor) and total.factor == pytest.approx(3.0 / lat[applied])
+    left_out = dec[dec.part == ALL[2]].iloc[0]
+    assert left_out.factor == pytest.approx(1.0) and not left_out.applied
+    assert dec[dec.part == ALL[0]].factor.iloc[0] == pytest.approx(math.exp(gain[ALL[0]] + 0.1))

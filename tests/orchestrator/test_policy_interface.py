@@ -10,7 +10,8 @@ import orchestrator.engines.llm_core as llm_core
 from harness.simulate import SimulateConfig, simulate
 from orchestrator.engines.admission import make_admission
 from orchestrator.engines.llm_core import LLMCore
-from orchestrator.engines.llm_seq import DECODE_ONLY, IterationPlan, Seq
+from orchestrator.engines.llm_plan import DECODE_ONLY, IterationPlan
+from orchestrator.engines.llm_seq import Seq
 from orchestrator.runtime.events import Simulator
 from profiler.engine import EngineConfig
 from tests.harness.helpers import LinearStep, make_trace

@@ -176,3 +176,38 @@ def test_local_search_finds_the_worked_examples_optimum(case: str) -> None:
     best = get_joint_solver("exhaustive").select(ts)
     assert local.status == "feasible" and local.extra["moves"] >= 1
     assert local.served == best.served and abs(local.total_cost - best.total_cost) <= 1e-9 * max(1.0, best.total_cost)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_milp_answer_does_not_depend_on_its_quick_start(mode: tuple[str, str]) -> None:
+    """The restricted first solve (solvers/_joint_quick.py) is a heuristic: with or without it the
+    milp returns the same proved answer (the same choice, so the same plans and cluster)."""
+    from solvers.joint_milp import MilpJoint
+    for seed in range(6):
+        ts = random_task_set(seed, sharing=mode[0], objective=mode[1], max_tasks=4)
+        a = MilpJoint(quick=True).select(ts, time_limit_s=60)
+        b = MilpJoint(quick=False).select(ts, time_limit_s=60)
+        assert a.status == b.status == "optimal"
+        assert choice_from_plan(ts, a) == choice_from_plan(ts, b)
+
+
+def test_run_choice_memo_changes_nothing() -> None:
+    """``run_choice`` with a shared memo of prefixes returns the same runs as without, including
+    runs that fail part-way (their prefixes are shared with feasible ones)."""
+    import itertools
+    from solvers.joint_exhaustive import feasible_variants
+    from selector.joint_eval import choice_of
+    from selector.index import compile_problem
+    for seed in range(4):
+        ts = random_task_set(seed, max_tasks=3)
+        per_task = []
+        for k in range(len(ts.tasks)):          # a few variants per task on the input cluster, and skip
+            cp = compile_problem(ts.on(k, ts.cluster))
+            per_task.append([choice_of(cp, ev) for ev in feasible_variants(cp, ts.objective)[:3]] + [None])
+        memo: dict = {}
+        for choice in itertools.product(*per_task):
+            with_memo, without = run_choice(ts, choice, memo), run_choice(ts, choice)
+            assert (with_memo.failed, with_memo.violated, with_memo.choice, with_memo.cluster) == \
+                   (without.failed, without.violated, without.choice, without.cluster)
+            if with_memo.feasible:
+                assert with_memo.total_cost == without.total_cost
