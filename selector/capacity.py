@@ -67,6 +67,11 @@ def delay_tail(slack_s, mean, var, wait_p, theta) -> np.ndarray:
     ``Y`` 0 with probability ``1 - wait_p`` else exponential of rate ``theta`` (all broadcast).
     Closed form: the gamma's survival plus ``wait_p e^{-theta t} E[e^{theta X}; X < t]``, the
     latter the gamma tilted by ``theta`` (when its scale allows; else ``X`` at its mean there)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):    # huge budgets: tails clip to 0..1
+        return _delay_tail(slack_s, mean, var, wait_p, theta)
+
+
+def _delay_tail(slack_s, mean, var, wait_p, theta) -> np.ndarray:
     from scipy.special import gammainc, gammaincc
     t, m = np.asarray(slack_s, float), np.maximum(np.asarray(mean, float), 1e-12)
     v = np.maximum(np.asarray(var, float), 1e-24 * m * m)
