@@ -1,9 +1,10 @@
 """Capacity as the simulator sees it: one instance's sustainable rate, and a plan's breaking load.
 
-* :func:`call_latency_s`: one instance (the engine core and step model every replay runs, KV cache
+* :func:`call_latencies`: one instance (the engine core and step model every replay runs, KV cache
   of the resolver's reserve) fed one stage's calls (its mean sizes, or scaled by a trace's sizes)
-  at Poisson rate ``rate_rps`` (seeded); a percentile (default p99) of the call latency, ``inf`` when a call fails or the queue grows without bound
-  (:func:`harness.load.overload`).
+  at Poisson rate ``rate_rps`` (seeded); every call's latency, None when a call fails or the queue
+  grows without bound (:func:`harness.load.overload`); :func:`call_latency_s`: a percentile of it
+  (default p99); :func:`over_budget_share`: the share above a budget, pooled over seeds.
 * :func:`simulated_capacity_rps`: the highest Poisson rate whose percentile stays within ``limit_s``
   (bisection on the rate, fixed seed, so deterministic).
 * :func:`plan_capacity_rps`: what the selector promises for a plan, ``replicas x capacity_rps /
@@ -25,33 +26,60 @@ from profiler.engine import DEFAULT, EngineConfig
 from selector.deployment import Deployment
 from selector.problem import Problem
 
-#: calls per one-instance run and the seed of its arrivals
-CALLS, SEED = 600, 0
+#: calls per one-instance run and the seed of its arrivals; the seeds :func:`over_budget_share` pools
+CALLS, SEED, SEEDS = 600, 0, (0, 1, 2, 3)
 
 
-def call_latency_s(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, rate_rps: float, *,
-                   kv_tokens: int, q: float = 99.0, engine: EngineConfig = DEFAULT, calls: int = CALLS,
-                   seed: int = SEED, mix: Trace | None = None) -> float:
-    """The ``q``-th percentile of call latency (s) of one instance at Poisson ``rate_rps``
-    (inf: a call failed or the queue grows without bound). Calls are ``prompt`` x ``output``
-    tokens, or with ``mix`` (a trace) scaled per call by a seeded draw of its requests' sizes
-    over its means, as the cluster replay scales a stage's calls (``SimStage.sizes``)."""
+def call_latencies(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, rate_rps: float, *,
+                   kv_tokens: int, engine: EngineConfig = DEFAULT, calls: int = CALLS, seed: int = SEED,
+                   mix: Trace | None = None) -> np.ndarray | None:
+    """Every call's latency (s) of one instance at Poisson ``rate_rps`` (None: a call failed or the
+    queue grows without bound). Calls are ``prompt`` x ``output`` tokens, or with ``mix`` (a trace)
+    scaled per call by its requests' sizes over its means (:func:`call_sizes`), as the cluster
+    replay scales a stage's calls (``SimStage.sizes``)."""
     from harness.simulate import SimulateConfig, simulate
     tr = Trace("capacity", np.zeros(calls), *call_sizes(prompt, output, calls, mix, seed))
     eng = engine.model_copy(update={"kv_capacity_tokens": kv_tokens})
     res = simulate(tr, SimulateConfig(model=model, gpu=gpu, tp=tp, pp=pp, engine=eng, rate_rps=rate_rps, seed=seed))
     s = res.summary
     if s["failed"] or s.get("overloaded"):
-        return float("inf")
-    t = res.table
-    return float(np.percentile(t["done_s"] - t["arrival_s"], q))
+        return None
+    return res.table["done_s"] - res.table["arrival_s"]
+
+
+def call_latency_s(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, rate_rps: float, *,
+                   kv_tokens: int, q: float = 99.0, engine: EngineConfig = DEFAULT, calls: int = CALLS,
+                   seed: int = SEED, mix: Trace | None = None) -> float:
+    """The ``q``-th percentile of :func:`call_latencies` (inf: a call failed or the queue grows
+    without bound)."""
+    lat = call_latencies(model, gpu, tp, pp, prompt, output, rate_rps, kv_tokens=kv_tokens, engine=engine,
+                         calls=calls, seed=seed, mix=mix)
+    return float("inf") if lat is None else float(np.percentile(lat, q))
+
+
+def over_budget_share(model: str, gpu: str, tp: int, pp: int, prompt: int, output: int, rate_rps: float,
+                      budget_s: float, *, kv_tokens: int, mix: Trace, seeds: Sequence[int] = SEEDS,
+                      engine: EngineConfig = DEFAULT) -> tuple[float, int]:
+    """The share of calls whose latency exceeds ``budget_s``, pooled over one run per seed (each
+    the whole trace ``mix`` in that seed's order on that seed's arrivals, so the runs see the
+    trace's size distribution exactly), and the calls counted; 1.0 when a run fails or overloads."""
+    over = total = 0
+    for seed in seeds:
+        lat = call_latencies(model, gpu, tp, pp, prompt, output, rate_rps, kv_tokens=kv_tokens, engine=engine,
+                             calls=len(mix), seed=seed, mix=mix)
+        if lat is None:
+            return 1.0, total + len(mix)
+        over, total = over + int((lat > budget_s).sum()), total + len(lat)
+    return over / total, total
 
 
 def call_sizes(prompt: int, output: int, calls: int, mix: Trace | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt and output tokens of ``calls`` calls (module docstring of :func:`call_latency_s`)."""
+    """Prompt and output tokens of ``calls`` calls (module docstring of :func:`call_latency_s`):
+    the trace's requests in a seeded random order, without replacement (repeated past its
+    length), so ``calls = len(mix)`` replays its size distribution exactly."""
     if mix is None:
         return np.full(calls, prompt), np.full(calls, output)
-    pick = np.random.default_rng(seed + 1).integers(0, len(mix), calls)
+    pick = np.resize(np.random.default_rng(seed + 1).permutation(len(mix)), calls)
     ps = mix.prompt_tokens[pick] / mix.prompt_tokens.mean()
     os_ = mix.output_tokens[pick] / mix.output_tokens.mean()
     return (np.maximum(1, np.rint(prompt * ps)).astype(np.int64),
@@ -105,17 +133,21 @@ class LoadPoint:
 
 
 def breaking_load(problem: Problem, dep: Deployment, stage_tokens: dict[str, list[tuple[int, int]]], trace: Trace,
-                  *, gpu: str, loads: Sequence[float], window_s: float, threshold: float = 0.99,
-                  seed: int = SEED, engine: EngineConfig = DEFAULT) -> tuple[float | None, list[LoadPoint]]:
+                  *, gpu: str, loads: Sequence[float], window_s: float, requests: int | None = None,
+                  threshold: float = 0.99, seed: int = SEED,
+                  engine: EngineConfig = DEFAULT) -> tuple[float | None, list[LoadPoint]]:
     """Replay ``dep`` alone on Poisson arrivals (``harness.workload.poisson_workload``: the trace's
     request sizes) at each ``loads`` x :func:`plan_capacity_rps`, in order, until the goodput
-    drops below ``threshold``; that load (None: it never did) and every point run."""
+    drops below ``threshold``; that load (None: it never did) and every point run. Each point
+    lasts ``window_s``, or with ``requests`` as long as that many requests take on average (the
+    same precision of the goodput at every load)."""
     from harness.replay import replay
     from harness.workload import poisson_workload
     cap = plan_capacity_rps(problem, dep)
     points = []
     for x in loads:
-        wl = poisson_workload(trace, [x * cap], load=1.0, window_s=window_s, seed=seed)
+        win = requests / (x * cap) if requests else window_s
+        wl = poisson_workload(trace, [x * cap], load=1.0, window_s=win, seed=seed)
         res = replay([problem], [dep], [stage_tokens], wl, gpu=gpu, price_per_gb_s=0.0, engine=engine)
         points.append(LoadPoint(x, x * cap, float(res.summary["goodput"])))
         if points[-1].goodput < threshold:

@@ -92,14 +92,18 @@ def _room(cp: Compiled, o) -> int:
 def _gpu_count_reason(cp: Compiled, what: str) -> str | None:
     """A reason naming GPU count when it binds: in every workflow some stage's options meeting the
     accuracy SLO all need more GPUs (replicas x tp x pp, none shared by two replicas of the stage)
-    than the cluster has with room for one of their shards; None otherwise."""
+    than the cluster has with room for one of their shards, or some stage has no such option at
+    all (at least one workflow of the first kind); None otherwise."""
     slo = cp.problem.task.accuracy_slo - TOL
     need, room = np.inf, 0
     for wf in cp.workflows:
         blocked = False
         for st in wf.stages:
             opts = [o for o in st.options if o.accuracy >= slo]
-            if opts and all(o.kind != REUSE and o.gpu_count > _room(cp, o) for o in opts):
+            if not opts:        # no option meeting accuracy (or no perf row): the workflow places nothing
+                blocked = True
+                break
+            if all(o.kind != REUSE and o.gpu_count > _room(cp, o) for o in opts):
                 blocked = True
                 best = min(opts, key=lambda o: o.gpu_count)
                 if best.gpu_count < need:

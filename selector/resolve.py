@@ -9,10 +9,15 @@ How the numbers are defined (docs/resolve.md has the rationale):
   (``profiler.engine.kv_capacity_tokens`` of that allocation) holds exactly the reserve. A deployment whose per-GPU shard
   exceeds the GPU's memory, or that the model cannot be sharded into, gets no row.
 * ``perf.latency_s``: one call of the stage (its prompt and output sizes from the task's
-  trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot``.
+  trace and the stage's role) at batch 1: ``ttft + (output - 1) * tpot`` (the unloaded p99 where
+  the size tail misses the budget: below).
 * ``perf.capacity_rps``: the highest Poisson rate at which one instance keeps the p99 call latency
-  within the call's budget (its share of the task's SLO, :func:`call_budget_s`), by the M/M/b rule of
-  :mod:`selector.capacity` on the KV slots of the reserve and the latency of a batch of ``b``.
+  within the call's budget (its share of the task's SLO, :func:`call_budget_s`), by the rule of
+  :mod:`selector.capacity` (the trace's size cells, prefill stalls, M/G/b on the KV slots of the
+  reserve). Where the size tail already misses the budget for more than 1% of calls unloaded
+  (no rate keeps it), the row's ``latency_s`` is that unloaded p99 (so the latency SLO check
+  sees the tail: the selector leaves the row) and its capacity the rule's at ``(1 +
+  latency_slack)`` x that p99 (a baseline that checks no SLO still sizes its replicas by it).
 * ``task.latency_slo_s`` is either given, or ``latency_slo_factor`` x the task's standalone
   latency: its first workflow on ``reference_model`` at tp1/pp1, batch 1.
 """
@@ -23,10 +28,10 @@ from pathlib import Path
 from typing import Protocol
 
 from profiler.engine import DEFAULT, EngineConfig, reserved_mem_gb
-from selector.capacity import capacity_rps, kv_slots
+from selector.capacity import MEAN_CELL, CallMix, capacity_rps, kv_slots
 from selector.errors import ProblemError
 from selector.problem import DEFAULT_GPU_TYPE, OBJECTIVES, Cluster, Problem, parse_problem
-from selector.taskspec import TaskSpec, cluster_path, load_task, stage_tokens
+from selector.taskspec import TaskSpec, cluster_path, load_task, load_trace_stats, stage_tokens
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,7 @@ def _perf_rows(task: TaskSpec, catalog: Catalog, perf: PerfSource, g, keys: set,
                tag: dict, slo_s: float) -> list[dict]:
     rows = []
     order = list(catalog.models)
+    cells = load_trace_stats()[task.trace].size_cells
     for wf in task.workflows:
         tokens = stage_tokens(task, wf)
         for name, tp, pp in sorted(keys, key=lambda k: (order.index(k[0]), k[1:])):
@@ -217,7 +223,11 @@ def _perf_rows(task: TaskSpec, catalog: Catalog, perf: PerfSource, g, keys: set,
             whole = sum(st.calls * lat for st, lat in zip(wf.stages, lats))
             for st, (prompt, output), lat1 in zip(wf.stages, tokens, lats):
                 budget = call_budget_s(lat1, whole, slo_s, settings.latency_slack)
-                cap = stage_capacity_rps(perf, m, g, tp, pp, prompt, output, budget, settings)
+                mix = stage_mix(perf, m, g, tp, pp, prompt, output, settings, cells)
+                cap = capacity_rps(mix, budget)
+                if cap <= 0.0:          # the size tail misses the budget unloaded (module docstring)
+                    lat1 = mix.unloaded_s()
+                    cap = capacity_rps(mix, (1.0 + settings.latency_slack) * lat1)
                 rows.append({"workflow": wf.name, "stage": st.name, "model": name, "tp": tp, "pp": pp,
                              "latency_s": lat1, "capacity_rps": cap, **tag})
     order_rows = {(w.name, s.name): i for i, (w, s) in enumerate((w, s) for w in task.workflows for s in w.stages)}
@@ -231,13 +241,13 @@ def call_budget_s(latency_s: float, workflow_s: float, slo_s: float, latency_sla
     return latency_s * max(1.0 + latency_slack, slo_s / workflow_s)
 
 
-def stage_capacity_rps(perf: PerfSource, m, g, tp: int, pp: int, prompt: int, output: int, budget_s: float,
-                       s: ResolveSettings) -> float:
-    """``perf.capacity_rps`` of one row: :func:`selector.capacity.capacity_rps` on ``perf``'s
-    latency, with the KV slots of the reserve."""
+def stage_mix(perf: PerfSource, m, g, tp: int, pp: int, prompt: int, output: int, s: ResolveSettings,
+              cells=MEAN_CELL) -> CallMix:
+    """One row's calls for :func:`selector.capacity.capacity_rps`: ``perf``'s latency, the KV
+    slots of the reserve and the trace's size ``cells``."""
     slots = kv_slots(prompt, output, kv_tokens=s.kv_reserve_tokens, block_size=s.engine.block_size,
                      max_num_seqs=s.engine.max_num_seqs)
-    return capacity_rps(lambda b: perf.latency_s(m, g, tp, pp, b, prompt, output), budget_s, slots)
+    return CallMix(lambda b, p, o: perf.latency_s(m, g, tp, pp, b, p, o), prompt, output, slots, cells)
 
 
 def _standalone(task: TaskSpec, catalog: Catalog, g, perf: PerfSource, s: ResolveSettings) -> float:

@@ -3,6 +3,7 @@ and its candidate workflows whose stages have *roles*; a role turns the trace's 
 statistics into each stage's prompt and output sizes (``configs/tasks/roles.yaml``)."""
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -39,6 +40,15 @@ class TraceStats(_Frozen):
     prompt_tokens_p50: float = Field(gt=0)
     output_tokens_mean: float = Field(gt=0)
     output_tokens_p50: float = Field(gt=0)
+    #: the joint size distribution as cells ``(weight, prompt / mean, output / mean)``
+    #: (``selector.tokens.size_cells``; the capacity rule's size mix); one mean-size cell if absent
+    size_cells: tuple[tuple[float, float, float], ...] = ((1.0, 1.0, 1.0),)
+
+    @model_validator(mode="after")
+    def _cells(self) -> TraceStats:
+        if any(min(c) <= 0 for c in self.size_cells) or abs(sum(c[0] for c in self.size_cells) - 1) > 1e-3:
+            raise ValueError("size_cells: each (weight, prompt scale, output scale) > 0, weights summing to 1")
+        return self
 
 
 class StageSpec(_Frozen):
@@ -158,8 +168,20 @@ def load_roles(path: Path | None = None) -> dict[str, Role]:
 
 
 def load_trace_stats(path: Path | None = None) -> dict[str, TraceStats]:
-    path = path or CONFIGS / "task_tokens.yaml"
-    raw = load_mapping(path).get("traces", {})
+    """The traces' statistics of ``path`` (default configs/task_tokens.yaml), parsed once per file
+    version (path, mtime, size): resolve reads them for every stage and row."""
+    path = Path(path or CONFIGS / "task_tokens.yaml")
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = (str(path), 0, 0)                 # load_mapping names the missing file
+    return dict(_trace_stats(*key))
+
+
+@lru_cache(maxsize=8)
+def _trace_stats(path: str, _mtime_ns: int, _size: int) -> dict[str, TraceStats]:
+    raw = load_mapping(Path(path)).get("traces", {})
     return {k: _validate(TraceStats, v, f"{path}: traces.{k}") for k, v in raw.items()}
 
 

@@ -4,7 +4,8 @@ Per task: resolve it on the cluster (``perf.capacity_rps`` by docs/resolve.md's 
 ``selector`` choose a plan on the empty cluster, and take the plan's own capacity
 (``harness.capacity.plan_capacity_rps``: replicas x ``capacity_rps`` / calls, the tightest
 stage). Then replay the plan alone in the cluster simulator on Poisson arrivals with the task
-trace's request sizes (``harness.workload.poisson_workload``, ``window_s``, fixed seed) at
+trace's request sizes (``harness.workload.poisson_workload``, ``window_s`` or ``requests`` per
+load, fixed seed) at
 ``loads`` x that capacity, in order, until the goodput drops below ``threshold``: that load is
 the *break ratio*. The target (issue 23): 1.0 <= ratio <= 1.25 for every task. ``floor`` is the
 goodput at ``floor_load`` x capacity (almost no queueing): below ``threshold`` the SLO already
@@ -34,6 +35,8 @@ class Params(BaseModel):
     loads: list[float] = Field(min_length=1)
     floor_load: float = Field(default=0.1, gt=0)
     window_s: float = Field(default=600.0, gt=0)
+    #: requests per load point (the window is that many over the rate); None: ``window_s``
+    requests: int | None = Field(default=None, ge=1)
     threshold: float = Field(default=0.99, gt=0, le=1)
     target: tuple[float, float] = (1.0, 1.25)
     time_limit_s: float = Field(default=30.0, gt=0)
@@ -70,8 +73,8 @@ def run(params: Params, ctx: RunContext) -> None:
             continue
         tokens = {wf.name: stage_tokens(task, wf) for wf in task.workflows}
         trace, source = azure_or_synthetic(task.trace, seed=ctx.seed)
-        kw = dict(gpu=gpu or dep.instances[0].gpu_type, window_s=params.window_s, threshold=params.threshold,
-                  seed=ctx.seed)
+        kw = dict(gpu=gpu or dep.instances[0].gpu_type, window_s=params.window_s, requests=params.requests,
+                  threshold=params.threshold, seed=ctx.seed)
         _, floor = breaking_load(p, dep, tokens, trace, loads=[params.floor_load], **kw)
         ratio, points = breaking_load(p, dep, tokens, trace, loads=params.loads, **kw)
         cap = plan_capacity_rps(p, dep)
@@ -85,8 +88,9 @@ def run(params: Params, ctx: RunContext) -> None:
                  "floor": floor[0].goodput, "break_ratio": ratio, "in_target": ok,
                  **{f"goodput@{pt.load:g}": pt.goodput for pt in points}, "wall_s": time.perf_counter() - t0})
     rep.line("")
+    span = f"{params.requests} requests per load" if params.requests else f"{params.window_s:g} s window"
     rep.line(f"break = first of loads {params.loads} with goodput < {params.threshold} ('-': none); floor = goodput "
-             f"at {params.floor_load:g}x; Poisson arrivals, {params.window_s:g} s window, seed {ctx.seed}")
+             f"at {params.floor_load:g}x; Poisson arrivals, {span}, seed {ctx.seed}")
     rep.write()
     if params.publish:
         out = ctx.run_dir.parents[1] / ctx.run_dir.parent.name

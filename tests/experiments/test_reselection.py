@@ -44,7 +44,11 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
     sim = rep.drop(index="oracle-hourly")
     assert (sim.requests == sim.requests.iloc[0]).all()                         # one workload per seed
     assert rep.loc["static-peak", "migrations"] == 0 and rep.loc["adaptive", "migrations"] >= 1
-    assert (sim.goodput > 0.85).all() and (sim.reserved_gb_s > 0).all() and (sim.busy_gpu_s > 0).all()
+    # a fixed workflow may be one whose calls miss their SLO share in the size tail (docs/resolve.md,
+    # "Capacity": its rows carry the p99 and a capacity at 1.25x it), so its floor is lower
+    fixed = sim.index.str.endswith("fixed-workflow")
+    assert (sim.goodput[~fixed] > 0.85).all() and (sim.goodput[fixed] > 0.75).all()
+    assert (sim.reserved_gb_s > 0).all() and (sim.busy_gpu_s > 0).all()
     assert (sim.busy_gpu_s <= sim.gpu_s_held + 1e-6).all()                      # busy within held
     a6000 = load_prices()["a6000"].usd_per_hour("on_demand")                  # the cluster's prices are kept
     assert np.allclose(sim.usd, sim.gpu_s_held / 3600.0 * a6000)

@@ -113,7 +113,7 @@ def test_a_mixed_cluster_resolves_rows_per_type_with_prices_from_the_catalog() -
     mem = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in p.deployments}
     assert ("llama-3.1-70b", 2, 1, "h100-sxm") in mem and ("llama-3.1-70b", 2, 1, "a6000") not in mem
     lat = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r.latency_s for r in p.perf}
-    key = ("respond", "respond", "llama-3.1-8b", 1, 1)
+    key = ("respond", "respond", "qwen2.5-3b", 1, 1)
     assert lat[(*key, "h100-sxm")] < lat[(*key, "a6000")]             # H100: more bandwidth
 
 
