@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import resource
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.closedloop_model import WrappedStep
 
 #: not a calibration rule: the previous block's calibration rescaled by the servers' CPU share
 #: during the block itself, known only afterwards: how much of an error the machine's other jobs explain
@@ -79,33 +81,18 @@ class CpuMeter:
 
 
 @dataclass(frozen=True)
-class ScaledStep:
+class ScaledStep(WrappedStep):
     """``base`` with every iteration's time multiplied by ``factor`` (a CPU share's ratio)."""
-    base: Any
-    factor: float
+    factor: float = 1.0
 
     def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
                decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
         return self.factor * self.base.step_s(prefill_tokens, prefill_attn_tokens2, decode_batch,
                                               decode_context_tokens, prefill_seqs=prefill_seqs)
 
-    def prefill_s(self, tokens: int) -> float:
-        return self.step_s(tokens, float(tokens) ** 2, 0, 0.0)
-
-    def decode_step_s(self, batch: int, context_tokens: float) -> float:
-        return self.step_s(0, 0.0, batch, batch * context_tokens)
-
     @property
     def async_floor_s(self) -> float:
         return self.factor * getattr(self.base, "async_floor_s", 0.0)
-
-    def with_scheduling(self, async_scheduling: bool) -> ScaledStep:
-        """The base under ``async_scheduling``, still scaled (see ``ServedStep.with_scheduling``)."""
-        base = getattr(self.base, "with_scheduling", None)
-        return self if base is None else replace(self, base=base(async_scheduling))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
 
 
 def rescaled(step: Any, calibrated_at: float | None, now: float | None) -> Any:

@@ -81,10 +81,34 @@ class LoopConfig(_Frozen):
 
 
 @dataclass(frozen=True)
-class ServedStep:
+class WrappedStep:
+    """A step model around ``base`` (a subclass gives ``step_s``; prefill and decode follow from
+    it, everything else is the base's). ``with_scheduling`` keeps the wrapper: ``engine_step``
+    must not unwrap it (``__getattr__`` would hand it the bare base's method)."""
+    base: Any
+
+    def step_s(self, prefill_tokens: int, prefill_attn_tokens2: float, decode_batch: int,
+               decode_context_tokens: float, *, prefill_seqs: int = 1) -> float:
+        raise NotImplementedError
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.step_s(tokens, float(tokens) ** 2, 0, 0.0)
+
+    def decode_step_s(self, batch: int, context_tokens: float) -> float:
+        return self.step_s(0, 0.0, batch, batch * context_tokens)
+
+    def with_scheduling(self, async_scheduling: bool) -> WrappedStep:
+        base = getattr(self.base, "with_scheduling", None)
+        return self if base is None else replace(self, base=base(async_scheduling))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+@dataclass(frozen=True)
+class ServedStep(WrappedStep):
     """A step model plus the serving overheads of a real server: ``per_step_s`` in every
     iteration, ``per_call_s`` once per call, in its prefill pass. Memory terms are the base's."""
-    base: Any
     per_step_s: float = 0.0
     per_call_s: float = 0.0
 
@@ -95,25 +119,10 @@ class ServedStep:
         t += self.per_step_s + (self.per_call_s * prefill_seqs if prefill_tokens > 0 else 0.0)
         return max(t, 1e-6)
 
-    def prefill_s(self, tokens: int) -> float:
-        return self.step_s(tokens, float(tokens) ** 2, 0, 0.0)
-
-    def decode_step_s(self, batch: int, context_tokens: float) -> float:
-        return self.step_s(0, 0.0, batch, batch * context_tokens)
-
     @property
     def async_floor_s(self) -> float:
         floor = getattr(self.base, "async_floor_s", 0.0)
         return floor + self.per_step_s if floor else 0.0
-
-    def with_scheduling(self, async_scheduling: bool) -> ServedStep:
-        """The base under ``async_scheduling`` with this wrapper's overheads kept (``engine_step``
-        must not unwrap it: ``__getattr__`` would hand it the bare base's method)."""
-        base = getattr(self.base, "with_scheduling", None)
-        return self if base is None else replace(self, base=base(async_scheduling))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
 
 
 def call_service_s(step: Any, prompt: int, output: int) -> float:
