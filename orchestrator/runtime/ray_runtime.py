@@ -135,6 +135,9 @@ class _HostActor:
     def drop(self, qids: list[int]) -> None:
         self.host.drop(set(qids))
 
+    def promote(self, key: str) -> None:
+        self.host.promote(key, 0.0)
+
     def poll(self, timeout_s: float) -> list[tuple]:
         return drain(self._q, timeout_s)
 
@@ -176,6 +179,13 @@ class RayHost:
     def drop(self, qids: set[int]) -> None:
         self._buf = [p for p in self._buf if p.qid not in qids]
         self.actor.drop.remote(sorted(qids))
+
+    def promote(self, key: str, now_s: float) -> list:
+        """As :meth:`EngineHost.promote`, in the actor (buffered work is sent first: one caller's
+        actor calls run in order)."""
+        self.dispatch()
+        self.actor.promote.remote(key)
+        return []
 
     def _poll(self, sink: Callable[[tuple], None]) -> None:
         while not self._stop.is_set():

@@ -77,6 +77,15 @@ class EngineHost:
         with self._lock:
             self.sched.pending = [p for p in self.sched.pending if p.qid not in qids]
 
+    def promote(self, key: str, now_s: float) -> list:
+        """Partial prefill ``key`` is critical now (the graph scheduler's ``promote_partial``):
+        still queued, it is dispatched as regular work; launched, it runs on as it is (a running
+        batch is not re-prioritised in real time). Causes no simulator events."""
+        with self._lock:
+            if any(p.payload.key == key for p in self.sched.pending):
+                self.sched.critical.add(key)
+        return []
+
     def dispatch(self) -> None:
         with self._lock:
             if self.sched.pending and len(self.sched.dead) == len(self.sched.instances):

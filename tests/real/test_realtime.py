@@ -92,3 +92,19 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--run-id", run_dir.name, "--no-progress"]) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp
     pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "summary.parquet"), s)
+
+
+def test_a_host_promotes_a_queued_partial_prefill_and_ignores_a_launched_one():
+    """The graph scheduler promotes a partial prefill whose full prefill waits only for it
+    (``SimState.promote_partial``); in real time the host marks it critical while it is queued
+    (timing decides whether it still is: the call must exist on every host)."""
+    import threading
+    from types import SimpleNamespace
+
+    from orchestrator.runtime.realtime import EngineHost
+
+    host = EngineHost.__new__(EngineHost)       # only the queue and its lock matter here
+    host._lock = threading.RLock()
+    host.sched = SimpleNamespace(pending=[SimpleNamespace(payload=SimpleNamespace(key="1/p"))], critical=set())
+    assert host.promote("1/p", 0.0) == [] and host.sched.critical == {"1/p"}
+    assert host.promote("2/p", 0.0) == [] and host.sched.critical == {"1/p"}
