@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.kinds._paper_report import band, ci95, fmt, paired
+from experiments.kinds._intervals import ci95, fmt
+
+from experiments.kinds._paper_report import band, paired
 
 UNITS = (("reserved_window_gb_s", "reserved GB x s"), ("gpu_s_held_window", "GPU-s held"),
          ("busy_gpu_s", "busy GPU-s"), ("usd_window", "USD"))

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.kinds._paper_costs import MAX_HEADLINE_LOAD, UNITS
-from experiments.kinds._paper_report import ci95, fmt, paired
+from experiments.kinds._intervals import ci95, fmt
+from experiments.kinds._paper_report import paired
 
 #: a baseline sized as the paper had it -> the baseline it re-sizes (docs/baselines.md)
 SIZED_AS_PAPER = {"routellm-paper": "routellm-max-quality", "langchain-paper": "langchain"}

@@ -9,7 +9,9 @@ import json
 
 import pandas as pd
 
-from experiments.kinds._paper_report import BANDS, COST, band, ci95, fmt, not_below, paired, scenario_deps
+from experiments.kinds._intervals import ci95, fmt
+
+from experiments.kinds._paper_report import BANDS, COST, band, not_below, paired, scenario_deps
 from experiments.kinds._reference import reference
 
 F = reference("flowmaker")["figures"]     # the paper's figures quoted below (configs/reference/flowmaker.yaml)

@@ -11,7 +11,6 @@ Student's t over seeds (``mean +- t(0.975, n-1) * sd / sqrt(n)``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.context import Execution, atomic_write_text
+from experiments.kinds._intervals import BOUNDS, ci95, error_bars, fmt
 from experiments.kinds._reference import reference
 
 BANDS = (("low", (25, 50)), ("high", (75, 100)), ("overload", (200, 400)))
@@ -46,44 +46,6 @@ class Resumed:
         return (f"wall time {wall_s + self.cell_wall_s:.0f} s (a resumed run: this invocation {wall_s:.0f} s, "
                 f"plus the {self.cells} cells (plans and replays) of earlier invocations, {self.cell_wall_s:.0f} s "
                 "of their own wall time summed over cells)")
-
-
-def ci95(values) -> tuple[float, float]:
-    """Mean and half-width of its 95% t interval (NaN half-width for fewer than 2 values)."""
-    from scipy import stats
-    x = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
-    if not len(x):
-        return float("nan"), float("nan")
-    if len(x) < 2:
-        return float(x.mean()), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-
-
-#: metrics that are shares (a rate of requests): their intervals are clipped to what a share can be
-BOUNDS = {"goodput": (0.0, 1.0), "accuracy_ok_share": (0.0, 1.0)}
-
-
-def clipped(m: float, h: float, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
-    """The interval ``[m - h, m + h]``, its ends clipped to ``bounds`` (a share stays in [0, 1])."""
-    return (max(m - h, bounds[0]), min(m + h, bounds[1])) if bounds else (m - h, m + h)
-
-
-def fmt(m: float, h: float, digits: int = 2, unit: str = "", bounds: tuple[float, float] | None = None) -> str:
-    """``m [m - h, m + h]``; ``bounds``: the interval's ends clipped to them (:func:`clipped`)."""
-    if not np.isfinite(m):
-        return "n/a"
-    if not np.isfinite(h):
-        return f"{m:.{digits}f}{unit}"
-    lo, hi = clipped(m, h, bounds)
-    return f"{m:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def error_bars(stats: list[tuple[float, float]], bounds: tuple[float, float] | None = None) -> np.ndarray:
-    """Matplotlib's ``yerr`` (2 x n: below, above) for ``ci95`` pairs, the ends :func:`clipped` (no
-    bar where the half-width is NaN)."""
-    ends = np.array([clipped(m, np.nan_to_num(h), bounds) for m, h in stats], dtype=float).reshape(-1, 2)
-    m = np.array([s[0] for s in stats], dtype=float)
-    return np.vstack([m - ends[:, 0], ends[:, 1] - m])
 
 
 IDX = ["trace", "load_pct", "seed"]

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.kinds._paper_costs import MAX_HEADLINE_LOAD, claims_md, units
-from experiments.kinds._paper_report import BANDS, COST, band, fmt, not_below, paired, series
+from experiments.kinds._intervals import fmt
+from experiments.kinds._paper_report import BANDS, COST, band, not_below, paired, series
 
 TIME_LIMIT_S = 900.0
 COST_FACTOR = 2.0

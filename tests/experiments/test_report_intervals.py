@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.kinds._paper_report import COST, by_load_table, ci95, error_bars, fmt, plots
+from experiments.kinds._intervals import ci95, error_bars, fmt
+
+from experiments.kinds._paper_report import COST, by_load_table, plots
 
 
 def test_goodput_intervals_are_clipped_to_zero_and_one():

@@ -138,7 +138,9 @@ def test_report_intervals_and_paired_band_ratios():
     import pandas as pd
     from scipy import stats
 
-    from experiments.kinds._paper_report import band, ci95, not_below, paired
+    from experiments.kinds._intervals import ci95
+
+    from experiments.kinds._paper_report import band, not_below, paired
     m, h = ci95([1.0, 2.0, 3.0])
     assert m == 2.0 and h == pytest.approx(stats.t.ppf(0.975, 2) * 1.0 / np.sqrt(3))
     assert np.isnan(ci95([5.0])[1]) and np.isnan(ci95([])[0])
