@@ -213,14 +213,16 @@ class ClusterSim:
         # the workload's columns as Python numbers (one request's values read per arrival)
         self._task, self._diff = workload.task.astype(np.int64).tolist(), workload.difficulty.astype(float).tolist()
         self._ps, self._os = workload.prompt_scale.astype(float).tolist(), workload.output_scale.astype(float).tolist()
+        self._arrival: list[float] = workload.arrival_s.astype(float).tolist()
 
     def _start(self) -> None:
         """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
-        self.sim.push(Arrivals(float(self.w.arrival_s[0]), 0, self))
+        self.sim.push(Arrivals(self._arrival[0], 0, self))
 
     @property
-    def arrival_s(self):
-        return self.w.arrival_s
+    def arrival_s(self) -> Sequence[float]:
+        """The workload's arrival times (``core.Arrivals`` reads them; Python floats: one read per arrival)."""
+        return self._arrival
 
     def arrive_one(self, i: int, now: float) -> list[Event] | None:
         """Request ``i`` arrives (``core.Arrivals`` calls this for every request of an instant)."""

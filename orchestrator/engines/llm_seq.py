@@ -205,27 +205,29 @@ class PagedKV:
                 events.extend(new)
 
     def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        if self.on_piece is not None:
+        on_piece = self.on_piece
+        if on_piece is not None:
             self._emit_marks(s, now, events)
         s.state = DECODE
-        s.ctx0 = s.have + s.eff
+        s.ctx0 = ctx0 = s.have + s.eff
         s.join = k = self.dit
-        s.finish = f = k + s.output - s.gen - 1
-        if s.first_s != s.first_s and s.gen:
+        gen = s.gen
+        s.finish = f = k + s.output - gen - 1
+        if s.first_s != s.first_s and gen:
             s.first_s = now
         self.running[s.id] = s
-        self.groups[(s.ctx0 - k) % self.block_size] += 1
-        self.ctx_sum += s.ctx0
+        self.groups[(ctx0 - k) % self.block_size] += 1
+        self.ctx_sum += ctx0
         b = self.buckets.get(f)
         if b is None:
             self.buckets[f] = [s]
             heappush(self.finish_keys, f)
         else:
             b.append(s)
-        if s.mark_i < len(s.marks) and self.on_piece is not None:
+        if on_piece is not None and s.mark_i < len(s.marks):
             # mark m is reached at the end of decode iteration k + m - gen - 1
             for m in s.marks[s.mark_i:]:
-                self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
+                self.mark_buckets.setdefault(k + m - gen - 1, []).append(s)
 
     def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
         """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
@@ -242,18 +244,21 @@ class PagedKV:
         if bucket is None:
             return
         heappop(self.finish_keys)       # k: every key below it was popped at its own iteration
-        bs = self.block_size
+        bs, running, groups = self.block_size, self.running, self.groups
+        free = ctx_sum = 0
         for s in bucket:
             if s.state != DECODE or s.finish != k:
                 continue  # preempted since (and maybe rescheduled to another index)
             ctx = s.ctx0 + (k + 1 - s.join)
-            del self.running[s.id]
-            self.free += -(-ctx // bs)
-            self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % bs] -= 1
+            del running[s.id]
+            free += -(-ctx // bs)
+            ctx_sum += ctx
+            groups[(s.ctx0 - s.join) % bs] -= 1
             s.gen = s.output
             s.state = DONE  # guards against a second bucket entry after a re-admission
             done.append(s)
+        self.free += free
+        self.ctx_sum -= ctx_sum
 
     def check(self) -> None:
         """Recount the O(1) bookkeeping from scratch (tests; slow)."""
