@@ -7,24 +7,14 @@ never cheaper in dollars than the usd_per_hour optimum, and the outputs are writ
 and resumed."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import yaml
 
 from experiments.run import main
-
-CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "fleet_mix_small.yaml"
+from tests.experiments.helpers import run_small
 
 
 def test_small_fleet_mix(tmp_path, capsys):
-    cfg = yaml.safe_load(CFG.read_text())
-    path = tmp_path / "fleet_mix_small.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    args = [str(path), "--results", str(tmp_path / "results"), "--run-id", "t", "--no-progress"]
-    assert main(args) == 0
-    top = tmp_path / "results" / "fleet_mix_small"
-    run = top / "t"
+    args, cfg, top, run = run_small("fleet_mix_small", tmp_path)
     df = pd.read_parquet(run / "fleet_mix.parquet")
     singles = ["a6000", "l40s", "h100-sxm"]
     assert set(df["pool"]) == {*singles, *(f"mixed@{t}" for t in singles), "mixed"} and df["task"].nunique() == 2
