@@ -6,7 +6,6 @@ finished cells and says it resumed."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,19 +15,13 @@ import yaml
 from experiments.kinds.reselection import Params
 from experiments.run import main
 from profiler.catalog import load_prices
+from tests.experiments.helpers import CONFIGS, run_small
 
-CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "reselection_small.yaml"
+CFG = CONFIGS / "reselection_small.yaml"
 
 
 def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, capsys):
-    cfg = yaml.safe_load(CFG.read_text())
-    cfg["params"]["publish"] = True
-    path = tmp_path / "reselection_small.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    args = [str(path), "--results", str(tmp_path / "results"), "--run-id", "t", "--no-progress"]
-    assert main(args) == 0
-    top = tmp_path / "results" / "reselection_small"
-    run = top / "t"
+    args, cfg, top, run = run_small("reselection_small", tmp_path, publish=True)
     for f in ["results", "tasks", "decisions", "instances", "memory", "hourly"]:
         assert len(pd.read_parquet(run / f"{f}.parquet")), f
     for f in ["memory.png", "migrations.png", "goodput.png"]:
