@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.adaptive.controller import ControllerConfig
+from harness.adaptive.config import ControllerConfig, TaskModel
 from harness.adaptive.diurnal import DiurnalProfile, load_week
 
 #: the planner's rules off: the selector's own plans (spec section 9's placement, memory x latency)
@@ -115,7 +115,6 @@ class DeveloperWorkflow:
 
 def arm_cell(arm: Arm, params, problems, tokens, cluster, gpu: str, trace, source: str) -> dict[str, pd.DataFrame]:
     """One arm: the seed's requests over the segment replayed under its policy; its tables."""
-    from harness.adaptive.controller import TaskModel
     from harness.adaptive.diurnal import diurnal_workload
     from harness.adaptive.sim import simulate_day
     from profiler.engine import EngineConfig
@@ -210,7 +209,7 @@ class _PlanOnly:
 def oracle_cell(arm: Arm, params, problems, tokens, cluster, gpu: str) -> dict[str, pd.DataFrame]:
     """The hourly oracle over ``arm``'s segment (module docstring): cost only; goodput not
     simulated (NaN)."""
-    from harness.adaptive.controller import Controller, TaskModel
+    from harness.adaptive.controller import Controller
     from harness.billing import gpu_bill
     profs = task_profiles(arm.profile, params.tasks, params.curves)
     base = [p.task.arrival_rate_rps for p in problems]

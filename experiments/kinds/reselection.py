@@ -41,7 +41,7 @@ from experiments.executor import Cell, run_cells
 from experiments.kinds._reselection_arms import PLAIN, Arm, arm_cell, oracle_cell
 from experiments.kinds._reselection_depends import PACKED
 from flowmaker.entry import UserError
-from harness.adaptive.controller import ControllerConfig
+from harness.adaptive.config import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList
 
