@@ -205,29 +205,27 @@ class PagedKV:
                 events.extend(new)
 
     def _join_decode(self, s: Seq, now: float, events: list[Event]) -> None:
-        on_piece = self.on_piece
-        if on_piece is not None:
+        if self.on_piece is not None:
             self._emit_marks(s, now, events)
         s.state = DECODE
-        s.ctx0 = ctx0 = s.have + s.eff
+        s.ctx0 = s.have + s.eff
         s.join = k = self.dit
-        gen = s.gen
-        s.finish = f = k + s.output - gen - 1
-        if s.first_s != s.first_s and gen:
+        s.finish = f = k + s.output - s.gen - 1
+        if s.first_s != s.first_s and s.gen:
             s.first_s = now
         self.running[s.id] = s
-        self.groups[(ctx0 - k) % self.block_size] += 1
-        self.ctx_sum += ctx0
+        self.groups[(s.ctx0 - k) % self.block_size] += 1
+        self.ctx_sum += s.ctx0
         b = self.buckets.get(f)
         if b is None:
             self.buckets[f] = [s]
             heappush(self.finish_keys, f)
         else:
             b.append(s)
-        if on_piece is not None and s.mark_i < len(s.marks):
+        if s.mark_i < len(s.marks) and self.on_piece is not None:
             # mark m is reached at the end of decode iteration k + m - gen - 1
             for m in s.marks[s.mark_i:]:
-                self.mark_buckets.setdefault(k + m - gen - 1, []).append(s)
+                self.mark_buckets.setdefault(k + m - s.gen - 1, []).append(s)
 
     def _advance_decode(self, k: int, done: list[Seq], events: list[Event], now: float) -> None:
         """Decode iteration ``k`` ended: report the marks reached, retire the sequences done."""
@@ -245,20 +243,17 @@ class PagedKV:
             return
         heappop(self.finish_keys)       # k: every key below it was popped at its own iteration
         bs, running, groups = self.block_size, self.running, self.groups
-        free = ctx_sum = 0
         for s in bucket:
             if s.state != DECODE or s.finish != k:
                 continue  # preempted since (and maybe rescheduled to another index)
             ctx = s.ctx0 + (k + 1 - s.join)
             del running[s.id]
-            free += -(-ctx // bs)
-            ctx_sum += ctx
+            self.free += -(-ctx // bs)
+            self.ctx_sum -= ctx
             groups[(s.ctx0 - s.join) % bs] -= 1
             s.gen = s.output
             s.state = DONE  # guards against a second bucket entry after a re-admission
             done.append(s)
-        self.free += free
-        self.ctx_sum -= ctx_sum
 
     def check(self) -> None:
         """Recount the O(1) bookkeeping from scratch (tests; slow)."""
@@ -373,9 +368,10 @@ class QuietStretches(PagedKV):
                     since = t
                 g.since, g.busy_s = since, gpu_busy
             k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
-            need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
-            for i in range(j - j % bs + 1, j + 1):
-                need += groups[-(k + i) % bs]
+            need, r = j // bs * n, j % bs       # blocks the j starts take: n per bs iterations, then groups
+            if r:                               # -(k + i) % bs, i = j - r + 1 .. j: r indices down from hi,
+                hi, lo = -(k + j - r + 1) % bs, -(k + j) % bs   # lo > hi: around the ring
+                need += sum(groups[lo:hi + 1]) if lo <= hi else sum(groups[:hi + 1]) + sum(groups[lo:])
             self.free -= need
             self.tokens += n * j
             self.ctx_sum += n * j
