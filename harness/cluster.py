@@ -229,7 +229,7 @@ class ClusterSim:
         self.sim.push(Arrivals(self._arrival[0], 0, self))
 
     @property
-    def arrival_s(self) -> Sequence[float]:
+    def arrival_s(self) -> Sequence[float] | np.ndarray:
         """The workload's arrival times (``core.Arrivals`` reads them; Python floats: one read per arrival)."""
         return self._arrival
 

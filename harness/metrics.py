@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -24,8 +24,9 @@ def call_table(calls: Sequence[Call]) -> dict[str, np.ndarray]:
     """Per-call columns: arrival, admission, first-token and completion times (s), tokens."""
     n = len(calls)
 
-    def col(values, dtype) -> np.ndarray:
+    def col(values: Iterable[float], dtype: type) -> np.ndarray:   # one pass over the calls
         return np.fromiter(values, dtype=dtype, count=n)
+
     return {"arrival_s": col((c.arrival_s for c in calls), np.float64),
             "sched_s": col((c.sched_s for c in calls), np.float64),
             "first_s": col((c.first_s for c in calls), np.float64),
