@@ -48,6 +48,7 @@ class AppOverride(BaseModel):
     query: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     engines: dict[str, str] = Field(default_factory=dict, description="engine name -> configs/engines spec")
+    doc_tokens_choices: tuple[int, ...] | None = Field(None, description="() : every query has `query.doc_tokens`")
 
 
 class Params(BaseModel):
@@ -121,7 +122,8 @@ def _app(p: Params, name: str) -> AppSpec:
         raise UserError(f"app_overrides.{name}.engines: unknown engines {sorted(set(o.engines) - set(app.engines))}; "
                         f"known: {', '.join(sorted(app.engines))}")
     engines = {k: b.model_copy(update={"spec": o.engines.get(k, b.spec)}) for k, b in app.engines.items()}
-    return app.model_copy(update={"query": query, "components": comps, "engines": engines})
+    docs = app.doc_tokens_choices if o.doc_tokens_choices is None else o.doc_tokens_choices
+    return app.model_copy(update={"query": query, "components": comps, "engines": engines, "doc_tokens_choices": docs})
 
 
 def _engines(app, scheme, p: Params):
