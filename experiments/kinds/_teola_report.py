@@ -217,7 +217,10 @@ def markdown(sp: pd.DataFrame, ab: pd.DataFrame, cap: pd.DataFrame, p: Any) -> s
              + (f" A guided scheme applies the passes its optimiser chooses at each rate (`orchestrator/guided.py`, on a "
                 f"calibration workload of {p.guide_queries} queries, seed {p.guide_seed}: a pass is applied unless "
                 f"dropping it lowers the simulated mean latency by more than {100 * p.guide_min_gain:g}%)."
-                if t == GUIDED else ""), "",
+                if t == GUIDED else "")
+             + ("" if getattr(p, "engine_prefix_cache", True) else
+                " In this run no scheme's LLM engines cache prefixes (`engine_prefix_cache: false`), so every Teola "
+                "and every baseline runs on the same engines."), "",
              "| app | rate (req/s) | regime | Teola (same engine features) | its mean (s) | passes applied | "
              "best baseline | its mean (s) | speedup (mean) | speedup (p99) | "
              f"{t} (no prefix cache) | {pre} | {ALL_PASSES} (every pass, no cache) | vs unoptimised DAG "

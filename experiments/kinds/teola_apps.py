@@ -95,6 +95,8 @@ class Params(BaseModel):
     batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest")
     batch_cap_nosplit_apps: tuple[str, ...] = ("advanced_rag",)
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
+    engine_prefix_cache: bool = Field(True, description="False: no scheme's LLM engines cache prefixes (the real "
+                                      "engines of teola_real_cpu have none); True: those of schemes that have one")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -127,16 +129,16 @@ def _app(p: Params, name: str) -> AppSpec:
 
 
 def _engines(app, scheme, p: Params):
-    over = {}
+    over, cache = {}, scheme.prefix_caching and p.engine_prefix_cache
     if p.llm_latency == "profiler":
         for name, b in app.engines.items():
             spec = load_engine_spec(b.spec)
             if spec.kind == "llm" and spec.model in ("llama-2-7b", "llama-2-13b"):
                 tp = 2 if spec.model == "llama-2-13b" else 1
-                cfg = spec.engine.model_copy(update={"prefix_caching": scheme.prefix_caching})
+                cfg = spec.engine.model_copy(update={"prefix_caching": cache})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
                                                     kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
-    return app.build_engines(prefix_caching=scheme.prefix_caching, overrides=over)
+    return app.build_engines(prefix_caching=cache, overrides=over)
 
 
 def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, cap: dict[str, int] | None) -> str:

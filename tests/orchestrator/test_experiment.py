@@ -63,3 +63,13 @@ def test_app_overrides_change_a_workload_and_unknown_components_fail():
     assert _app(p, "naive_rag").query.answer_tokens == 10                 # others untouched
     with pytest.raises(UserError, match="known"):
         _app(Params.model_validate({"app_overrides": {"naive_rag": {"params": {"nope": {}}}}}), "naive_rag")
+
+
+def test_engine_prefix_cache_off_gives_every_scheme_plain_engines():
+    from experiments.kinds.teola_apps import Params, _app, _engines
+    from orchestrator import get_scheme
+    app = _app(Params(), "naive_rag")
+    on, off = Params(), Params(engine_prefix_cache=False)
+    assert _engines(app, get_scheme("llamadistpc-to"), on)["llm"][0].prefix_caching
+    assert not _engines(app, get_scheme("llamadistpc-to"), off)["llm"][0].prefix_caching
+    assert not _engines(app, get_scheme("teola"), on)["llm"][0].prefix_caching
