@@ -155,10 +155,12 @@ def _guide_key(p: Params, app_name: str, rate: float, n: int, scheme_name: str) 
 
 def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: str = report.GUIDED) -> tuple[str, ...]:
     """The passes a guided scheme (``teola-guided``, ``teola+prefix-cache-guided``) applies to
-    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on queries that do not
-    interact), chosen on the calibration workload with the engines of the scheme it guides."""
+    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on ``n_isolated``
+    queries that do not interact), chosen on the calibration workload with the engines of the scheme
+    it guides."""
     key = _guide_key(p, app_name, rate, n, scheme_name)
     cal_rate = key[2]
+    n_cal = p.guide_queries if n > 1 else min(p.guide_queries, p.n_isolated)    # isolated queries do not interact
     if key not in _GUIDED:
         base = get_scheme(report.guided_base(scheme_name))
         reps, sims = _decompose_reps(p, app_name), {}
@@ -166,7 +168,7 @@ def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: st
         def cost(passes: tuple[str, ...]) -> float:
             rep = reps[tuple(x for x in ALL if x in passes)]      # identical graphs simulate identically
             if rep not in sims:
-                _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, rep), p.guide_queries, p.guide_seed)
+                _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, rep), n_cal, p.guide_seed)
                 sims[rep] = float(np.mean([r.latency_s for r in res]))
             return sims[rep]
         _GUIDED[key] = choose_passes(cost, ALL, min_gain=p.guide_min_gain)
