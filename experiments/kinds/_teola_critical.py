@@ -115,9 +115,9 @@ def explain(sp_row: Any, per: pd.DataFrame, dispatch_s: float, teola: str = "teo
     trow = get[(teola, "load")].set_index("part")
     out += ["", "Binding parts of Teola's path, and why no pass shortens them: " + "; ".join(
         f"`{p}` {tl[p]:.3f} s ({100 * tl[p] / t_load:.0f}%): {_why(p, trow.loc[p])}" for p in bind) + "."]
-    out += ["", _verdict(sp_row, best, teola)]
     worse = [(p, tl.get(p, 0.0) - spans[(best, "load")].get(p, 0.0)) for p in names]
     worse = sorted([w for w in worse if w[1] >= MIN_S], key=lambda w: -w[1])
+    out += ["", _verdict(sp_row, best, teola, bool(worse))]
     better = sorted([w for w in [(p, spans[(best, "load")].get(p, 0.0) - tl.get(p, 0.0)) for p in names]
                      if w[1] >= MIN_S], key=lambda w: -w[1])
     chains = sum(v for k, v in tl.items() if k.split(":")[1] in ("decode", "prefill"))
@@ -134,7 +134,7 @@ def explain(sp_row: Any, per: pd.DataFrame, dispatch_s: float, teola: str = "teo
     return out + [""]
 
 
-def _verdict(sp_row: Any, best: str, teola: str) -> str:
+def _verdict(sp_row: Any, best: str, teola: str, longer: bool) -> str:
     """The graph's reason, from the cell's numbers: which passes the optimiser applied, and what the
     baseline's prefix cache is worth (Teola runs with the baseline's engine features)."""
     applied = getattr(sp_row, "passes", "") or ""
@@ -145,7 +145,11 @@ def _verdict(sp_row: Any, best: str, teola: str) -> str:
              "Both run the same LLM engines (no prefix cache). ")
     if sp_row.speedup_mean >= 1.0:
         return head + cache + f"Teola is ahead of {best} here ({sp_row.speedup_mean:.2f}x); the table says by which parts."
-    return head + cache + "The gap is in the parts below where Teola's path is longer."
+    if longer:
+        return head + cache + "The gap is in the parts below where Teola's path is longer."
+    return (head + cache + f"No part of Teola's path is {1000 * MIN_S:.0f} ms or more longer than the baseline's: "
+            f"on this graph the two run the same chains, and Teola's mean is {100 * (1 - sp_row.speedup_mean):.2f}% "
+            f"above the baseline's, inside the per-seed range [{sp_row.speedup_min:.3f}-{sp_row.speedup_max:.3f}]x.")
 
 
 def _paper(text: str, regime: str) -> float | None:
