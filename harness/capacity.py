@@ -137,15 +137,16 @@ class LoadPoint:
 
 def load_point(problem: Problem, dep: Deployment, stage_tokens: dict[str, list[tuple[int, int]]], trace: Trace,
                *, gpu: str, load: float, window_s: float, requests: int | None = None, seed: int = SEED,
-               engine: EngineConfig = DEFAULT) -> LoadPoint:
+               sizes: str = "resample", engine: EngineConfig = DEFAULT) -> LoadPoint:
     """Replay ``dep`` alone on Poisson arrivals (``harness.workload.poisson_workload``: the trace's
-    request sizes, drawn with replacement; ``seed`` draws arrivals and sizes) at ``load`` x
+    request sizes, ``sizes`` as it draws them; ``seed`` draws arrivals and sizes) at ``load`` x
     :func:`plan_capacity_rps` for ``window_s``, or with ``requests`` as long as that many requests
     take on average (the same precision of the goodput at every load)."""
     from harness.replay import replay
     from harness.workload import poisson_workload
     rate = load * plan_capacity_rps(problem, dep)
-    wl = poisson_workload(trace, [rate], load=1.0, window_s=requests / rate if requests else window_s, seed=seed)
+    wl = poisson_workload(trace, [rate], load=1.0, window_s=requests / rate if requests else window_s, seed=seed,
+                          sizes=sizes)
     res = replay([problem], [dep], [stage_tokens], wl, gpu=gpu, price_per_gb_s=0.0, engine=engine)
     s = res.summary
     return LoadPoint(load, rate, float(s["goodput"]), int(s["requests"]), int(s["preemptions"]))

@@ -6,7 +6,7 @@ Per task: resolve it on the cluster (``perf.capacity_rps`` by docs/resolve.md's 
 stage). Then replay the plan alone in the cluster simulator (``harness.capacity.load_point``)
 on Poisson arrivals with the task trace's request sizes at ``loads`` x that capacity, each load
 once per seed (``seeds`` of them from the config's ``seed``: each a different draw of arrivals
-and sizes; ``requests`` per load and seed). Per load the goodput is pooled over the seeds, with
+and a different order of the trace's sizes, ``sizes``; ``requests`` per load and seed). Per load the goodput is pooled over the seeds, with
 its 95% t interval over them (``experiments.kinds._intervals.ci95``); the *break ratio* is the
 first load whose pooled goodput is below ``threshold``. The target (issue 23): 1.0 <= ratio <=
 1.25 for every task. Also per seed its own break, and whether ``threshold`` lies in the interval
@@ -14,20 +14,23 @@ at the pooled break (the break is then not settled by these seeds). ``floor`` is
 goodput at ``floor_load`` x capacity (almost no queueing): below ``threshold`` the SLO already
 misses that share of the trace's requests unloaded, so no capacity can put the break in range.
 
-Every (task, seed, load) is one cell of ``experiments.executor.run_cells`` (resumable, as many
-workers as the config's ``workers``); its name carries the plan capacity, so a resume after a
-rule change re-runs it.
+Every (task, seed) is one cell of ``experiments.executor.run_cells`` (resumable, as many workers
+as the config's ``workers``; its name carries the plan capacity, so a resume after a rule change
+re-runs it): its loads in order until its goodput is below :func:`stop_level`, where the pooled
+goodput is below ``threshold`` whatever the other seeds read; pooled figures are given at the
+loads every seed ran ('-' past them).
 
 Rows: ``results.parquet`` one per task: ``task, workflow, plan, arrival_rate_rps,
 plan_capacity_rps, floor, break_ratio, break_goodput, break_ci95, threshold_in_ci, seed_breaks,
 in_target`` and ``goodput@<load>`` / ``ci95@<load>`` (pooled mean and half-width) per load;
-``points.parquet`` one per cell (``task, seed, load, rate_rps, requests, goodput, preemptions,
+``points.parquet`` one per load a seed ran (``task, seed, load, rate_rps, requests, goodput, preemptions,
 wall_s``); ``summary.md`` prints the table and the pooled goodput per load.
 """
 from __future__ import annotations
 
 import shutil
 import time
+from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,22 +54,38 @@ class Params(BaseModel):
     requests: int | None = Field(default=None, ge=1)
     #: seeds per load: the config's seed and the next ``seeds - 1``
     seeds: int = Field(default=4, ge=1)
+    #: request sizes (``harness.workload.poisson_workload``): the trace shuffled per seed (every
+    #: whole pass holds its sizes exactly) or drawn with replacement
+    sizes: Literal["shuffle", "resample"] = "shuffle"
     threshold: float = Field(default=0.99, gt=0, le=1)
     target: tuple[float, float] = (1.0, 1.25)
     time_limit_s: float = Field(default=30.0, gt=0)
     publish: bool = False
 
 
-def point_cell(problem, dep, tokens, trace, gpu: str, load: float, window_s: float, requests: int | None,
-               seed: int) -> pd.DataFrame:
-    """One (task, seed, load): ``harness.capacity.load_point`` as a one-row frame."""
+def seed_cell(problem, dep, tokens, trace, gpu: str, loads: list[float], window_s: float, requests: int | None,
+              seed: int, stop_below: float, sizes: str = "shuffle") -> pd.DataFrame:
+    """One (task, seed): ``harness.capacity.load_point`` at each of ``loads`` in order, one row
+    each, until the goodput drops below ``stop_below`` (:func:`stop_level`; the first load is
+    always run through, the floor)."""
     from harness.capacity import load_point
-    t0 = time.perf_counter()
-    pt = load_point(problem, dep, tokens, trace, gpu=gpu, load=load, window_s=window_s, requests=requests,
-                    seed=seed)
-    return pd.DataFrame([{"task": problem.task.name, "seed": seed, "load": load, "rate_rps": pt.rate_rps,
-                          "requests": pt.requests, "goodput": pt.goodput, "preemptions": pt.preemptions,
-                          "wall_s": time.perf_counter() - t0}])
+    rows = []
+    for k, x in enumerate(loads):
+        t0 = time.perf_counter()
+        pt = load_point(problem, dep, tokens, trace, gpu=gpu, load=x, window_s=window_s, requests=requests,
+                        seed=seed, sizes=sizes)
+        rows.append({"task": problem.task.name, "seed": seed, "load": x, "rate_rps": pt.rate_rps,
+                     "requests": pt.requests, "goodput": pt.goodput, "preemptions": pt.preemptions,
+                     "wall_s": time.perf_counter() - t0})
+        if k and pt.goodput < stop_below:
+            break
+    return pd.DataFrame(rows)
+
+
+def stop_level(threshold: float, seeds: int) -> float:
+    """A seed's goodput below which the pooled goodput of ``seeds`` seeds (their mean) is below
+    ``threshold`` whatever the others read (each at most 1), so no seed needs a higher load."""
+    return 1.0 - seeds * (1.0 - threshold)
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -74,11 +93,11 @@ def run(params: Params, ctx: RunContext) -> None:
     plans = _plans(params)
     seeds = [ctx.seed + k for k in range(params.seeds)]
     loads = sorted(set(params.loads))
-    cells = [Cell(f"{name}-cap{pl['cap']:.6g}-s{seed}-x{x:g}", point_cell,
-                  (pl["problem"], pl["dep"], pl["tokens"], pl["trace"], pl["gpu"], x, params.window_s,
-                   params.requests, seed), label=f"{name} seed {seed} x{x:g}")
-             for seed in seeds for name, pl in plans.items() if "dep" in pl
-             for x in [params.floor_load, *loads]]
+    stop = stop_level(params.threshold, params.seeds)
+    cells = [Cell(f"{name}-cap{pl['cap']:.6g}-{params.sizes}-s{seed}", seed_cell,
+                  (pl["problem"], pl["dep"], pl["tokens"], pl["trace"], pl["gpu"], [params.floor_load, *loads],
+                   params.window_s, params.requests, seed, stop, params.sizes), label=f"{name} seed {seed}")
+             for seed in seeds for name, pl in plans.items() if "dep" in pl]
     points = pd.concat(run_cells(ctx, cells, desc="capacity check"), ignore_index=True) if cells else None
     rep = Report(ctx, f"Break ratio: first load (x plan capacity) whose goodput, pooled over {params.seeds} "
                       f"seeds, is < {params.threshold}")
@@ -99,12 +118,13 @@ def run(params: Params, ctx: RunContext) -> None:
                  f"{'yes' if row['in_target'] else 'NO'}")
     _goodput_table(rep, rep.rows, loads)
     span = f"{params.requests} requests" if params.requests else f"a {params.window_s:g} s window"
+    drawn = "the trace shuffled" if params.sizes == "shuffle" else "sizes drawn with replacement"
     n = 0 if points is None else len(points)
     rep.line("")
     rep.line(f"break = first of the loads with pooled goodput < {params.threshold} ('-': none); '~': "
              f"{params.threshold} inside the 95% interval there (these seeds do not settle it); seed breaks: each "
              f"seed's own; floor = pooled goodput at {params.floor_load:g}x. Poisson arrivals, {span} per load and "
-             f"seed, seeds {seeds[0]}-{seeds[-1]}; {n} cells, {time.perf_counter() - t0:.0f} s in this run "
+             f"seed ({drawn}), seeds {seeds[0]}-{seeds[-1]}; {n} load points, {time.perf_counter() - t0:.0f} s in this run "
              f"(resumed cells not counted)")
     rep.write()
     if points is not None:
@@ -153,7 +173,8 @@ def _plans(params: Params) -> dict[str, dict]:
 def _task_row(params: Params, pl: dict, pts: pd.DataFrame, loads: list[float]) -> dict:
     """One task's row: pooled goodput and interval per load, the pooled and per-seed breaks."""
     from experiments.kinds._intervals import ci95
-    stats = {x: ci95(pts.goodput[pts.load == x]) for x in loads}
+    seeds = pts.seed.nunique()      # a load some seed stopped short of is past the break: not pooled
+    stats = {x: ci95(g) if len(g := pts.goodput[pts.load == x]) == seeds else (float("nan"),) * 2 for x in loads}
     floor = ci95(pts.goodput[pts.load == params.floor_load])[0]
     brk = next((x for x in loads if stats[x][0] < params.threshold), None)
     seed_breaks = []
@@ -183,7 +204,8 @@ def _goodput_table(rep: Report, rows: list[dict], loads: list[float]) -> None:
         for r in rows:
             m, h = r[f"goodput@{x:g}"], r[f"ci95@{x:g}"]
             mark = "*" if r["break_ratio"] == x else " "
-            cells.append(f"{1000 * m:7.2f}+-{1000 * h:4.2f}{mark}" if h == h else f"{1000 * m:13.2f}{mark}")
+            cells.append("-" if m != m else f"{1000 * m:7.2f}+-{1000 * h:4.2f}{mark}" if h == h
+                         else f"{1000 * m:13.2f}{mark}")
         rep.line(f"{x:5g} " + " ".join(f"{c:>15}" for c in cells))
 
 
