@@ -15,8 +15,7 @@ from orchestrator.construct import build_pgraph
 from orchestrator.graph import Graph, GraphEditor
 from orchestrator.ops import n_tokens
 from orchestrator.primitives import Kind, Lit, Node, Ref
-from orchestrator.rewrite import (Pass, PassContext, decompose, push_through, slice_ref,  # noqa: F401 - re-exported
-                                  split_with_aggregate, worthwhile_prefix_tokens)
+from orchestrator.rewrite import Pass, PassContext, decompose, push_through, slice_ref, split_with_aggregate
 from orchestrator.template import QueryConfig, Template
 
 

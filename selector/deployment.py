@@ -44,6 +44,10 @@ class InstanceSpec:
     mem_gb: float
     utilization: float = 0.0
     gpu_type: str = DEFAULT_GPU_TYPE   # spec section 10: the type of its GPUs
+    #: fair-share's work rule (``selector.placement.reused_work_ok``), recorded under ``sharing:
+    #: fair-share`` only: its call time per second and the most its stage lets it carry
+    work_erlangs: float = 0.0
+    work_cap_erlangs: float | None = None
 
     @property
     def shard_gb(self) -> float:
@@ -55,8 +59,11 @@ class InstanceSpec:
         return default if self.gpu_type == DEFAULT_GPU_TYPE else self.gpu_type
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpu_type": self.gpu_type,
-                "gpus": list(self.gpus), "mem_gb": self.mem_gb, "utilization": self.utilization}
+        out = {"id": self.id, "model": self.model, "tp": self.tp, "pp": self.pp, "gpu_type": self.gpu_type,
+               "gpus": list(self.gpus), "mem_gb": self.mem_gb, "utilization": self.utilization}
+        if self.work_cap_erlangs is not None:
+            out |= {"work_erlangs": self.work_erlangs, "work_cap_erlangs": self.work_cap_erlangs}
+        return out
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,9 @@ class Deployment:
     stages: tuple[StageRoute, ...]
     reuse: tuple[tuple[str, float], ...] = ()
     rule: str = "spec"
+    #: fair-share's work rule: ``(instance id, work gained, work cap of the stage)`` per reused
+    #: instance (erlangs; ``sharing: fair-share`` only, else empty)
+    reuse_work: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def mem_gb(self) -> float:
@@ -129,10 +139,13 @@ class Deployment:
             for g in inst.gpus:
                 used[g] += inst.shard_gb
         add = dict(self.reuse)
-        old = tuple(i.model_copy(update={"utilization": min(1.0, i.utilization + add.get(i.id, 0.0))})
+        work = {k: (w, c) for k, w, c in self.reuse_work}
+        old = tuple(i.model_copy(update={"utilization": min(1.0, i.utilization + add.get(i.id, 0.0)),
+                                         **_work_update(i, work.get(i.id))})
                     if i.id in add else i for i in cluster.instances)
         new = tuple(Instance(id=i.id, model=i.model, tp=i.tp, pp=i.pp, gpus=i.gpus,
-                             utilization=min(1.0, max(0.0, i.utilization))) for i in self.instances)
+                             utilization=min(1.0, max(0.0, i.utilization)), work_erlangs=i.work_erlangs,
+                             work_cap_erlangs=i.work_cap_erlangs) for i in self.instances)
         gpus = tuple(g.model_copy(update={"used_gb": min(g.mem_gb, used[g.id])}) for g in cluster.gpus)
         return cluster.model_copy(update={"gpus": gpus, "instances": old + new})
 
@@ -142,7 +155,9 @@ class Deployment:
                 "stages": [{"stage": s.stage, "calls": s.calls,
                             "routes": [{"instances": list(r.instances), "share": r.share} for r in s.routes]}
                            for s in self.stages],
-                "reuse": [{"instance": k, "utilization_add": v} for k, v in self.reuse]}
+                "reuse": [{"instance": k, "utilization_add": v} for k, v in self.reuse],
+                **({"reuse_work": [{"instance": k, "work_erlangs_add": w, "work_cap_erlangs": c}
+                                   for k, w, c in self.reuse_work]} if self.reuse_work else {})}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> Deployment:
@@ -150,15 +165,32 @@ class Deployment:
         try:
             insts = tuple(InstanceSpec(str(i["id"]), str(i["model"]), int(i["tp"]), int(i["pp"]),
                                        tuple(int(g) for g in i["gpus"]), float(i["mem_gb"]),
-                                       float(i.get("utilization", 0.0)), str(i.get("gpu_type", DEFAULT_GPU_TYPE)))
+                                       float(i.get("utilization", 0.0)), str(i.get("gpu_type", DEFAULT_GPU_TYPE)),
+                                       float(i.get("work_erlangs", 0.0)), _opt_float(i.get("work_cap_erlangs")))
                           for i in d["instances"])
             stages = tuple(StageRoute(str(s["stage"]), int(s["calls"]),
                                       tuple(Route(tuple(str(x) for x in r["instances"]), float(r["share"]))
                                             for r in s["routes"])) for s in d["stages"])
             reuse = tuple((str(r["instance"]), float(r["utilization_add"])) for r in d.get("reuse", ()))
-            return Deployment(str(d["task"]), str(d["workflow"]), insts, stages, reuse, str(d.get("rule", "spec")))
+            work = tuple((str(r["instance"]), float(r["work_erlangs_add"]), float(r["work_cap_erlangs"]))
+                         for r in d.get("reuse_work", ()))
+            return Deployment(str(d["task"]), str(d["workflow"]), insts, stages, reuse, str(d.get("rule", "spec")),
+                              work)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProblemError("deployment", f"malformed deployment ({type(exc).__name__}: {exc})") from None
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _work_update(inst: Instance, gained: tuple[float, float] | None) -> dict[str, Any]:
+    """Fair-share's work rule after reuse: the instance's call time grows by what the stage
+    routes, its cap is the tighter of its own and the stage's (None: nothing recorded)."""
+    if gained is None:
+        return {}
+    cap = gained[1] if inst.work_cap_erlangs is None else min(inst.work_cap_erlangs, gained[1])
+    return {"work_erlangs": inst.work_erlangs + gained[0], "work_cap_erlangs": cap}
 
 
 @dataclass(frozen=True)
@@ -188,29 +220,38 @@ def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence
     wf = next(w for w in problem.workflows if w.name == workflow)
     if len(serving) != len(wf.stages):
         raise ValueError(f"{len(serving)} stage servings for {len(wf.stages)} stages of {workflow}")
-    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r.capacity_rps for r in problem.perf}
+    perf = {(r.workflow, r.stage, r.model, r.tp, r.pp, r.gpu_type): r for r in problem.perf}
+    fair = problem.cluster.fair_share
     mem = {(d.model, d.tp, d.pp, d.gpu_type): d.mem_gb for d in problem.deployments}
     inst_type = {i.id: problem.cluster.instance_type(i) for i in problem.cluster.instances}
     insts: list[InstanceSpec] = []
     routes: list[StageRoute] = []
     reuse: dict[str, float] = {}
+    work: dict[str, tuple[float, float]] = {}
     for st, ways in zip(wf.stages, serving):
         load = problem.task.arrival_rate_rps * st.calls
         stage_routes = []
         for s in ways:
             gpu_type = inst_type[s.reuse] if s.reuse is not None else s.gpu_type
-            cap = perf[(workflow, st.name, s.model, s.tp, s.pp, gpu_type)]
+            row = perf[(workflow, st.name, s.model, s.tp, s.pp, gpu_type)]
+            cap, erl = row.capacity_rps, s.share * load * row.latency_s
             if s.reuse is not None:
                 reuse[s.reuse] = reuse.get(s.reuse, 0.0) + s.share * load / cap
+                if fair:
+                    w, c = work.get(s.reuse, (0.0, float("inf")))
+                    work[s.reuse] = (w + erl, min(c, row.latency_s * cap))
                 stage_routes.append(Route((s.reuse,), s.share))
                 continue
             ids = []
+            n = len(s.gpus)
             for r, gpus in enumerate(s.gpus):
                 iid = f"{problem.task.name}/{st.name}/{s.tag}{r}"
                 insts.append(InstanceSpec(iid, s.model, s.tp, s.pp, tuple(gpus), mem[(s.model, s.tp, s.pp, gpu_type)],
-                                          s.share * load / (len(s.gpus) * cap), gpu_type))
+                                          s.share * load / (n * cap), gpu_type,
+                                          erl / n if fair else 0.0, row.latency_s * cap if fair else None))
                 ids.append(iid)
             stage_routes.append(Route(tuple(ids), s.share))
         routes.append(StageRoute(st.name, st.calls, tuple(stage_routes)))
-    return Deployment(problem.task.name, workflow, tuple(insts), tuple(routes), tuple(reuse.items()), rule)
+    return Deployment(problem.task.name, workflow, tuple(insts), tuple(routes), tuple(reuse.items()), rule,
+                      tuple((k, w, c) for k, (w, c) in work.items()))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from selector.deployment import Serving, build_deployment
 from selector.index import NEW, REUSE, Compiled, Option
 from selector.placement import (StageDemand, free_memory, gpu_types, place, reuse_busy, reused_fair_ok, reused_gpus_ok,
-                                tenant_utils)
+                                reused_work_ok, tenant_utils)
 from selector.plan import Plan, StagePlan
 from selector.problem import TOL, objective_value
 
@@ -73,17 +73,32 @@ def routed(options: Sequence[Option]) -> dict[int, float]:
     return out
 
 
+def routed_work(options: Sequence[Option]) -> dict[int, tuple[float, float]]:
+    """Fair share's work rule: per reused instance, the call time the variant routes to it per
+    second (sum of ``load x latency_s``) and the least ``latency_s x capacity_rps`` among the
+    stages routed there (``selector.placement.reused_work_ok``)."""
+    out: dict[int, tuple[float, float]] = {}
+    for o in options:
+        if o.kind == REUSE:
+            w, c = out.get(o.instance, (0.0, float("inf")))
+            out[o.instance] = (w + o.util_add * o.capacity_rps * o.latency_s, min(c, o.latency_s * o.capacity_rps))
+    return out
+
+
 def placement(cp: Compiled, options: Sequence[Option]) -> list[list[list[int]]] | None:
     """Constraint 4 under the problem's sharing mode: LeastLoaded's GPUs per new stage and
     replica, or None. Under ``sharing: compute`` (section 9) reuse is applied first, a reused
     instance's GPU above 1 fails the variant, and placement skips GPUs without compute room;
-    ``sharing: fair-share`` adds the fair-share check to both (``selector.placement.fair_room``)."""
+    ``sharing: fair-share`` adds the work rule on reuse (``selector.placement.reused_work_ok``) and
+    the fair-share check to both (``selector.placement.fair_room``)."""
     cluster = cp.problem.cluster
     if not cluster.compute:
         return place(free_memory(cluster), demands(options), types=gpu_types(cluster))
     to = routed(options)
     busy = reuse_busy(cluster, to)
     if not reused_gpus_ok(cluster, to, busy):
+        return None
+    if cluster.fair_share and not reused_work_ok(cluster, routed_work(options)):
         return None
     tenants = tenant_utils(cluster, to) if cluster.fair_share else None
     if tenants is not None and not reused_fair_ok(cluster, to, tenants):

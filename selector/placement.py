@@ -77,6 +77,20 @@ def reused_fair_ok(cluster: Cluster, routed: Mapping[int, float], tenants: Mappi
     return all(fair_room(tenants[g]) for i in routed for g in cluster.instances[i].gpus)
 
 
+def reused_work_ok(cluster: Cluster, work: Mapping[int, tuple[float, float]]) -> bool:
+    """Fair share's work rule after reuse (docs/selection.md "Fair-share placement"): ``work``
+    maps a reused instance's index to the call time the variant routes to it per second (sum of
+    ``load x latency_s``, erlangs) and the least ``latency_s x capacity_rps`` among the stages
+    routed there. The instance's work after reuse stays within the least such cap of every stage
+    it serves, its own record's included (``Instance.work_cap_erlangs``; None: no record)."""
+    for i, (add, cap) in work.items():
+        inst = cluster.instances[i]
+        limit = cap if inst.work_cap_erlangs is None else min(cap, inst.work_cap_erlangs)
+        if inst.work_erlangs + add > limit + TOL:
+            return False
+    return True
+
+
 def place(free_gb: dict[int, float], demands: Sequence[StageDemand],
           busy: Mapping[int, float] | None = None, *,
           types: Mapping[int, str] | None = None,

@@ -96,9 +96,9 @@ GpuType = Annotated[str, BeforeValidator(_type_name)]
 DEFAULT_GPU_TYPE = "gpu"
 #: spec section 10: what a plan minimises (``gb_s``: section 5's cost; ``usd_per_hour``: ``U``)
 OBJECTIVES = ("gb_s", "usd_per_hour")
-#: section 10's opt-in keys with their defaults, left out of a dump while they hold them
+#: opt-in keys (section 10's, the fair-share work rule's) with their defaults, left out of a dump while they hold them
 _OPT_IN_DEFAULTS = {"type": DEFAULT_GPU_TYPE, "gpu_type": DEFAULT_GPU_TYPE, "prices": None,
-                    "objective": "gb_s"}
+                    "objective": "gb_s", "work_erlangs": 0.0, "work_cap_erlangs": None}
 
 
 class _Frozen(BaseModel):
@@ -180,6 +180,11 @@ class Instance(_Frozen):
     pp: PosWhole
     gpus: tuple[Whole, ...]
     utilization: Annotated[Num, Field(ge=0, le=1)]
+    #: ``sharing: fair-share``'s work rule (docs/selection.md "Fair-share placement"): the call time
+    #: routed to it per second (sum of load x latency_s over the stages it serves), and the most it
+    #: carries keeping its tightest stage (min of latency_s x capacity_rps over them; None: unknown)
+    work_erlangs: NonNegNum = 0.0
+    work_cap_erlangs: PosNum | None = None
 
 
 #: spec section 9: how placement shares a GPU (``memory``: sections 1-8 exactly; ``compute``: a

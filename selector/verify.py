@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from selector.index import replicas_for
-from selector.placement import StageDemand, fair_room, free_memory, gpu_busy, gpu_types, place, tenant_utils
+from selector.placement import (StageDemand, fair_room, free_memory, gpu_busy, gpu_types, place, reused_work_ok,
+                                tenant_utils)
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 REL = 1e-6
@@ -39,6 +40,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
     util = {i.id: i.utilization for i in problem.cluster.instances}
     busy = gpu_busy(problem.cluster)        # section 9 (read under sharing: compute)
     reused_gpus: set[int] = set()
+    work: dict[int, tuple[float, float]] = {}   # fair share's work rule: instance index -> (added, least cap)
+    index = {i.id: k for k, i in enumerate(problem.cluster.instances)}
     demands = []
     for st, sp in zip(wf.stages, plan.stages):
         load = problem.task.arrival_rate_rps * st.calls
@@ -60,6 +63,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
         L += st.calls * row.latency_s
         if sp.reuse is not None:
             util[sp.reuse] += load / row.capacity_rps
+            w, c = work.get(index[sp.reuse], (0.0, math.inf))
+            work[index[sp.reuse]] = (w + load * row.latency_s, min(c, row.latency_s * row.capacity_rps))
             for g in insts[sp.reuse].gpus:
                 busy[g] += load / row.capacity_rps
                 reused_gpus.add(g)
@@ -91,6 +96,8 @@ def verify_plan(problem: Problem, plan: Plan) -> list[str]:
         added = {k: util[i.id] - i.utilization for k, i in enumerate(problem.cluster.instances)
                  if util[i.id] != i.utilization}
         tenants = tenant_utils(problem.cluster, added)
+        if not reused_work_ok(problem.cluster, work):
+            errs.append("a reused instance's work beyond its tightest stage's cap (sharing: fair-share)")
         errs += [f"GPU {g} tenants {tenants[g]} beyond their fair share after reuse (sharing: fair-share)"
                  for g in sorted(reused_gpus) if not fair_room(tenants[g])]
     placed = place(free_memory(problem.cluster), demands, busy if compute else None,

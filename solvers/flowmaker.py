@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from selector.evaluate import choose, evaluate, infeasible_plan, to_plan
 from selector.index import NEW, REUSE, Compiled, WorkflowOptions, compile_problem
 from selector.plan import Plan
-from selector.problem import Problem
+from selector.problem import Problem, TOL
 from selector.restrict import restrict, unrestrict
 from selector.search import BestWindow, Candidate
-from selector.space import TOL, chunks
+from selector.space import chunks
 from solvers.base import Selector, unknown_plan
 
 Assignment = tuple[tuple[int, int], ...]   # per stage: (REUSE, instance) or (NEW, model)

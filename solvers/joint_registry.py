@@ -2,10 +2,8 @@
 single-task registry (``solvers/registry.py``); imported lazily like it."""
 from __future__ import annotations
 
-import importlib
-
 from solvers.joint_base import JointSelector
-from solvers.registry import _build
+from solvers.registry import _build, instantiate
 
 _ENTRIES: list[tuple[str, str]] = [
     ("sequential", "solvers.joint_sequential:SequentialJoint"),
@@ -24,10 +22,4 @@ def names() -> list[str]:
 
 def get_joint_solver(name: str, **kwargs) -> JointSelector:
     """Instantiate the joint selector registered as ``name``; unknown names list the known ones."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown joint solver '{name}'; known: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[name].split(":")
-    selector = getattr(importlib.import_module(module), cls)(**kwargs)
-    if selector.name != name:
-        raise ValueError(f"joint solver registered as '{name}' calls itself '{selector.name}'")
-    return selector
+    return instantiate(REGISTRY, name, "joint solver", **kwargs)

@@ -39,8 +39,8 @@ import time
 
 from selector.index import NEW, REUSE
 from selector.plan import Plan
-from selector.problem import Problem
-from solvers._exact import TOL, Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
+from selector.problem import Problem, TOL
+from solvers._exact import Answer, Cut, Objective, Prepared, Variant, no_good, solve_exact
 from solvers._rows import compute_room_rows, packing_rows, reuse_by_gpu, type_memory_rows
 from solvers.base import Selector
 

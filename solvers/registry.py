@@ -6,6 +6,7 @@ fast and optional dependencies (ortools, optuna) load only when their solver is 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from solvers.base import Selector
 
@@ -42,10 +43,17 @@ def names() -> list[str]:
 
 def get_solver(name: str, **kwargs) -> Selector:
     """Instantiate the selector registered as ``name``; unknown names list the known ones."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown solver '{name}'; known: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[name].split(":")
+    return instantiate(REGISTRY, name, "solver", **kwargs)
+
+
+def instantiate(registry: dict[str, str], name: str, kind: str, **kwargs: Any) -> Any:
+    """Instantiate the ``module:Class`` that ``registry`` holds as ``name`` (importing its module
+    now); an unknown name is a KeyError listing the known ones, a class whose ``name`` differs a
+    ValueError (``kind``, e.g. ``joint solver``, names the registry in both)."""
+    if name not in registry:
+        raise KeyError(f"unknown {kind} '{name}'; known: {', '.join(registry)}")
+    module, cls = registry[name].split(":")
     selector = getattr(importlib.import_module(module), cls)(**kwargs)
     if selector.name != name:
-        raise ValueError(f"solver registered as '{name}' calls itself '{selector.name}'")
+        raise ValueError(f"{kind} registered as '{name}' calls itself '{selector.name}'")
     return selector

@@ -38,13 +38,10 @@ EXCEPTIONS = {
     ("selector.cli", "solvers"): "the command-line face reaches the solver registry",
     ("selector.cli_joint", "solvers"): "the joint command's face (spec section 11) reaches the joint registry",
 }
-#: re-exports that other branches of issue 22 remove (owner in the comment); only these may stay
-PENDING_REEXPORTS = {
-    "orchestrator", "orchestrator.engines", "orchestrator.runtime",  # package __init__s (issue 22 item 2)
-    "orchestrator.engines.llm_core",                                 # Seq, StepTime, ... (issue 22 item 1)
-    "orchestrator.passes",                                           # PassContext, Pass (teola, issue 26)
-    "selector.space", "solvers._exact", "solvers.baselines.common",  # TOL, evaluate, ... (issue 24)
-}
+#: packages whose lazy ``__init__`` (PEP 562) names their public API: ``from orchestrator import
+#: load_app`` is the documented face of the Teola package (issue 22 item 2: "lazy or empty package
+#: __init__s"); every other module's names are imported from the module that defines them
+PENDING_REEXPORTS = {"orchestrator", "orchestrator.engines", "orchestrator.runtime"}
 
 
 def _rel(path: Path) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("selector", "solvers", "profiler", "harness", "orchestrator", "experiments", "flowmaker")
 #: modules whose job is to print: command lines, benchmarks, experiment kinds (their tables)
-PRINTING = ("cli.py", "cli_joint.py", "servecli.py", "tokens.py", "run.py", "device_check.py", "torchserve.py",
-            "sim_identity.py", "a6000_terms.py")
+PRINTING = ("cli.py", "cli_joint.py", "cli_fit.py", "servecli.py", "tokens.py", "run.py", "device_check.py",
+            "torchserve.py", "sim_identity.py", "a6000_terms.py")
 
 
 def _sources() -> list[Path]:

@@ -11,7 +11,10 @@ whatever its compression, and start-ups are real time relative to the profile.
 
 :func:`oracle_cell` is the bound: per profile hour every task re-planned for that hour's peak rate
 with perfect foresight and no migration cost (the plans of a fresh deployment, task after task, on
-the empty cluster), cost only (not simulated).
+the empty cluster), cost only (not simulated). Its ``fluid_x`` is the load shape's bound: the
+peak plan's GPUs (static-peak's rates, split by task: :func:`task_gpus`) over their mean when each
+task's share follows its hourly rate exactly (no floor, no whole instances or GPUs): what any
+policy paying static-peak's GPUs per request/s can save at most.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.adaptive.controller import ControllerConfig
+from harness.adaptive.config import ControllerConfig, TaskModel
 from harness.adaptive.diurnal import DiurnalProfile, load_week
 
 #: the planner's rules off: the selector's own plans (spec section 9's placement, memory x latency)
@@ -112,7 +115,6 @@ class DeveloperWorkflow:
 
 def arm_cell(arm: Arm, params, problems, tokens, cluster, gpu: str, trace, source: str) -> dict[str, pd.DataFrame]:
     """One arm: the seed's requests over the segment replayed under its policy; its tables."""
-    from harness.adaptive.controller import TaskModel
     from harness.adaptive.diurnal import diurnal_workload
     from harness.adaptive.sim import simulate_day
     from profiler.engine import EngineConfig
@@ -207,20 +209,28 @@ class _PlanOnly:
 def oracle_cell(arm: Arm, params, problems, tokens, cluster, gpu: str) -> dict[str, pd.DataFrame]:
     """The hourly oracle over ``arm``'s segment (module docstring): cost only; goodput not
     simulated (NaN)."""
-    from harness.adaptive.controller import Controller, TaskModel
+    from harness.adaptive.controller import Controller
     from harness.billing import gpu_bill
     profs = task_profiles(arm.profile, params.tasks, params.curves)
     base = [p.task.arrival_rate_rps for p in problems]
     prof, cfg = arm.profile, sim_controller(arm)
     tasks = [TaskModel(p, t) for p, t in zip(problems, tokens)]
     sel = selector_for(params.selector, arm.fixed_workflow)
-    t0, spans, hourly, gb_s, unplaced = time.perf_counter(), [], [], 0.0, 0
+    t0, spans, hourly, gb_s, unplaced, loads = time.perf_counter(), [], [], 0.0, 0, []
+
+    def plan(rates: list[float]) -> Controller:
+        ctl = Controller(tasks, cap_cluster(cluster, arm.gpu_cap), sel, _PlanOnly(), gpu=gpu, config=cfg)
+        ctl.deploy(rates, warm=True)
+        return ctl
+
+    peaks = arm_rates(arm.model_copy(update={"adaptive": False, "rate_x": 1.0}), profs, base)
+    weights = task_gpus(plan(peaks), len(tasks))
     for h in range(int(np.ceil(prof.hours))):
         a, b = h * prof.hour_s, min((h + 1) * prof.hour_s, prof.duration_s)
         grid = np.linspace(a, b, 13)
         rates = [p.peak_x * r * float(p.multiplier(grid).max()) for p, r in zip(profs, base)]
-        ctl = Controller(tasks, cap_cluster(cluster, arm.gpu_cap), sel, _PlanOnly(), gpu=gpu, config=cfg)
-        ctl.deploy(rates, warm=True)
+        loads.append(sum(w * min(1.0, x / pk) for w, x, pk in zip(weights, rates, peaks) if pk > 0))
+        ctl = plan(rates)
         unplaced += len(tasks) - len(ctl.ledger.current)
         held = [x for x in ctl.ledger.held.values() if x.released_s is None]
         gb = sum(x.spec.mem_gb for x in held)
@@ -234,5 +244,19 @@ def oracle_cell(arm: Arm, params, problems, tokens, cluster, gpu: str) -> dict[s
            "busy_gpu_s": float("nan"), "gb_mean": gb_s / prof.duration_s, "unplaced_task_hours": unplaced,
            "migrations": 0, "reselections": 0, "profile_hours": prof.hours, "start_hour": prof.start_hour,
            "compression": prof.compression, "rate_x": 1.0, "adaptive": True, "fixed_workflow": arm.fixed_workflow,
-           "gpu_cap": arm.gpu_cap if arm.gpu_cap is not None else -1, "wall_s": time.perf_counter() - t0}
+           "gpu_cap": arm.gpu_cap if arm.gpu_cap is not None else -1, "wall_s": time.perf_counter() - t0,
+           "fluid_x": sum(weights) / float(np.mean(loads)) if loads and np.mean(loads) > 0 else float("nan")}
     return {"results": pd.DataFrame([row]), "hourly": pd.DataFrame(hourly)}
+
+
+def task_gpus(ctl, n_tasks: int) -> list[float]:
+    """Per task the GPUs its plan holds on ``ctl``'s cluster: every live instance's GPUs split among
+    the task versions routed to it in proportion to the utilisation each puts there."""
+    out = [0.0] * n_tasks
+    idx = {t.name: k for k, t in enumerate(ctl.tasks)}
+    for h in ctl.ledger.held.values():
+        total = sum(h.users.values())
+        for v, u in h.users.items():
+            if h.released_s is None and total > 0:
+                out[idx[ctl.ledger.task_of(v)]] += len(h.spec.gpus) * u / total
+    return out

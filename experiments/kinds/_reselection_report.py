@@ -74,7 +74,7 @@ def plots(frames: dict[str, pd.DataFrame], params, out) -> None:
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(11, 3.6))
-    for policy, g in hourly[hourly.policy != "oracle-hourly"].groupby("policy", sort=False):
+    for policy, g in hourly[~hourly.policy.str.startswith("oracle")].groupby("policy", sort=False):
         m = g.groupby("hour").goodput.mean()
         ax.plot(m.index, m.to_numpy(), marker="o", ms=2, lw=1, label=policy, color=COLORS.get(policy),
                 **STYLES.get(policy, {}))
@@ -166,8 +166,10 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dic
                 saving = agg.loc[right, col] - o[col]
                 got = agg.loc[right, col] - agg.loc["adaptive", col]
                 share = got / saving if saving > 0 else float("nan")
+                verdict = _yes(share >= 0.8) + f" ({share:.0%}" if saving > 0 else \
+                    f"undefined ({right} holds no more than the oracle"
                 lines.append(f"- adaptive captures >= 80% of the oracle's saving over {right} in {label}: "
-                             f"{_yes(share >= 0.8)} ({share:.0%}: {right} {agg.loc[right, col] / div:.4g}, adaptive "
+                             f"{verdict}: {right} {agg.loc[right, col] / div:.4g}, adaptive "
                              f"{agg.loc['adaptive', col] / div:.4g}, oracle {o[col] / div:.4g}; static-peak / oracle "
                              f"{ref[col] / o[col]:.2f}x"
                              + (f", so no policy with the same planner reaches {TARGET_X}x unless it beats the oracle)"
@@ -197,10 +199,13 @@ def _report_rows(frames: dict[str, pd.DataFrame], table: str) -> pd.DataFrame | 
 def _choices(res: pd.DataFrame, choice: dict, params) -> list[str]:
     out = ["", "## Choices made on other seeds / days", "",
            f"- right-sized static multiplier: **{choice['rate_x']:g}** x the peak plan (smallest whose goodput is "
-           f"within {params.goodput_tol:.0%} of static-peak's on seeds {params.rightsize_seeds}; 1 = none smaller "
-           "passed)"]
+           f"within {params.goodput_tol:.0%} of static-peak's on every one of seeds {params.rightsize_seeds}, each "
+           "against static-peak on the same seed, as the targets are judged per seed; 1 = none smaller passed)"]
     for r in choice.get("rightsize", []):
-        out.append(f"  - {r['policy']}: goodput {r['goodput']:.4f}, GPU-h held {r['gpu_s'] / 3600:.4g}")
+        worst = r.get("worst_loss")
+        out.append(f"  - {r['policy']}: goodput {r['goodput']:.4f} (min {r.get('goodput_min', r['goodput']):.4f}"
+                   + (f"; largest loss against static-peak on the same seed {worst:.2%}" if worst is not None and np.isfinite(worst) else "")
+                   + f"), GPU-h held {r['gpu_s'] / 3600:.4g}")
     out.append(f"- controller: **{choice['controller']}** (cheapest in GPU-h held within the goodput tolerance of "
                "static-peak on the tuning days and seeds)")
     for r in choice.get("tune", []):

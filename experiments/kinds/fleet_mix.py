@@ -26,7 +26,8 @@ A pool lists availability: a plan pays only for the GPUs it reserves (``usd_per_
 Rows (``fleet_mix.parquet``): ``task, family (seven | random), rate_rps, pool, pool_usd_per_hour
 (the pool's price: every GPU it offers), objective, solver, status, usd_per_hour, cost_gb_s, latency_s, new_gpus, workflow, choice, types, reason,
 elapsed_s``; ``choice`` names every stage as ``model@tpTppP:type xR``. The report
-(``summary.md``, ``fleet_mix.png``) is ``experiments/kinds/_fleet_report.py``'s.
+(``summary.md``, ``fleet_mix.png``) is ``experiments/kinds/_fleet_report.py``'s, its tables
+``_fleet_tables.py``'s (totals, per task) and ``_fleet_pools.py``'s (pools at a single type's price).
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ sizes come from the Azure 2023 traces. Every run deploys the tasks in order on t
    held whose goodput is within ``goodput_tol`` of static-peak's); the right-sized static plan on
    the ``report`` days with the ``rightsize_seeds`` (the smallest ``rightsize`` multiplier of the
    peak plan whose goodput is within ``goodput_tol`` of static-peak's); and, seed-independent, on
-   the report days: ``static-peak``, ``static-peak-fixed-workflow`` and the hourly ``oracle``;
+   the report days: ``static-peak``, ``static-peak-fixed-workflow`` and the hourly ``oracle``
+   (with ``oracle_pack``, also one whose planner packs instances onto shared GPUs);
 2. **report** (the ``report`` days and seeds): ``adaptive`` (the tuned controller),
    ``adaptive-fixed-workflow`` (the same controller, the selector restricted to the developer's
    workflow: compared with ``static-peak-fixed-workflow``; both on the first report seed), ``static-right`` (the chosen
@@ -30,7 +31,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -38,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
 from experiments.executor import Cell, run_cells
 from experiments.kinds._reselection_arms import PLAIN, Arm, arm_cell, oracle_cell
+from experiments.kinds._reselection_depends import PACKED
 from flowmaker.entry import UserError
-from harness.adaptive.controller import ControllerConfig
+from harness.adaptive.config import ControllerConfig
 from harness.adaptive.diurnal import DiurnalProfile
 from selector.taskspec import TaskList
 
@@ -77,12 +79,16 @@ class Params(BaseModel):
     selector_plan: bool = Field(True, description="also run static-peak with the selector's own plans (no "
                                 "planner rules) on the report seeds")
     rightsize: list[float] = Field(default=[], description="static multipliers of the peak plan tried")
-    rightsize_seeds: list[int] = Field(default=[], description="seeds the right-sized static plan is chosen on")
+    rightsize_seeds: list[int] = Field(default=[], description="seeds the right-sized static plan is "
+                                       "chosen on (a multiplier must pass on every one)")
     goodput_tol: float = Field(0.01, ge=0, lt=1, description="relative goodput loss allowed against static-peak")
     startup_fixed_s: float = Field(30.0, ge=0, description="start-up besides weights (profile s)")
     load_gb_per_s: float = Field(0.5, gt=0, description="weights loaded per profile second")
     startup_sweep: list[float] = Field(default=[], description="uniform start-ups (profile s) run on the first seed")
-    gpu_cap: int | None = Field(None, ge=1, description="adaptive run on the first seed with this many GPUs")
+    gpu_cap: int | Literal["static-peak"] | None = Field(None, description="adaptive run on the first seed with "
+                                                         "this many GPUs (static-peak: as many as its plan holds)")
+    oracle_pack: float | None = Field(None, gt=0, le=1, description="also the hourly oracle whose planner packs "
+                                      "(pack_busy = this): the bound for a planner that shares GPUs")
     uncompressed: Segment | None = Field(None, description="a segment run at compression 1")
     fixed_workflow: bool = Field(True, description="run the fixed-workflow pair (on the first report seed)")
     seeds_overlap_ok: bool = Field(False, description="allow tuning and right-size seeds among the reported")
@@ -184,14 +190,34 @@ def choose(frames: pd.DataFrame, params: Params) -> dict:
         best = ok.gpu_s.idxmin() if len(ok) else cands.goodput.idxmax()
         out["controller"] = best.removeprefix("adaptive-")
         out["tune"] = [{"policy": p, **r} for p, r in t.to_dict("index").items()]
-    r = frames[frames.phase == "rightsize"].groupby("policy").agg(goodput=("goodput", "mean"),
-                                                                  gpu_s=("gpu_s_held", "mean"))
-    if len(r):
-        ref = r.goodput.get("static-peak", 1.0)
-        ok = [m for m in sorted(params.rightsize) if r.goodput.get(f"static-x{m:g}", -1.0) >= ref * (1 - tol)]
-        out["rate_x"] = ok[0] if ok else 1.0
-        out["rightsize"] = [{"policy": p, **v} for p, v in r.to_dict("index").items()]
+    out.update(rightsize(frames[frames.phase == "rightsize"], params.rightsize, tol))
     return out
+
+
+def rightsize(rows: pd.DataFrame, multipliers: list[float], tol: float) -> dict:
+    """The right-sized static plan: the smallest multiplier whose goodput is within ``tol`` of
+    static-peak's on **every** right-size seed (each seed against static-peak on the same seed),
+    so that the choice carries to other seeds; the reported targets are judged per seed too.
+    ``rate_x`` 1.0 when none passes; ``rightsize``: per policy the mean goodput and GPU-s held,
+    the worst seed's goodput and its relative loss against static-peak on that seed."""
+    if not len(rows):
+        return {}
+    g = rows.set_index(["policy", "seed"]).goodput
+    seeds = sorted(rows.seed.unique())
+    loss = {p: max(1 - g.get((p, s), 0.0) / g[("static-peak", s)] for s in seeds)
+            for p in rows.policy.unique() if all(("static-peak", s) in g.index for s in seeds)}
+    ok = [m for m in sorted(multipliers) if loss.get(f"static-x{m:g}", 1.0) <= tol]
+    agg = rows.groupby("policy").agg(goodput=("goodput", "mean"), goodput_min=("goodput", "min"),
+                                     gpu_s=("gpu_s_held", "mean"))
+    return {"rate_x": ok[0] if ok else 1.0,
+            "rightsize": [{"policy": p, **r, "worst_loss": loss.get(p, float("nan"))} for p, r in agg.to_dict("index").items()]}
+
+
+def peak_gpus(instances: pd.DataFrame, params: Params) -> int | None:
+    """GPUs static-peak's plan holds on the first report seed (``gpu_cap: static-peak``)."""
+    sub = instances[(instances.phase == "report") & (instances.policy == "static-peak")
+                    & (instances.seed == params.report.seeds[0])] if len(instances) else instances
+    return int(sub.gpus.astype(str).str.split(",").explode().nunique()) if len(sub) else None
 
 
 def report_arms(params: Params, choice: dict) -> list[Arm]:
@@ -208,9 +234,9 @@ def report_arms(params: Params, choice: dict) -> list[Arm]:
             arms.append(_arm(params, "report", "static-right", seg, s, ctl, adaptive=False, rate_x=choice["rate_x"]))
     arms += [_arm(params, "sweep", f"adaptive-startup-{x:g}s", seg, first, ctl, adaptive=True, startup_fixed_s=x,
                   load_gb_per_s=1e9) for x in params.startup_sweep]
-    if params.gpu_cap is not None:
-        arms.append(_arm(params, "cap", f"adaptive-cap-{params.gpu_cap}", seg, first, ctl, adaptive=True,
-                         gpu_cap=params.gpu_cap))
+    cap = choice.get("gpu_cap", params.gpu_cap)
+    if isinstance(cap, int):
+        arms.append(_arm(params, "cap", f"adaptive-cap-{cap}", seg, first, ctl, adaptive=True, gpu_cap=cap))
     if params.uncompressed is not None:
         arms += [_arm(params, "uncompressed", "adaptive", params.uncompressed, s, ctl, adaptive=True,
                       compression=1.0) for s in params.uncompressed.seeds]
@@ -252,11 +278,17 @@ def run(params: Params, ctx: RunContext) -> None:
 
     oracle = _arm(params, "report", "oracle-hourly", params.report, params.report.seeds[0],
                   controller(params), adaptive=True)
-    stage1 = [Cell(oracle.name, oracle_cell, (oracle, *common), tables=("results", "hourly"), label="oracle"),
+    oracles = [oracle]
+    if params.oracle_pack is not None:
+        oracles.append(oracle.model_copy(update={
+            "policy": PACKED, "controller": oracle.controller.model_copy(update={"pack_busy": params.oracle_pack})}))
+    stage1 = [*(Cell(o.name, oracle_cell, (o, *common), tables=("results", "hourly"), label="oracle") for o in oracles),
               *cells(choice_arms(params))]
     skipped = sum(is_done(ctx, c) for c in stage1)
     res1 = run_cells(ctx, stage1, desc="reselection: choices", on_done=on_done)
     choice = choose(_concat([r["results"] for r in res1]), params)
+    if params.gpu_cap == "static-peak":
+        choice["gpu_cap"] = peak_gpus(_concat([r["instances"] for r in res1 if "instances" in r]), params)
     atomic_write_text(ctx.run_dir / "choices.json", json.dumps(choice, indent=1))
     stage2 = cells(report_arms(params, choice))
     skipped += sum(is_done(ctx, c) for c in stage2)

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.adaptive.config import ControllerConfig, TaskModel
+from harness.adaptive.controller import Controller
 from harness.adaptive.sim import DayResult, day_result
 from harness.cluster import SimTask, Workload
 from harness.live import LiveSettings, _Router, _Run

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.adaptive.config import ControllerConfig, TaskModel
+from harness.adaptive.controller import Controller
 from harness.adaptive.planning import Forecast
 from harness.billing import gpu_bill
 from harness.cluster import ClusterSim, SimTask, Workload

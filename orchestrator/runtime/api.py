@@ -9,7 +9,8 @@ import numpy as np
 from orchestrator.batching import BatchingPolicy
 from orchestrator.engines.base import Engine
 from orchestrator.ops import words
-from orchestrator.passes import GraphCache, Pass, PassContext, passes_named, worthwhile_prefix_tokens
+from orchestrator.passes import GraphCache, passes_named
+from orchestrator.rewrite import Pass, PassContext, worthwhile_prefix_tokens
 from orchestrator.runtime.engine_scheduler import EngineScheduler
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, run_events
 from orchestrator.schemes import Scheme, get_scheme

@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.batching import BatchingPolicy, Pending
 from orchestrator.engines.base import Engine, EngineDeadError
-from orchestrator.passes import GraphCache, PassContext
+from orchestrator.passes import GraphCache
+from orchestrator.rewrite import PassContext
 from orchestrator.runtime.api import prepare
 from orchestrator.runtime.engine_scheduler import EngineScheduler, Launch
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState

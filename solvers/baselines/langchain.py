@@ -20,14 +20,14 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from selector.index import NEW
+from selector.evaluate import evaluate
+from selector.index import NEW, compile_problem
 from selector.placement import free_memory, gpu_types
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from solvers.base import Selector
-from solvers.baselines.common import (check_placement, compile_problem, default_config, deployment,
-                                      developer_workflow, evaluate, new_demands, option_index, pack_first_fit,
-                                      spec_face, spec_place)
+from solvers.baselines.common import (check_placement, default_config, deployment, developer_workflow,
+                                      new_demands, option_index, pack_first_fit, spec_face, spec_place)
 
 
 SETTINGS = ("default", "paper")

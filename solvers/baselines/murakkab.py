@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from selector.evaluate import evaluate, variant_of
+from selector.index import compile_problem
 from selector.plan import Plan
 from selector.problem import Problem
 from solvers.base import Selector
-from selector.evaluate import variant_of
-from solvers.baselines.common import (compile_problem, compiled_copy, developer_workflow, edited, evaluate,
-                                     only_workflow, spec_face)
+from solvers.baselines.common import compiled_copy, developer_workflow, edited, only_workflow, spec_face
 
 
 class MurakkabSelector(Selector):

@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from selector.index import compile_problem
 from selector.plan import Plan
 from selector.problem import Model, Problem
 from solvers.base import Selector
-from solvers.baselines.common import compile_problem, compiled_copy, edited
+from solvers.baselines.common import compiled_copy, edited
 
 
 def without_reuse(problem: Problem) -> Problem:

@@ -35,16 +35,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from selector.deployment import Deployment, build_deployment
-from selector.index import NEW, REUSE, replicas_for
-from selector.placement import free_memory, gpu_types, place
+from selector.deployment import Deployment, Serving, build_deployment
+from selector.evaluate import evaluate
+from selector.index import NEW, REUSE, compile_problem, replicas_for
+from selector.placement import free_memory, gpu_types, place, reuse_busy
 from selector.plan import Plan
 from selector.problem import TOL, Problem
 from solvers.base import Selector
-from selector.placement import reuse_busy
-from selector.deployment import Serving
-from solvers.baselines.common import (check_placement, compile_problem, default_config, evaluate, new_demands,
-                                      servings, spec_face, spec_place)
+from solvers.baselines.common import (check_placement, default_config, new_demands, servings, spec_face,
+                                      spec_place)
 
 SETTINGS = {"max-quality": 0.0, "balanced": 0.35, "min-cost": 0.65, "paper": 0.0}
 #: settings with a fixed pool of strong replicas (GB reserved at most): the paper's max-quality

@@ -7,24 +7,14 @@ never cheaper in dollars than the usd_per_hour optimum, and the outputs are writ
 and resumed."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import yaml
 
 from experiments.run import main
-
-CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "fleet_mix_small.yaml"
+from tests.experiments.helpers import run_small
 
 
 def test_small_fleet_mix(tmp_path, capsys):
-    cfg = yaml.safe_load(CFG.read_text())
-    path = tmp_path / "fleet_mix_small.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    args = [str(path), "--results", str(tmp_path / "results"), "--run-id", "t", "--no-progress"]
-    assert main(args) == 0
-    top = tmp_path / "results" / "fleet_mix_small"
-    run = top / "t"
+    args, cfg, top, run = run_small("fleet_mix_small", tmp_path)
     df = pd.read_parquet(run / "fleet_mix.parquet")
     singles = ["a6000", "l40s", "h100-sxm"]
     assert set(df["pool"]) == {*singles, *(f"mixed@{t}" for t in singles), "mixed"} and df["task"].nunique() == 2
@@ -56,7 +46,8 @@ def test_small_fleet_mix(tmp_path, capsys):
     assert md == (run / "summary.md").read_text() and "(met)" in md
     assert "## Equal price" in md and "mixed@" in md
     reference = md.split("## Upper reference")[1].split("\n## ")[0]
-    from experiments.kinds._fleet_report import budget_pool_table, fleet_table
+    from experiments.kinds._fleet_pools import budget_pool_table
+    from experiments.kinds._fleet_tables import fleet_table
     from experiments.kinds.fleet_mix import mixed_pool
     prices = mixed_pool(["a6000", "l40s", "h100-sxm"], 1, "on_demand").prices
     budget = budget_pool_table(fleet_table(df, ["a6000", "l40s", "h100-sxm"]), df, cfg["params"]["gpus_per_type"], prices)
@@ -73,7 +64,7 @@ def test_small_fleet_mix(tmp_path, capsys):
 
 
 def test_plan_gpus_counts_shards_per_type_from_the_choice() -> None:
-    from experiments.kinds._fleet_report import plan_gpus
+    from experiments.kinds._fleet_pools import plan_gpus
     assert plan_gpus("qwen2.5-32b@tp2pp1:h100-sxm x2 > qwen2.5-3b@tp1pp1:a6000 x1 > m@tp1pp2:h100-sxm x1") == \
         {"h100-sxm": 6, "a6000": 1}
     assert plan_gpus("") == {}
@@ -82,7 +73,7 @@ def test_plan_gpus_counts_shards_per_type_from_the_choice() -> None:
 def test_a_task_planned_on_the_workload_sized_pool_costs_what_it_costs_on_the_whole_pool() -> None:
     """The sized pool's claim: a smaller pool that still holds the GPUs the plan reserves keeps the
     plan (its feasible set only shrinks), so the summary may quote the all-GPU pool's $/h."""
-    from experiments.kinds._fleet_report import plan_gpus
+    from experiments.kinds._fleet_pools import plan_gpus
     from experiments.kinds.fleet_mix import choice, mixed_pool, pool_problem
     from selector.resolve import ResolveSettings, load_catalog, resolve_task
     from selector.taskspec import load_task

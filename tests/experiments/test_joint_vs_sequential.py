@@ -3,25 +3,14 @@
 milp is never beaten by the greedy in the order given, and a rerun skips the finished cells."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import yaml
 
 from experiments.run import main
-
-CFG = Path(__file__).resolve().parents[2] / "configs" / "experiments" / "joint_vs_sequential_small.yaml"
+from tests.experiments.helpers import CONFIGS, run_small
 
 
 def test_small_joint_vs_sequential(tmp_path, capsys):
-    cfg = yaml.safe_load(CFG.read_text())
-    cfg["params"]["publish"] = True
-    path = tmp_path / "joint_vs_sequential_small.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    args = [str(path), "--results", str(tmp_path / "results"), "--run-id", "t", "--no-progress"]
-    assert main(args) == 0
-    top = tmp_path / "results" / "joint_vs_sequential_small"
-    run = top / "t"
+    args, _, top, run = run_small("joint_vs_sequential_small", tmp_path, publish=True)
     df = pd.read_parquet(run / "joint.parquet")
     assert set(df["solver"]) == {"joint", "given", "best_order", "worst_order"}
     assert set(df["set"]) == {"given", "random-2-0"}
@@ -49,9 +38,9 @@ def test_summary_rebuilt_from_published_parquet(tmp_path):
     from experiments.kinds._joint_report import write_summary
     from experiments.kinds.joint_vs_sequential import Params
     from experiments.run import load_config
-    published = CFG.parents[2] / "results" / "joint_vs_sequential"
+    published = CONFIGS.parents[1] / "results" / "joint_vs_sequential"
     (tmp_path / "joint.parquet").write_bytes((published / "joint.parquet").read_bytes())
-    params = Params(**load_config(CFG.with_name("joint_vs_sequential.yaml")).params)
+    params = Params(**load_config(CONFIGS / "joint_vs_sequential.yaml").params)
     md = write_summary(tmp_path, params).read_text()
     assert md == (published / "summary.md").read_text()
     assert set(glossary_entries(md)) <= table_columns(md)

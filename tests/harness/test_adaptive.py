@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.adaptive.controller import Controller, ControllerConfig, TaskModel
+from harness.adaptive.config import ControllerConfig, TaskModel
+from harness.adaptive.controller import Controller
 from harness.adaptive.diurnal import DEFAULT_HOURLY, DiurnalProfile, diurnal_workload
 from harness.adaptive.ledger import Ledger, Version, release
 from harness.trace import Trace

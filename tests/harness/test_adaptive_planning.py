@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.adaptive.controller import Controller, TaskModel
+from harness.adaptive.config import TaskModel
+from harness.adaptive.controller import Controller
 from harness.adaptive.planning import cluster_busy, forecast_ratio, pack
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute
 from selector.problem import Cluster, Gpu, parse_problem

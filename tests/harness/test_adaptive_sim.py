@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.adaptive.controller import ControllerConfig, TaskModel
+from harness.adaptive.config import ControllerConfig, TaskModel
 from harness.adaptive.diurnal import DiurnalProfile, diurnal_workload
 from harness.adaptive.sim import simulate_day
 from harness.trace import Trace

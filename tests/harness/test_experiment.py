@@ -21,13 +21,13 @@ def test_smoke_run_and_resume(tmp_path, capsys):
         assert (run / f).exists(), f
     df = pd.read_parquet(run / "results.parquet")
     # 5 scenarios of 2 selectors x 2 loads x 2 seeds, the overload one 2 x 1 x 1; FlowMaker's cells are
-    # shared but by the dollar objective's at 25% (at 100% its dollar plan is its GB*s plan under the
-    # capacity rule of docs/resolve.md, so those cells are shared too), LangChain's by that scenario
-    # (it reads no objective): 24 cells
+    # shared but by the dollar objective's (its dollar plans differ at both loads: at 100% math-reasoning
+    # on tp2 rather than tp4 since fair-share's work rule, docs/selection.md), LangChain's by that
+    # scenario (it reads no objective): 26 cells
     scenarios = {"main", "fair", "usd-objective", "routellm-paper", "overload", "langchain-paper"}
     assert len(df) == 42 and set(df.scenario) == scenarios
     cells = sorted((run / "cells").glob("*.parquet"))
-    assert len([c for c in cells if not c.name.startswith("plan__")]) == 24 == df.cell.nunique()
+    assert len([c for c in cells if not c.name.startswith("plan__")]) == 26 == df.cell.nunique()
     assert len([c for c in cells if c.name.startswith("plan__")]) == 14          # one per plan key
     assert set(df.selector) == {"flowmaker", "langchain", "langchain-paper", "routellm-paper"}
     assert ((df.completed + df.failed) == df.requests).all()

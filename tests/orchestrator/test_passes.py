@@ -5,8 +5,9 @@ import pytest
 
 from conftest import make_graph
 from orchestrator.graph import Graph, GraphError
-from orchestrator.passes import (ALL_PASSES, DecodePipelining, DependencyPruning, GraphCache, Pass,
-                                 PassContext, PrefillSplit, StageDecomposition, optimize)
+from orchestrator.passes import (ALL_PASSES, DecodePipelining, DependencyPruning, GraphCache, PrefillSplit,
+                                 StageDecomposition, optimize)
+from orchestrator.rewrite import Pass, PassContext
 from orchestrator.primitives import Kind, Lit, Node, Ref
 from orchestrator.template import Component, QueryConfig
 

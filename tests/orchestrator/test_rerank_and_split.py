@@ -11,9 +11,9 @@ from conftest import make_graph
 from orchestrator import build_pgraph, load_app, ops
 from orchestrator.engines import LinearLLMProfile, load_engine_spec
 from orchestrator.jsonstream import stream_pieces
-from orchestrator.passes import ALL_PASSES, PassContext, PrefillSplit, RerankPipelining, optimize, passes_named
+from orchestrator.passes import ALL_PASSES, PrefillSplit, RerankPipelining, optimize, passes_named
 from orchestrator.primitives import Kind, Lit, Node, Ref
-from orchestrator.rewrite import worthwhile_prefix_tokens
+from orchestrator.rewrite import PassContext, worthwhile_prefix_tokens
 from orchestrator.runtime import pass_context
 from orchestrator.schemes import get_scheme
 

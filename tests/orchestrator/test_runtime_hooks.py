@@ -9,7 +9,7 @@ import pytest
 from orchestrator import load_app
 from orchestrator.batching import Blind, Pending
 from orchestrator.engines.base import BatchResult, Engine, Invocation, InvocationOutput, PendingBatch
-from orchestrator.passes import PassContext
+from orchestrator.rewrite import PassContext
 from orchestrator.primitives import Kind
 from orchestrator.runtime import make_payload, pass_context, prepare
 from orchestrator.runtime.engine_scheduler import EngineScheduler

@@ -103,3 +103,41 @@ def test_exact_solvers_match_exhaustive_under_fair_share(solver) -> None:
         assert same(ex, get_solver(solver).select(p)) == {}, seed
         differ += same(ex, get_solver("exhaustive").select(with_sharing(p, "compute"))) != {}
     assert differ > 0            # the check binds on some of these problems
+
+
+def _work_problem(sharing: str, cap: float | None):
+    """Instance i0 of model a serves a stage of short calls: 0.3 erlangs of call time, at most 0.5
+    (its stage's latency_s x capacity_rps); the task's calls are 1 s long, 0.4 per second (0.4 erlangs)."""
+    d = copy.deepcopy(PROBLEM)
+    d["task"]["arrival_rate_rps"] = 0.4
+    inst = {"id": "i0", "model": "a", "tp": 1, "pp": 1, "gpus": [0], "utilization": 0.3, "work_erlangs": 0.3}
+    d["cluster"]["instances"] = [inst | ({"work_cap_erlangs": cap} if cap is not None else {})]
+    d["cluster"]["sharing"] = sharing
+    return parse_problem(d)
+
+
+@pytest.mark.parametrize("solver", ["exhaustive", "flowmaker", "milp", "milp-pulp"])
+def test_reuse_beyond_the_tightest_stage_work_is_refused(solver) -> None:
+    # utilisation 0.3 + 0.4 / 2 = 0.5 passes constraint 3, section 9 and the fair share alone on GPU 0,
+    # but 0.3 + 0.4 erlangs exceed what i0's own stage keeps its budget at (0.5)
+    assert get_solver(solver).select(_work_problem("compute", 0.5)).stages[0].reuse == "i0"
+    assert get_solver(solver).select(_work_problem("fair-share", None)).stages[0].reuse == "i0"   # no record
+    assert get_solver(solver).select(_work_problem("fair-share", 0.8)).stages[0].reuse == "i0"    # 0.7 <= 0.8
+    fair = get_solver(solver).select(_work_problem("fair-share", 0.5))
+    assert fair.stages[0].reuse is None and fair.stages[0].gpus == ((0,),)   # a new replica beside i0 (2 x 0.3 <= 1)
+    assert verify_plan(_work_problem("fair-share", 0.5), fair) == []
+    assert verify_plan(_work_problem("fair-share", 0.5), get_solver(solver).select(_work_problem("compute", 0.5))) != []
+
+
+def test_deploy_records_work_under_fair_share_only() -> None:
+    plan, cluster = deploy_task(_work_problem("fair-share", 0.8), get_solver("exhaustive"))
+    i0 = cluster.instances[0]
+    assert plan.stages[0].reuse == "i0"
+    assert i0.work_erlangs == pytest.approx(0.7) and i0.work_cap_erlangs == pytest.approx(0.8)   # min(0.8, 1 x 2)
+    plan, cluster = deploy_task(_problem("fair-share"), get_solver("exhaustive"))
+    new = cluster.instances[-1]
+    assert new.work_erlangs == pytest.approx(1.1) and new.work_cap_erlangs == pytest.approx(2.0)  # 1.1 x 1 s; 1 s x 2
+    _, plain = deploy_task(_problem("compute"), get_solver("exhaustive"))
+    dumped = plain.model_dump(mode="json")["instances"][-1]
+    assert "work_erlangs" not in dumped and "work_cap_erlangs" not in dumped
+    assert cluster.model_dump(mode="json")["instances"][-1]["work_cap_erlangs"] == pytest.approx(2.0)

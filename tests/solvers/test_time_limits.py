@@ -13,8 +13,7 @@ import math
 import pytest
 
 from selector.index import compile_problem
-from selector.problem import parse_problem
-from selector.space import TOL
+from selector.problem import TOL, parse_problem
 from solvers.base import check_time_limit, time_limit_arg
 from solvers.registry import get_solver, names
 from tests.randprob import random_problem
