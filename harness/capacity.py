@@ -9,8 +9,9 @@
   (bisection on the rate, fixed seed, so deterministic).
 * :func:`plan_capacity_rps`: what the selector promises for a plan, ``replicas x capacity_rps /
   calls`` of the tightest stage (per route: ``/ share``).
-* :func:`breaking_load`: the lowest offered load, on a grid of multiples of the plan's capacity,
-  at which the plan's goodput in the cluster replay drops below a threshold.
+* :func:`load_point`: the plan's goodput in the cluster replay, alone, at an offered load (a
+  multiple of the plan's capacity); :func:`breaking_load`: the lowest load of a grid at which it
+  drops below a threshold (one seed).
 
 docs/resolve.md ("capacity") relates these to ``perf.capacity_rps``.
 """
@@ -130,26 +131,37 @@ class LoadPoint:
     load: float             # offered rate / plan capacity
     rate_rps: float
     goodput: float
+    requests: int = 0       # requests replayed
+    preemptions: int = 0    # KV preemptions (recompute) over the plan's instances
+
+
+def load_point(problem: Problem, dep: Deployment, stage_tokens: dict[str, list[tuple[int, int]]], trace: Trace,
+               *, gpu: str, load: float, window_s: float, requests: int | None = None, seed: int = SEED,
+               sizes: str = "resample", engine: EngineConfig = DEFAULT) -> LoadPoint:
+    """Replay ``dep`` alone on Poisson arrivals (``harness.workload.poisson_workload``: the trace's
+    request sizes, ``sizes`` as it draws them; ``seed`` draws arrivals and sizes) at ``load`` x
+    :func:`plan_capacity_rps` for ``window_s``, or with ``requests`` as long as that many requests
+    take on average (the same precision of the goodput at every load)."""
+    from harness.replay import replay
+    from harness.workload import poisson_workload
+    rate = load * plan_capacity_rps(problem, dep)
+    wl = poisson_workload(trace, [rate], load=1.0, window_s=requests / rate if requests else window_s, seed=seed,
+                          sizes=sizes)
+    res = replay([problem], [dep], [stage_tokens], wl, gpu=gpu, price_per_gb_s=0.0, engine=engine)
+    s = res.summary
+    return LoadPoint(load, rate, float(s["goodput"]), int(s["requests"]), int(s["preemptions"]))
 
 
 def breaking_load(problem: Problem, dep: Deployment, stage_tokens: dict[str, list[tuple[int, int]]], trace: Trace,
                   *, gpu: str, loads: Sequence[float], window_s: float, requests: int | None = None,
                   threshold: float = 0.99, seed: int = SEED,
                   engine: EngineConfig = DEFAULT) -> tuple[float | None, list[LoadPoint]]:
-    """Replay ``dep`` alone on Poisson arrivals (``harness.workload.poisson_workload``: the trace's
-    request sizes) at each ``loads`` x :func:`plan_capacity_rps`, in order, until the goodput
-    drops below ``threshold``; that load (None: it never did) and every point run. Each point
-    lasts ``window_s``, or with ``requests`` as long as that many requests take on average (the
-    same precision of the goodput at every load)."""
-    from harness.replay import replay
-    from harness.workload import poisson_workload
-    cap = plan_capacity_rps(problem, dep)
+    """:func:`load_point` at each of ``loads``, in order, until the goodput drops below
+    ``threshold``; that load (None: it never did) and every point run."""
     points = []
     for x in loads:
-        win = requests / (x * cap) if requests else window_s
-        wl = poisson_workload(trace, [x * cap], load=1.0, window_s=win, seed=seed)
-        res = replay([problem], [dep], [stage_tokens], wl, gpu=gpu, price_per_gb_s=0.0, engine=engine)
-        points.append(LoadPoint(x, x * cap, float(res.summary["goodput"])))
+        points.append(load_point(problem, dep, stage_tokens, trace, gpu=gpu, load=x, window_s=window_s,
+                                 requests=requests, seed=seed, engine=engine))
         if points[-1].goodput < threshold:
             return x, points
     return None, points

@@ -128,18 +128,27 @@ def _workload(trace: Trace, arrival_s, prompt, output, rates: np.ndarray, rng) -
 
 
 def poisson_workload(trace: Trace, rates_rps: list[float], *, load: float, window_s: float,
-                     seed: int = 0) -> Workload:
+                     seed: int = 0, sizes: str = "resample") -> Workload:
     """A Poisson process of rate ``load * sum(rates_rps)`` over ``[0, window_s)``, each request
     given to task k with probability ``rate_k / sum(rates)`` (so each task's arrivals are Poisson
-    at ``load * rate_k``) and the token sizes of a trace request drawn uniformly with replacement
-    (the trace's size distribution, without its arrival bursts). Seeded; docs/harness.md."""
+    at ``load * rate_k``) and the token sizes of trace requests (the trace's size distribution,
+    without its arrival bursts): ``sizes="resample"`` draws them uniformly with replacement,
+    ``"shuffle"`` takes the trace's requests in a seeded random order without replacement, again
+    past its length, so every whole pass holds the trace's sizes exactly (a share of long
+    requests that does not vary with the seed). Seeded; docs/harness.md."""
     if not 0 < load or not 0 < window_s:
         raise ValueError("load and window_s must be > 0")
+    if sizes not in ("resample", "shuffle"):
+        raise ValueError(f"sizes: 'resample' or 'shuffle', not {sizes!r}")
     rng = np.random.default_rng(seed)
     rates = np.asarray(rates_rps, dtype=float)
     n = int(rng.poisson(load * rates.sum() * window_s))
     arrivals = np.sort(rng.uniform(0.0, window_s, n))
-    pick = rng.integers(0, len(trace), n)
+    if sizes == "resample":
+        pick = rng.integers(0, len(trace), n)
+    else:
+        passes = -(-n // len(trace)) if n else 0
+        pick = np.concatenate([rng.permutation(len(trace)) for _ in range(passes)])[:n].astype(np.int64)
     return _workload(trace, arrivals, trace.prompt_tokens[pick], trace.output_tokens[pick], rates, rng)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +29,20 @@ def words(tag: Any, n: int) -> str:
         return ""
     ids = np.random.default_rng(stable_seed(tag)).integers(0, 50_000, size=n)
     return " ".join(f"w{i}" for i in ids)
+
+
+@dataclass(frozen=True)
+class Unprefilled:
+    """A partial prefill's prompt segments, not computed: the graph runtime merged the partial
+    into its full prefill before it started (``SimState.promote_partial``), so the full prefill
+    prefills them first, as one prompt, on whichever instance it is placed."""
+    segments: tuple[str, ...]
+
+
+def prefill_tokens(inputs: Mapping[str, Any]) -> int:
+    """Prompt tokens a prefill invocation computes: its ``segments``, plus a merged partial's."""
+    kv = inputs.get("kv")
+    return n_tokens(inputs.get("segments", ())) + (n_tokens(kv.segments) if isinstance(kv, Unprefilled) else 0)
 
 
 def n_tokens(value: Any) -> int:

@@ -15,8 +15,8 @@
   concurrency opened by its own knobs (``llamaindex_open``: async tree synthesis, every chunk
   context in flight, one embedding call per document): the strongest baselines.
 * ablations: ``teola-no-<pass>`` (one pass off), ``teola-only-<p>[+<q>...]`` (only the named
-  passes on; any subset, resolved on demand, for the per-pass decomposition), ``teola-no-par-pipe`` (no passes, Teola's
-  scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``, and
+  passes on; any subset, resolved on demand, for the per-pass decomposition; ``teola+prefix-cache-only-...``
+  the same with prefix caching), ``teola-no-par-pipe`` (no passes, Teola's scheduler), ``teola-blind`` (all passes, FIFO batching), ``teola-topo-lowest``, and
   ``teola-no-prefill_split-{blind,topo-lowest}`` (the batching ablations without prompt splitting).
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ LLAMADIST_PC = ("llamaindex", "module_prune")
 LLAMADIST_OPEN = ("llamaindex_open",)
 LLAMADIST_PC_OPEN = ("llamaindex_open", "module_prune")
 ONLY = "teola-only-"
+PREFIX_ONLY = "teola+prefix-cache-only-"
 
 
 @dataclass(frozen=True)
@@ -88,22 +89,29 @@ OPEN_BASELINES = ("llamadist-open-po", "llamadist-open-to", "llamadistpc-open-po
 BASELINES = DEFAULT_BASELINES + OPEN_BASELINES
 
 
-def only_scheme(passes: tuple[str, ...] | list[str]) -> str:
-    """The name of Teola with only ``passes`` on (none: ``teola-no-par-pipe``), in ``ALL`` order."""
+def only_scheme(passes: tuple[str, ...] | list[str], prefix_caching: bool = False) -> str:
+    """The name of Teola with only ``passes`` on (none: ``teola-no-par-pipe``), in ``ALL`` order;
+    with ``prefix_caching``, on engines with a prefix cache (``teola+prefix-cache-only-<p>...``,
+    none: ``teola+prefix-cache-only-none``)."""
     unknown = set(passes) - set(ALL)
     if unknown:
         raise KeyError(f"unknown pass {sorted(unknown)[0]!r}; known: {', '.join(ALL)}")
     on = [p for p in ALL if p in passes]
+    if prefix_caching:
+        return PREFIX_ONLY + ("+".join(on) or "none")
     return ONLY + "+".join(on) if on else "teola-no-par-pipe"
 
 
 def get_scheme(name: str) -> Scheme:
-    if name.startswith(ONLY):
-        on = tuple(name[len(ONLY):].split("+"))
-        if only_scheme(on) != name:
-            raise KeyError(f"unknown scheme {name!r}: write the passes once each, in the order {'+'.join(ALL)}")
-        return Scheme(name, on, _topo)
+    for head, pc in ((ONLY, False), (PREFIX_ONLY, True)):
+        if name.startswith(head):
+            rest = name[len(head):]
+            on = () if pc and rest == "none" else tuple(rest.split("+"))
+            if set(on) - set(ALL) or only_scheme(on, pc) != name:
+                raise KeyError(f"unknown scheme {name!r}: write the passes once each, in the order {'+'.join(ALL)}")
+            return Scheme(name, on, _topo, prefix_caching=pc)
     try:
         return SCHEMES[name]
     except KeyError:
-        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}, {ONLY}<pass>[+<pass>...]") from None
+        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}, {ONLY}<pass>[+<pass>...], "
+                       f"{PREFIX_ONLY}<pass>[+<pass>...]|none") from None

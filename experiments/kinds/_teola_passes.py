@@ -29,8 +29,11 @@ def subsets() -> list[tuple[str, ...]]:
     return [tuple(c) for k in range(len(ALL) + 1) for c in combinations(ALL, k)]
 
 
-def scheme_of(s: Sequence[str]) -> str:
-    return "teola" if set(s) == set(ALL) else only_scheme(tuple(s))
+def scheme_of(s: Sequence[str], prefix_caching: bool = False) -> str:
+    """Teola with passes ``s`` (on engines with a prefix cache with ``prefix_caching``)."""
+    if set(s) == set(ALL):
+        return "teola+prefix-cache" if prefix_caching else "teola"
+    return only_scheme(tuple(s), prefix_caching)
 
 
 def classes(graphs_of: Callable[[tuple[str, ...]], list[Any]]) -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -99,8 +102,10 @@ def decompose(app: str, rate: float, setting: str, lat: dict[tuple[str, ...], fl
 def markdown(dec: pd.DataFrame) -> list[str]:
     out = ["", "## Each pass's share of the speedup (per app, each app's low rate and one query)", "",
            "Factor: Shapley value of each pass on ln(latency), as a factor; the factors multiply to "
-           "the total exactly (`experiments/kinds/_teola_passes.py`). Teola is the passes its optimiser applies "
-           "there (`orchestrator/guided.py`; every pass where `teola-guided` is not run): the Shapley values are over "
+           "the total exactly (`experiments/kinds/_teola_passes.py`). Teola has the best baseline's engine "
+           "features (a prefix cache where it has one: the unoptimised graph and every pass subset then run on "
+           "such engines too) and applies the passes its optimiser chooses "
+           "there (`orchestrator/guided.py`; every pass where no guided scheme is run): the Shapley values are over "
            "them, a pass not applied has factor 1.000x (its only-on factor says what it would do alone). Share: "
            "percent of the passes' joint gain ln(L(no pass) / L(applied)). "
            "Off alone: L(applied but p) / L(applied); only on: L(no pass) / L(p alone); in the total row, the "
@@ -109,8 +114,9 @@ def markdown(dec: pd.DataFrame) -> list[str]:
     for (app, setting), g in dec.groupby(["app", "setting"], sort=False):
         r0 = g.iloc[0]
         rate = "one query" if setting == "one_query" else f"{r0.rate_rps:g} req/s"
+        t = getattr(r0, "teola_scheme", "teola")
         out += [f"### {app}, {rate}: best baseline {r0.baseline} {r0.baseline_s:.3f} s, unoptimised graph "
-                f"{r0.unoptimised_s:.3f} s, Teola {r0.teola_s:.3f} s (passes applied: "
+                f"{r0.unoptimised_s:.3f} s, Teola (`{t}`) {r0.teola_s:.3f} s (passes applied: "
                 f"{getattr(r0, 'passes', '+'.join(ALL)).replace('+', ', ')})", "",
                 "| part | factor | share of the passes' gain | off alone | only on |", "|---|---|---|---|---|"]
         for r in g.itertuples():

@@ -10,7 +10,6 @@ and spread over seeds, the rate regime by the saturation rule), ``ablation.parqu
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Literal
 
 import numpy as np
@@ -49,6 +48,7 @@ class AppOverride(BaseModel):
     query: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     engines: dict[str, str] = Field(default_factory=dict, description="engine name -> configs/engines spec")
+    doc_tokens_choices: tuple[int, ...] | None = Field(None, description="() : every query has `query.doc_tokens`")
 
 
 class Params(BaseModel):
@@ -70,7 +70,9 @@ class Params(BaseModel):
     # `teola-guided` (and `teola+prefix-cache-guided`): Teola whose optimiser applies only the passes its cost model says pay at the
     # deployment's rate (orchestrator/guided.py): the simulation of the app on its engines' profiles,
     # `guide_queries` queries drawn with `guide_seed` (never an evaluated seed), backward elimination
-    guide_queries: int = Field(100, ge=1, le=MAX_QUERIES, description="calibration queries per (app, rate)")
+    # 300: twice an evaluated cell; with 100, the run's start from empty engines weighs so much that naive RAG at
+    # 2 req/s (prefix cache) found splitting 1% faster where 300 queries and the evaluated seeds find it 1-4% slower
+    guide_queries: int = Field(300, ge=1, le=MAX_QUERIES, description="calibration queries per (app, rate)")
     guide_seed: int = Field(1000, description="calibration workload's seed; keep it out of `seeds`")
     guide_min_gain: float = Field(0.005, ge=0, lt=1, description="a pass is dropped when that lowers the cost by more")
     app_overrides: dict[str, AppOverride] = Field(default_factory=dict)
@@ -93,6 +95,8 @@ class Params(BaseModel):
     batch_cap_schemes: tuple[str, ...] = ("teola", "teola-blind", "teola-topo-lowest")
     batch_cap_nosplit_apps: tuple[str, ...] = ("advanced_rag",)
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
+    engine_prefix_cache: bool = Field(True, description="False: no scheme's LLM engines cache prefixes (the real "
+                                      "engines of teola_real_cpu have none); True: those of schemes that have one")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -120,20 +124,21 @@ def _app(p: Params, name: str) -> AppSpec:
         raise UserError(f"app_overrides.{name}.engines: unknown engines {sorted(set(o.engines) - set(app.engines))}; "
                         f"known: {', '.join(sorted(app.engines))}")
     engines = {k: b.model_copy(update={"spec": o.engines.get(k, b.spec)}) for k, b in app.engines.items()}
-    return app.model_copy(update={"query": query, "components": comps, "engines": engines})
+    docs = app.doc_tokens_choices if o.doc_tokens_choices is None else o.doc_tokens_choices
+    return app.model_copy(update={"query": query, "components": comps, "engines": engines, "doc_tokens_choices": docs})
 
 
 def _engines(app, scheme, p: Params):
-    over = {}
+    over, cache = {}, scheme.prefix_caching and p.engine_prefix_cache
     if p.llm_latency == "profiler":
         for name, b in app.engines.items():
             spec = load_engine_spec(b.spec)
             if spec.kind == "llm" and spec.model in ("llama-2-7b", "llama-2-13b"):
                 tp = 2 if spec.model == "llama-2-13b" else 1
-                cfg = spec.engine.model_copy(update={"prefix_caching": scheme.prefix_caching})
+                cfg = spec.engine.model_copy(update={"prefix_caching": cache})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
                                                     kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
-    return app.build_engines(prefix_caching=scheme.prefix_caching, overrides=over)
+    return app.build_engines(prefix_caching=cache, overrides=over)
 
 
 def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, cap: dict[str, int] | None) -> str:
@@ -150,16 +155,22 @@ def _guide_key(p: Params, app_name: str, rate: float, n: int, scheme_name: str) 
 
 def guided_passes(p: Params, app_name: str, rate: float, n: int, scheme_name: str = report.GUIDED) -> tuple[str, ...]:
     """The passes a guided scheme (``teola-guided``, ``teola+prefix-cache-guided``) applies to
-    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on queries that do not
-    interact), chosen on the calibration workload with the engines of the scheme it guides."""
+    ``app_name`` deployed at ``rate`` (``n`` = 1: one query alone, calibrated on ``n_isolated``
+    queries that do not interact), chosen on the calibration workload with the engines of the scheme
+    it guides."""
     key = _guide_key(p, app_name, rate, n, scheme_name)
     cal_rate = key[2]
+    n_cal = p.guide_queries if n > 1 else min(p.guide_queries, p.n_isolated)    # isolated queries do not interact
     if key not in _GUIDED:
         base = get_scheme(report.guided_base(scheme_name))
+        reps, sims = _decompose_reps(p, app_name), {}
 
         def cost(passes: tuple[str, ...]) -> float:
-            _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, passes), p.guide_queries, p.guide_seed)
-            return float(np.mean([r.latency_s for r in res]))
+            rep = reps[tuple(x for x in ALL if x in passes)]      # identical graphs simulate identically
+            if rep not in sims:
+                _, res, _ = _simulate(p, app_name, cal_rate, _with_passes(base, rep), n_cal, p.guide_seed)
+                sims[rep] = float(np.mean([r.latency_s for r in res]))
+            return sims[rep]
         _GUIDED[key] = choose_passes(cost, ALL, min_gain=p.guide_min_gain)
     return _GUIDED[key]
 
@@ -168,7 +179,7 @@ def _with_passes(base: Scheme, passes: tuple[str, ...]) -> Scheme:
     """``base`` (Teola, with or without prefix caching) with only ``passes`` on."""
     if set(passes) == set(base.passes):
         return base
-    return dataclasses.replace(get_scheme(only_scheme(passes)), prefix_caching=base.prefix_caching)
+    return get_scheme(only_scheme(passes, base.prefix_caching))
 
 
 def _resolve(p: Params, app_name: str, rate: float, scheme_name: str, n: int) -> tuple[Scheme, str]:
@@ -230,11 +241,13 @@ def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
 
 
 def _paths(p: Params, ctx: RunContext, sp: pd.DataFrame) -> pd.DataFrame:
-    """Critical paths of Teola and the best baseline where Teola is slower and at each app's high rate
-    (``_teola_critical.explained``; seed 0): one query, and at the rate."""
+    """Critical paths of Teola (the headline one: the best baseline's engine features) and the best
+    baseline where Teola is slower and at each app's high rate (``_teola_critical.explained``; seed 0):
+    one query, and at the rate."""
     rows = sp[[critical.explained(*r) for r in zip(sp.speedup_mean, sp.saturated, sp.regime)]]
-    jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best in zip(rows.app, rows.rate_rps, rows.best_baseline)
-            for s in (report.teola_of(p.schemes), best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
+    jobs = [(a, r, s, n, p.seeds[0], rate) for a, rate, best, t in zip(rows.app, rows.rate_rps, rows.best_baseline,
+                                                                         rows.teola_scheme)
+            for s in (t, best) for r, n in [(1.0, 1), (rate, p.n_queries)]]
     guides = _guides(p, ctx, [(j[0], j[1], j[2], j[3]) for j in jobs])
     cells = [Cell("path__" + _cell_name(*j[:5], None) + f"__at{j[5]:g}", path_frame, (p, *j),
                   {"passes": guides.get((j[0], j[1], j[2], j[3] == 1))}) for j in jobs]
@@ -267,14 +280,40 @@ def _jobs(p: Params) -> dict[str, list[tuple]]:
                          for s in p.ablation_schemes for seed in p.seeds],
             "batch_cap": [(a, r, s, p.n_queries, seed, cap) for a, r in p.batch_cap_rates.items()
                           for cap in (None, dict(p.batch_cap)) for s in _cap_schemes(p, a) for seed in p.seeds],
-            "decomposition": []}
-    for a in p.apps if p.decompose_apps is None else p.decompose_apps:
-        reps = sorted(set(_decompose_reps(p, a).values()), key=len, reverse=True)
-        rate = p.rates_rps.get(a, (1.0,))[0]
-        jobs["decomposition"] += [(a, r, by_pass.scheme_of(s), n, seed, None) for r, n in [(1.0, 1), (rate, p.n_queries)]
-                                  for s in reps for seed in p.seeds]
-        jobs["decomposition"] += [(a, 1.0, b, 1, seed, None) for b in base for seed in p.seeds]   # one query
+            "decomposition": [(a, 1.0, b, 1, seed, None) for a in _decompose_apps(p) for b in base
+                              for seed in p.seeds]}       # the baselines' one query; Teola's: _decomposition_jobs
     return jobs
+
+
+def _decompose_apps(p: Params) -> tuple[str, ...]:
+    return p.apps if p.decompose_apps is None else p.decompose_apps
+
+
+def _decomposition_settings(p: Params, summary: pd.DataFrame, one: pd.DataFrame) -> list[tuple]:
+    """Per decomposed app, one query and its lowest rate: (app, rate, queries, best baseline, its
+    mean, the headline Teola: the best baseline's engine features, ``_teola_report.like_for_like``)."""
+    base = [s for s in p.schemes if s in BASELINES]
+    main = summary.groupby(["app", "rate_rps", "scheme"], sort=False).mean_latency_s.mean()
+    one_mean = report.summarise(one.assign(capped=False)).groupby(["app", "scheme"]).mean_latency_s.mean()
+    out = []
+    for a in _decompose_apps(p):
+        rate = p.rates_rps.get(a, (1.0,))[0]
+        for r, n, b in [(1.0, 1, one_mean.loc[a][base]), (rate, p.n_queries, main.loc[(a, rate)][base])]:
+            out.append((a, r, n, str(b.idxmin()), float(b.min()), report.like_for_like(str(b.idxmin()), p.schemes)))
+    return out
+
+
+def _prefix_cached(scheme: str) -> bool:
+    return get_scheme(report.guided_base(scheme) or scheme).prefix_caching
+
+
+def _decomposition_jobs(p: Params, settings: list[tuple]) -> list[tuple]:
+    """Every distinct pass subset of the headline Teola in each decomposition setting, per seed."""
+    out = []
+    for a, r, n, _, _, t in settings:
+        reps = sorted(set(_decompose_reps(p, a).values()), key=len, reverse=True)
+        out += [(a, r, by_pass.scheme_of(s, _prefix_cached(t)), n, seed, None) for s in reps for seed in p.seeds]
+    return out
 
 
 def _guides(p: Params, ctx: RunContext, jobs: list[tuple]) -> dict[tuple, str]:
@@ -287,12 +326,9 @@ def _guides(p: Params, ctx: RunContext, jobs: list[tuple]) -> dict[tuple, str]:
     return {k: str(f.passes.iloc[0]) for k, f in zip(need, out)}
 
 
-def run(params: Params, ctx: RunContext) -> None:
-    jobs = _jobs(params)
-    one = [(a, 1.0, report.GUIDED, 1) for a in (params.apps if params.decompose_apps is None else params.decompose_apps)
-           if report.GUIDED in params.schemes]       # the decomposition's one-query Teola
-    guides = _guides(params, ctx, [j for part in jobs.values() for j in part] + one)
-    cells = {part: [Cell(_cell_name(*job), cell_frame, (params, *job),
+def _frames(p: Params, ctx: RunContext, jobs: dict[str, list[tuple]], guides: dict[tuple, str]) -> dict[str, pd.DataFrame]:
+    """Run every job's cell (resumable); each part's requests in one frame."""
+    cells = {part: [Cell(_cell_name(*job), cell_frame, (p, *job),
                          {"passes": guides.get((job[0], job[1], job[2], job[3] == 1))},
                          label=f"{job[0]} {job[1]:g}rps {job[2]} s{job[4]}") for job in part_jobs]
              for part, part_jobs in jobs.items()}
@@ -301,42 +337,51 @@ def run(params: Params, ctx: RunContext) -> None:
     for part, part_jobs in jobs.items():
         out = [next(results).assign(capped=bool(job[5]), n_queries=job[3]) for job in part_jobs]
         frames[part] = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    return frames
+
+
+def run(params: Params, ctx: RunContext) -> None:
+    jobs = _jobs(params)
+    one = [(a, 1.0, g, 1) for a in _decompose_apps(params)
+           for g in (report.GUIDED, report.PREFIX_GUIDED) if g in params.schemes]   # the decomposition's one query
+    guides = _guides(params, ctx, [j for part in jobs.values() for j in part] + one)
+    frames = _frames(params, ctx, jobs, guides)
     summary = report.summarise(frames["main"])
     main = frames["main"]
-    applied = {(a, r): ps for a, r, ps in main[main.scheme == report.GUIDED][["app", "rate_rps", "passes"]]
+    guided = main[main.scheme.map(report.guided_base).notna()]
+    applied = {(a, r, s): ps for a, r, s, ps in guided[["app", "rate_rps", "scheme", "passes"]]
                .drop_duplicates().itertuples(index=False)}
     sp = report.speedups(summary, report.summarise(frames["isolated"]), params, applied)
     ab = report.ablation(frames["ablation"])
     cap = report.batch_cap(frames["batch_cap"]) if len(frames["batch_cap"]) else pd.DataFrame()
-    dec = _decomposition(params, frames["decomposition"], summary, guides) if len(frames["decomposition"]) \
-        else pd.DataFrame()
+    dec = pd.DataFrame()
+    if len(frames["decomposition"]):
+        settings = _decomposition_settings(params, summary, frames["decomposition"])
+        teola = _frames(params, ctx, {"d": _decomposition_jobs(params, settings)}, guides)["d"]
+        dec = _decomposition(params, teola, settings, guides)
     paths = _paths(params, ctx, sp)
     for name, df in [("summary", summary), ("speedups", sp), ("ablation", ab), ("batch_cap", cap),
                      ("decomposition", dec), ("critical_paths", paths)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", df)
     report.plot(summary, ab, ctx.run_dir)
     md = report.markdown(sp, ab, cap, params) + ("\n".join(by_pass.markdown(dec)) + "\n" if len(dec) else "")
-    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s, report.teola_of(params.schemes))) + "\n" \
+    md += "\n".join(critical.markdown(sp, paths, params.dispatch_overhead_s)) + "\n" \
         if len(paths) else ""
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)
 
 
-def _decomposition(p: Params, df: pd.DataFrame, summary: pd.DataFrame, guides: dict[tuple, str]) -> pd.DataFrame:
-    """Per app and setting: each pass subset's mean latency over seeds (through its
-    representative), decomposed against the best baseline of the main run (load) or of the
-    isolated-query run (one query)."""
-    s = report.summarise(df.assign(capped=False))
-    main = summary.groupby(["app", "rate_rps", "scheme"], sort=False).mean_latency_s.mean()
-    base = [b for b in p.schemes if b in BASELINES]
+def _decomposition(p: Params, df: pd.DataFrame, settings: list[tuple], guides: dict[tuple, str]) -> pd.DataFrame:
+    """Per decomposition setting (``_decomposition_settings``): each pass subset's mean latency
+    over seeds (through its representative), decomposed against the setting's best baseline; the
+    Shapley values are over the passes the headline Teola applies there."""
+    mean = report.summarise(df.assign(capped=False)).groupby(["app", "rate_rps", "n_queries", "scheme"]).mean_latency_s.mean()
     out = []
-    for (app, rate, n), grp in s.groupby(["app", "rate_rps", "n_queries"], sort=False):
-        mean = grp.groupby("scheme").mean_latency_s.mean()
-        reps = _decompose_reps(p, app)
-        lat = {sub: float(mean[by_pass.scheme_of(rep)]) for sub, rep in reps.items()}
-        b = mean[base] if n == 1 else main.loc[(app, rate)][base]
-        key = (app, 1.0 if n == 1 else rate, report.GUIDED, n == 1)
+    for app, rate, n, best, best_s, t in settings:
+        pc = _prefix_cached(t)
+        lat = {sub: float(mean[(app, rate, n, by_pass.scheme_of(rep, pc))]) for sub, rep in _decompose_reps(p, app).items()}
+        key = (app, rate, t, n == 1)
         applied = tuple(x for x in guides[key].split("+") if x) if key in guides else ALL
         out.append(by_pass.decompose(app, 0.0 if n == 1 else rate, "one_query" if n == 1 else "load", lat,
-                                     str(b.idxmin()), float(b.min()), applied))
+                                     best, best_s, applied).assign(teola_scheme=t))
     return pd.concat(out, ignore_index=True)

@@ -143,6 +143,20 @@ class LLMCore(QuietStretches, Event):
         self.waiting.append(s)
         self._wake()
 
+    def withdraw(self, s: Seq, now: float) -> bool:
+        """Take back ``s`` if it was never admitted (queued, regular or background): True when
+        taken back; it is then no longer this core's."""
+        if s.state != WAITING or s.sched_s == s.sched_s or s.held:
+            return False
+        for q in (self.background, self.waiting):
+            if s in q:
+                if self._run is not None:
+                    self._interrupt(now)
+                q.remove(s)
+                self.outstanding -= 1
+                return True
+        return False
+
     def _wake(self) -> None:
         if not (self.busy or self.kicked):
             if self.loop is None:

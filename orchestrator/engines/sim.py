@@ -128,6 +128,9 @@ class SimLLMEngine(Engine):
     #: partial prefills run as background sequences (``Seq.background``); see
     #: ``orchestrator.rewrite.worthwhile_prefix_tokens``
     background_partials = True
+    #: a partial prefill not started when its full prefill becomes ready is taken back
+    #: (:meth:`withdraw`) and merged into the full prefill (``ops.Unprefilled``)
+    merges_partials = True
 
     def __init__(self, *, name: str, step: StepTime, kv_capacity_tokens: int = DEFAULT_KV_TOKENS,
                  config: EngineConfig = AYO_ENGINE, ref_context_tokens: int = 1024) -> None:
@@ -179,7 +182,7 @@ class SimLLMEngine(Engine):
         """``batch`` is on its way here (:meth:`enqueue` follows after the dispatch overhead)."""
         for inv in batch:
             if inv.kind in PREFILL_KINDS:
-                self._announced[inv.key] = ops.n_tokens(inv.inputs.get("segments", ()))
+                self._announced[inv.key] = ops.prefill_tokens(inv.inputs)
 
     def promote(self, key: str, now_s: float) -> list[Event]:
         """The partial prefill ``key`` became critical (its full prefill waits only for it)."""
@@ -189,6 +192,17 @@ class SimLLMEngine(Engine):
             return []
         self.core.promote(s, now_s)
         return []
+
+    def withdraw(self, key: str, now_s: float) -> Invocation | None:
+        """Partial prefill ``key`` back if the core has not admitted it (``LLMCore.withdraw``):
+        its invocation, for the graph runtime to merge into its full prefill; else None."""
+        s = self._live.get(key)
+        if s is None or not self.core.withdraw(s, now_s):
+            return None
+        inv, _, _ = self._seqs.pop(s.id)
+        del self._live[key]
+        self._critical.discard(key)
+        return inv
 
     def holds_kv(self, kv_key: str) -> bool:
         return kv_key in self.core.parked
@@ -236,7 +250,10 @@ class SimLLMEngine(Engine):
             self._seqs[self._next] = (inv, text, pieces)
             return Seq(self._next, 0, n, kv_from=inv.kv_key, marks=[st for st, _ in pieces]), False
         segs = ops.prompt_segments(inv.inputs["segments"])
-        if inv.kind == Kind.FULL_PREFILLING:
+        merged = inv.inputs.get("kv")
+        if isinstance(merged, ops.Unprefilled):     # a full prefill with its partial's prompt: one new prompt
+            segs = merged.segments + segs
+        elif inv.kind == Kind.FULL_PREFILLING:
             if inv.kv_key not in self.core.parked:
                 raise EngineError(f"{self.name}: FullPrefilling {inv.key} has no KV cache {inv.kv_key!r} here")
             kv = self._kv[inv.kv_key] + segs

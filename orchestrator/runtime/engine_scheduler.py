@@ -19,8 +19,12 @@ placed after every other primitive, only on an instance that would run them soon
 their own query placed in the same round (that prompt is ahead of them on the query's critical
 path: a partial waits for a later input, so joining that pass only delays its own query), where
 the engine core admits them only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
-unpinned. When a partial prefill becomes critical (its full prefill waits only for it),
-:meth:`promote` turns it into regular work, here or on its instance.
+unpinned. When a partial prefill becomes critical (its full prefill waits only for it) and has
+not started, :meth:`withdraw` takes it back (pending here, or queued on an instance that gives it
+back: the simulated LLM engines), so the graph runtime merges it into its full prefill, one
+prompt placed like any new one (the least-loaded instance), instead of pinning the full prefill
+to the partial's instance behind an extra prefill pass; otherwise :meth:`promote` turns it into
+regular work, here or on its instance.
 
 A launch never waits for its batch: it returns the instance's :class:`PendingBatch` and the
 runtime decides when to take the result (the discrete-event runtime at once, the wall-clock one
@@ -48,7 +52,7 @@ class Launch:
 def prompt_tokens(p: Pending) -> int:
     """Prompt tokens a pending LLM primitive will prefill (0 for anything else)."""
     inv: Invocation = p.payload
-    return ops.n_tokens(inv.inputs.get("segments", ())) if inv.kind in PREFILL_KINDS else 0
+    return ops.prefill_tokens(inv.inputs) if inv.kind in PREFILL_KINDS else 0
 
 
 class EngineScheduler:
@@ -94,6 +98,26 @@ class EngineScheduler:
         if inst is not None and hasattr(inst, "promote"):
             return list(inst.promote(key, now_s) or ())
         return []
+
+    def withdraw(self, key: str, now_s: float) -> Invocation | None:
+        """Partial prefill ``key`` back, if it has not started and its engine merges partials
+        (``merges_partials``, ``withdraw``): its invocation; None where it runs, ran, or is on its
+        way to an instance."""
+        for p in self.pending:
+            if p.payload.key == key:
+                if not getattr(self.instances[0], "merges_partials", False):
+                    return None
+                self.pending.remove(p)
+                self.critical.discard(key)
+                return p.payload
+        i = self._where.get(key)
+        take = None if i is None else getattr(self.instances[i], "withdraw", None)
+        inv = None if take is None else take(key, now_s)
+        if inv is not None:
+            del self._where[key]
+            self._affinity.pop(inv.kv_key, None)
+            self.inflight[i] -= 1
+        return inv
 
     def background(self, p: Pending) -> bool:
         inv: Invocation = p.payload

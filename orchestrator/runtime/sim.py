@@ -153,14 +153,22 @@ class SimState:
 
     def promote_partial(self, q: QueryRun, nid: str) -> list:
         """A FullPrefilling that now waits only for its PartialPrefilling makes that partial
-        critical: the engine scheduler and the instance stop treating it as background."""
+        critical: if it has not started (``EngineScheduler.withdraw``) it completes at once as
+        :class:`~orchestrator.ops.Unprefilled` and the full prefill computes its prompt too;
+        otherwise the engine scheduler and the instance stop treating it as background."""
         n = q.graph.nodes[nid]
         if n.kind != Kind.FULL_PREFILLING:
             return []
         part = n.inputs["kv"].node
         if part in q.store:
             return []
-        return self.schedulers[n.engine].promote(f"{q.qid}/{part}", self.now) + self.request_dispatch()
+        key, sched = f"{q.qid}/{part}", self.schedulers[n.engine]
+        take = getattr(sched, "withdraw", None)     # the wall-clock hosts keep the partial where it is
+        inv = None if take is None else take(key, self.now)
+        if inv is not None:         # not started: merged into the full prefill, placed afresh
+            self.owner.pop(key, None)
+            return self.complete(q, part, ops.Unprefilled(ops.prompt_segments(inv.inputs["segments"])))
+        return sched.promote(key, self.now) + self.request_dispatch()
 
     def fail(self, q: QueryRun, reason: str) -> bool:
         """End query ``q`` unfinished at ``now`` for ``reason``; False when it had already ended."""

@@ -53,6 +53,22 @@ def test_poisson_workload_rate_tokens_and_determinism():
                               wl.arrival_s[:10])
 
 
+def test_poisson_workload_shuffled_sizes_hold_the_trace_exactly():
+    """``sizes="shuffle"``: each whole pass over the trace holds its sizes exactly (capacity_check's
+    seeds then differ in order and arrivals, not in how many long requests they draw); a seed
+    orders them differently."""
+    tr = _trace(n=1500)
+    wl = poisson_workload(tr, [1.0], load=1.0, window_s=4000.0, seed=3, sizes="shuffle")
+    assert len(wl) > 3000
+    out = np.rint(wl.output_scale * tr.output_tokens.mean()).astype(int)
+    for k in range(len(wl) // len(tr)):
+        assert sorted(out[k * len(tr):(k + 1) * len(tr)]) == sorted(tr.output_tokens)
+    other = poisson_workload(tr, [1.0], load=1.0, window_s=4000.0, seed=4, sizes="shuffle")
+    assert not np.array_equal(np.rint(other.output_scale[:50] * tr.output_tokens.mean()), out[:50])
+    with pytest.raises(ValueError, match="sizes"):
+        poisson_workload(tr, [1.0], load=1.0, window_s=10.0, sizes="bootstrap")
+
+
 def test_window_workload_bounds_burstiness():
     tr = _trace()
     for seed in range(4):

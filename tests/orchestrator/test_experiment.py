@@ -26,9 +26,15 @@ def test_small_experiment_writes_tables_plots_and_resumes(tmp_path, capsys):
     assert cap.lower_vs_blind.notna().all()                     # each scheme is set against its own blind twin
     assert "| app |" in capsys.readouterr().out
     assert set(sp.best_default) <= {"llamadist-to", "llamadistpc-to"} and (sp.speedup_vs_default > 0).all()
-    assert (sp.speedup_vs_default >= sp.speedup_mean - 1e-12).all()     # the best of all is at least as fast
+    same = sp[sp.default_teola == sp.teola_scheme]          # the best of all is at least as fast
+    assert (same.speedup_vs_default >= same.speedup_mean - 1e-12).all()
+    # the headline Teola has the best baseline's engine features; the paper's (no prefix cache) is beside it
+    assert list(sp.teola_scheme) == ["teola+prefix-cache" if "pc" in b else "teola" for b in sp.best_baseline]
+    assert (sp.no_cache_scheme == "teola").all() and (sp.no_cache_speedup > 0).all()
     dec = pd.read_parquet(run / "decomposition.parquet")
     assert set(dec.setting) == {"one_query", "load"} and set(dec.app) == {"naive_rag"}
+    for _, g in dec.groupby("setting"):                  # over the headline Teola's engines
+        assert g.teola_scheme.iloc[0] == ("teola+prefix-cache" if "pc" in g.baseline.iloc[0] else "teola")
     for _, g in dec.groupby("setting"):                  # the factors multiply to the total (Shapley: exact)
         parts, total = g[~g.part.str.startswith("total")], g[g.part.str.startswith("total")].iloc[0]
         assert abs(parts.factor.prod() / total.factor - 1) < 1e-9
@@ -57,3 +63,13 @@ def test_app_overrides_change_a_workload_and_unknown_components_fail():
     assert _app(p, "naive_rag").query.answer_tokens == 10                 # others untouched
     with pytest.raises(UserError, match="known"):
         _app(Params.model_validate({"app_overrides": {"naive_rag": {"params": {"nope": {}}}}}), "naive_rag")
+
+
+def test_engine_prefix_cache_off_gives_every_scheme_plain_engines():
+    from experiments.kinds.teola_apps import Params, _app, _engines
+    from orchestrator import get_scheme
+    app = _app(Params(), "naive_rag")
+    on, off = Params(), Params(engine_prefix_cache=False)
+    assert _engines(app, get_scheme("llamadistpc-to"), on)["llm"][0].prefix_caching
+    assert not _engines(app, get_scheme("llamadistpc-to"), off)["llm"][0].prefix_caching
+    assert not _engines(app, get_scheme("teola"), on)["llm"][0].prefix_caching
