@@ -3,7 +3,7 @@ engines each engine name is bound to."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,28 +25,17 @@ class EngineBinding(_Frozen):
     instances: int = Field(1, ge=1)
 
 
-class ComponentSpec(_Frozen):
-    name: str
-    op: str
-    engine: str | None = None
-    batchable: bool = False
-    splittable: bool = False
-    uses: dict[str, str] = Field(default_factory=dict)
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
 class AppSpec(_Frozen):
     name: str
     description: str = ""
     engines: dict[str, EngineBinding]
     query: QueryConfig
     doc_tokens_choices: tuple[int, ...] = ()
-    components: tuple[ComponentSpec, ...]
+    components: tuple[Component, ...]
     outputs: tuple[str, ...] = ()
 
     def template(self) -> Template:
-        comps = [Component(c.name, c.op, c.engine, c.batchable, c.splittable, dict(c.uses), dict(c.params))
-                 for c in self.components]
+        comps = list(self.components)
         t = comps[0] >> comps[1] if len(comps) > 1 else Template((comps[0],))
         for c in comps[2:]:
             t = t >> c

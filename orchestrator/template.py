@@ -23,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 @dataclass(frozen=True)
 class Component:
+    """One component of an app: also the schema of an entry of an app file's ``components``
+    (``orchestrator.apps.AppSpec`` validates it, unknown keys refused)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
     name: str
     op: str
     engine: str | None = None

@@ -10,6 +10,7 @@ and spread over seeds, the rate regime by the saturation rule), ``ablation.parqu
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -118,7 +119,7 @@ def _app(p: Params, name: str) -> AppSpec:
     if set(o.params) - names:
         raise UserError(f"app_overrides.{name}.params: unknown components {sorted(set(o.params) - names)}; "
                         f"known: {', '.join(sorted(names))}")
-    comps = tuple(c.model_copy(update={"params": {**c.params, **o.params.get(c.name, {})}}) for c in app.components)
+    comps = tuple(replace(c, params={**c.params, **o.params.get(c.name, {})}) for c in app.components)
     query = QueryConfig.model_validate({**app.query.model_dump(), **o.query})
     if set(o.engines) - set(app.engines):
         raise UserError(f"app_overrides.{name}.engines: unknown engines {sorted(set(o.engines) - set(app.engines))}; "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -91,7 +92,7 @@ def app_for_corpus(app_name: str, n_chunks: int, params: Params):
     fetch = min(params.fetch_k or app.query.fetch_k, app.query.fetch_k)
     q = app.query.model_copy(update={"doc_tokens": 64 * n_chunks, "chunk_size_tokens": 64, "chunk_overlap_tokens": 0,
                                      "answer_tokens": params.answer_tokens, "fetch_k": min(fetch, n_chunks)})
-    comps = tuple(c.model_copy(update={"params": {**c.params, "leaf_tokens": params.leaf_tokens}})
+    comps = tuple(replace(c, params={**c.params, "leaf_tokens": params.leaf_tokens})
                   if c.op == "synthesis" else c for c in app.components)
     return app.model_copy(update={"query": q, "components": comps, "doc_tokens_choices": ()})
 

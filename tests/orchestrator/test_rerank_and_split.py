@@ -3,6 +3,7 @@ splitting, the JSON list's closing point, and the contextual baseline's worker l
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -107,7 +108,7 @@ def test_expansion_decode_stops_at_the_closing_point_unless_told_to_run_on():
     g = build_pgraph(app.template(), app.query)
     d = g.nodes["expansion/decode"]
     assert (d.params["output_tokens"], d.params["close_tokens"]) == (76, 76)        # decode_stop: structure
-    comps = tuple(c.model_copy(update={"params": {**c.params, "decode_stop": "max_tokens"}})
+    comps = tuple(replace(c, params={**c.params, "decode_stop": "max_tokens"})
                   if c.name == "expansion" else c for c in app.components)
     g2 = build_pgraph(app.model_copy(update={"components": comps}).template(), app.query)
     d2 = g2.nodes["expansion/decode"]
