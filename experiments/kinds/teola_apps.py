@@ -25,7 +25,7 @@ from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
 from orchestrator.apps import AppSpec, check_apps
-from orchestrator.engines import load_engine_spec, profiler_llm_instances
+from orchestrator.engines import load_engine_spec, profiler_llm_instances, share_cores
 from orchestrator.guided import choose_passes
 from orchestrator.schemes import ALL, Scheme, only_scheme
 from orchestrator.passes import GraphCache, passes_named
@@ -97,6 +97,8 @@ class Params(BaseModel):
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
     engine_prefix_cache: bool = Field(True, description="False: no scheme's LLM engines cache prefixes (the real "
                                       "engines of teola_real_cpu have none); True: those of schemes that have one")
+    cpu_cores: int | None = Field(None, ge=1, description="every engine instance on this many shared CPU cores "
+                                  "(processor sharing, orchestrator.engines.llm_timing.SharedCores); None: each its own")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -138,7 +140,10 @@ def _engines(app, scheme, p: Params):
                 cfg = spec.engine.model_copy(update={"prefix_caching": cache})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
                                                     kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
-    return app.build_engines(prefix_caching=cache, overrides=over)
+    engines = app.build_engines(prefix_caching=cache, overrides=over)
+    if p.cpu_cores is not None:
+        share_cores(engines, p.cpu_cores)
+    return engines
 
 
 def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, cap: dict[str, int] | None) -> str:

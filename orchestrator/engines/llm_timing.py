@@ -1,6 +1,7 @@
 """How long one iteration of the LLM core (``orchestrator.engines.llm_core``) takes: the step
 time model it is given (:class:`StepTime`) and how instances sharing a GPU slow each other
-(:class:`GpuSlot`, :class:`Colocation`)."""
+(:class:`GpuSlot`, :class:`Colocation`), or engines of every kind sharing a few CPU cores
+(:class:`SharedCores`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -51,3 +52,20 @@ class Colocation:
         if len(gpus) == 1:
             return float(gpus[0].busy)
         return float(max(g.busy for g in gpus))
+
+
+class SharedCores(Colocation):
+    """Processor sharing on ``cores`` CPU cores, one :class:`GpuSlot` standing for them all: an
+    execution (an LLM iteration, a non-LLM engine's batch) that starts while ``k`` executions (itself
+    included) run on them takes ``max(1, k / cores)`` times as long.
+
+    Approximation (:class:`Colocation`'s): the factor is fixed when the execution starts; one that
+    starts first is not slowed by those that start after it, and is not sped up when others end."""
+
+    def __init__(self, cores: int) -> None:
+        if cores < 1:
+            raise ValueError(f"cores: {cores} (at least 1)")
+        self.cores = cores
+
+    def factor(self, gpus: Sequence[GpuSlot]) -> float:
+        return max(1.0, max(g.busy for g in gpus) / self.cores)
