@@ -8,7 +8,8 @@
   where ``D(n)`` is a Decoding batch of ``b`` sequences producing ``n`` tokens (the first token comes
   from the prefill's logits, so ``D(1)`` runs no forward pass).
 
-Each point is the median of ``params.repeats`` runs after a warm-up. A linear step model
+Each point is the median over ``params.sessions`` sessions of the median of ``params.repeats`` runs
+after a warm-up (the machine is shared: the load average before and after is printed). A linear step model
 (``orchestrator.engines.profiles.LinearLLMProfile``: prefill ``base + per_token * n + attn * n^2 / 2000``,
 decode ``base + per_seq * b + per_kctx * b * c / 1000`` ms) is fitted to the points by non-negative
 least squares, and printed with the points in the ``configs/engines`` LLM schema (``profile.yaml``);
@@ -43,6 +44,7 @@ class Params(BaseModel):
     decode_batches: list[int] = Field(default=[1, 2, 4, 8], min_length=2)
     decode_context: list[int] = Field(default=[64, 256, 768], min_length=2)
     repeats: int = Field(default=5, ge=1)
+    sessions: int = Field(default=3, ge=1)
     threads: int = Field(default=1, ge=1)
 
 
@@ -115,13 +117,18 @@ def run(params: Params, ctx: RunContext) -> None:
     eng = TorchLLMEngine(name="bench", model_dir=model_dir).load()
     eng.warm()
     load0 = os.getloadavg()
-    pre = measure_prefill(eng, params.prefill_tokens, params.repeats)
-    dec = measure_decode(eng, params.decode_batches, params.decode_context, params.repeats)
+    pres, decs = [], []
+    for _ in range(params.sessions):
+        pres.append(measure_prefill(eng, params.prefill_tokens, params.repeats))
+        decs.append(measure_decode(eng, params.decode_batches, params.decode_context, params.repeats))
     load1 = os.getloadavg()
+    pre = pd.concat(pres).groupby("tokens", as_index=False).prefill_ms.median()
+    dec = pd.concat(decs).groupby(["batch", "context"], as_index=False).step_ms.median()
     eng.close()
     coef = fit(pre, dec)
     prof = {"profile": {"type": "linear_llm", **coef}}
-    head = (f"tiny Llama {model_dir}, torch threads {params.threads}, median of {params.repeats} after a warm-up; "
+    head = (f"tiny Llama {model_dir}, torch threads {params.threads}, median over {params.sessions} sessions of "
+            f"the median of {params.repeats} after a warm-up; "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average before "
             f"{load0[0]:.2f}, after {load1[0]:.2f}")
     with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):

@@ -155,11 +155,12 @@ def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_
                          n_instances=n_instances, kv_capacity_tokens=kv_capacity_tokens, config=config)
 
 
-def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int) -> None:
+def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int, background: float = 0.0) -> None:
     """Put every simulated instance of ``engines`` (fresh, before any work) on ``cores`` shared CPU
-    cores (``llm_timing.SharedCores``: processor sharing, the factor fixed at each execution's
-    start); an instance that cannot share (a real engine) is a ValueError."""
-    cpu, sharing = GpuSlot(0), SharedCores(cores)
+    cores beside ``background`` runnable tasks of other programs (``llm_timing.SharedCores``:
+    processor sharing, the factor fixed at each execution's start); an instance that cannot share
+    (a real engine) is a ValueError."""
+    cpu, sharing = GpuSlot(0), SharedCores(cores, background)
     for name, insts in engines.items():
         for inst in insts:
             share = getattr(inst, "share_cpu", None)

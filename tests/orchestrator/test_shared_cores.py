@@ -25,8 +25,13 @@ def test_factor_is_executions_per_core_and_never_below_one():
         cpu.busy = k
         factors.append(two.factor((cpu,)))
     assert factors == [1.0, 1.0, 1.5, 2.0, 2.5]
+    cpu.busy = 1
+    assert SharedCores(2, background=3).factor((cpu,)) == 2.0      # (1 + 3) / 2
+    assert SharedCores(2, background=3).slows_alone and not two.slows_alone
     with pytest.raises(ValueError, match="cores"):
         SharedCores(0)
+    with pytest.raises(ValueError, match="background"):
+        SharedCores(2, background=-1)
 
 
 def test_a_batch_starting_beside_others_is_slowed_until_they_end():
@@ -43,11 +48,11 @@ def test_a_batch_starting_beside_others_is_slowed_until_they_end():
     assert a.submit([_embed("3")]).result().duration_s == pytest.approx(alone)
 
 
-def _latencies(cores: int | None, n: int = 4) -> list[float]:
+def _latencies(cores: int | None, n: int = 4, background: float = 0.0) -> list[float]:
     app = load_app("advanced_rag")
     eng = app.build_engines()
     if cores is not None:
-        share_cores(eng, cores)
+        share_cores(eng, cores, background)
     res = simulate(app.template(), [app.query] * n, [0.0] * n, eng, scheme="teola", seed=0)
     return [r.latency_s for r in res]
 
@@ -60,6 +65,11 @@ def test_enough_cores_change_nothing_and_fewer_slow_queries_down():
     assert all(x >= y - 1e-12 for x, y in zip(one, two))
     assert sum(one) > sum(two) > sum(own)              # 4 simultaneous queries contend for the cores
     assert _latencies(1) == one                        # deterministic
+
+
+def test_background_tasks_slow_even_an_execution_alone():
+    own, busy = _latencies(None, n=1), _latencies(1, n=1, background=1.0)
+    assert busy[0] >= 2 * own[0] - 1e-9        # every execution at half speed or less, LLM iterations too
 
 
 def test_a_real_engine_cannot_share_simulated_cores():
