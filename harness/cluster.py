@@ -14,6 +14,7 @@ and KV capacity, which the orchestrated runs (``harness.orchestration``) use too
 """
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,7 +120,8 @@ class SimStage:
 
     def sizes(self, prompt_scale: float, output_scale: float) -> tuple[int, int]:
         """One call's (prompt, output) tokens for a request scaled by its own token counts."""
-        return max(1, round(self.prompt_tokens * prompt_scale)), max(1, round(self.output_tokens * output_scale))
+        p, o = round(self.prompt_tokens * prompt_scale), round(self.output_tokens * output_scale)
+        return (p if p > 1 else 1), (o if o > 1 else 1)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,14 @@ class ClusterSim:
         self.begin(workload)
         if len(workload):
             self._start()
-        self.sim.run()
+        paused = gc.isenabled()
+        if paused:          # the loop makes no reference cycles: the collector would only walk the heap
+            gc.disable()
+        try:
+            self.sim.run()
+        finally:
+            if paused:
+                gc.enable()
         self.wall_s = time.perf_counter() - t0
         return {"done_s": self.done_s, "failed": self.failed, "acc_ok": self.acc_ok}
 
@@ -213,14 +222,16 @@ class ClusterSim:
         # the workload's columns as Python numbers (one request's values read per arrival)
         self._task, self._diff = workload.task.astype(np.int64).tolist(), workload.difficulty.astype(float).tolist()
         self._ps, self._os = workload.prompt_scale.astype(float).tolist(), workload.output_scale.astype(float).tolist()
+        self._arrival: list[float] = workload.arrival_s.astype(float).tolist()
 
     def _start(self) -> None:
         """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
-        self.sim.push(Arrivals(float(self.w.arrival_s[0]), 0, self))
+        self.sim.push(Arrivals(self._arrival[0], 0, self))
 
     @property
-    def arrival_s(self):
-        return self.w.arrival_s
+    def arrival_s(self) -> Sequence[float] | np.ndarray:
+        """The workload's arrival times (``core.Arrivals`` reads them; Python floats: one read per arrival)."""
+        return self._arrival
 
     def arrive_one(self, i: int, now: float) -> list[Event] | None:
         """Request ``i`` arrives (``core.Arrivals`` calls this for every request of an instant)."""
@@ -255,7 +266,8 @@ class ClusterSim:
             req.stage += 1
             if req.stage == len(req.task.stages):
                 self.done_s[req.i] = now
-                self.acc_ok[req.i] = req.acc_ok
+                if not req.acc_ok:              # (True from the start)
+                    self.acc_ok[req.i] = False
                 return None
             req.left = req.task.stages[req.stage].calls
         return self._issue(req, now)

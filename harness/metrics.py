@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from orchestrator.engines.llm_seq import Seq as Call
+from orchestrator.engines.llm_seq import FAILED, Seq as Call
 
 QUANTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
 
@@ -23,19 +23,17 @@ def stats(values: np.ndarray) -> dict[str, float | None]:
 def call_table(calls: Sequence[Call]) -> dict[str, np.ndarray]:
     """Per-call columns: arrival, admission, first-token and completion times (s), tokens."""
     n = len(calls)
-    cols = {k: np.empty(n) for k in ("arrival_s", "sched_s", "first_s", "done_s")}
-    out_tok = np.empty(n, dtype=np.int64)
-    prompt = np.empty(n, dtype=np.int64)
-    failed = np.zeros(n, dtype=bool)
-    for i, c in enumerate(calls):
-        cols["arrival_s"][i] = c.arrival_s
-        cols["sched_s"][i] = c.sched_s
-        cols["first_s"][i] = c.first_s
-        cols["done_s"][i] = c.done_s
-        out_tok[i] = c.output
-        prompt[i] = c.prompt
-        failed[i] = c.failed
-    return {**cols, "prompt_tokens": prompt, "output_tokens": out_tok, "failed": failed}
+
+    def col(values: Iterable[float], dtype: type) -> np.ndarray:   # one pass over the calls
+        return np.fromiter(values, dtype=dtype, count=n)
+
+    return {"arrival_s": col((c.arrival_s for c in calls), np.float64),
+            "sched_s": col((c.sched_s for c in calls), np.float64),
+            "first_s": col((c.first_s for c in calls), np.float64),
+            "done_s": col((c.done_s for c in calls), np.float64),
+            "prompt_tokens": col((c.prompt for c in calls), np.int64),
+            "output_tokens": col((c.output for c in calls), np.int64),
+            "failed": col((c.state == FAILED for c in calls), bool)}
 
 
 def latency_summary(t: dict[str, np.ndarray]) -> dict[str, dict[str, float | None]]:

@@ -70,24 +70,29 @@ class VllmV0:
     name = "vllm"
     decodes_when_quiet = True     # Policy: nothing queued and blocks free -> DECODE_ONLY
     # Policy: after DECODE_ONLY, with the same queue head and no more free blocks admission is
-    # not retried (``_blocked``), so the answer stays DECODE_ONLY while the batch's blocks are free
+    # not retried (``_head``, ``_free``), so the answer stays DECODE_ONLY while the batch's blocks are free
     decode_only_repeats = True
+    #: the pass's prompt budget: its tokens (vLLM) or, padded, its length x its longest prompt
+    padded = False
 
     def __init__(self) -> None:
-        self._blocked: tuple[Seq | None, int] = (None, -1)   # (queue head, free blocks) when admission failed
+        # the queue head and free blocks when admission last failed
+        self._head: Seq | None = None
+        self._free = -1
 
     def schedule(self, v: CoreView) -> IterationPlan:
-        free, running = v.free, len(v.running)
-        # admission is retried only when the queue head or the free blocks changed
-        if v.waiting and (v.waiting[0] is not self._blocked[0] or free > self._blocked[1] or not running):
-            head = v.waiting[0]
-            # a pass admits nothing when the head has no seat or blocks (what _admit finds first)
-            if running < v.max_batch and free - v.new_blocks(head) >= v.watermark:
-                chunks = self._prefill(v, (), free, running)
-                if chunks:
-                    return IterationPlan((), False, chunks)
-            self._blocked = (head, free)
-        elif v.background and not running and not v.waiting:   # idle: background may run
+        free, running, waiting = v.free, len(v.running), v.waiting
+        if waiting:
+            head = waiting[0]
+            # admission is retried only when the queue head or the free blocks changed
+            if head is not self._head or free > self._free or not running:
+                # a pass admits nothing when the head has no seat or blocks (what _admit finds first)
+                if running < v.max_batch and free - v.new_blocks(head) >= v.watermark:
+                    chunks = self._prefill(v, (), free, running)
+                    if chunks:
+                        return IterationPlan((), False, chunks)
+                self._head, self._free = head, free
+        elif v.background and not running:   # idle: background may run
             chunks = self._prefill(v, (), free, running)
             if chunks:
                 return IterationPlan((), False, chunks)
@@ -108,21 +113,15 @@ class VllmV0:
         # preemption emptied the decode batch: a second pass over the queue, victims at its head
         chunks = self._prefill(v, victims, free, 0)
         if not chunks:
-            self._blocked = (victims[-1], free)
+            self._head, self._free = victims[-1], free
         return IterationPlan(preempt=tuple(victims), chunks=chunks)
-
-    def over_budget(self, tokens: int, longest: int, seqs: int, n: int, limit: int) -> bool:
-        """Whether a prompt of ``n`` tokens would overflow a pass of ``seqs`` prompts holding
-        ``tokens`` tokens (the longest ``longest``)."""
-        return tokens + n > limit
 
     def _prefill(self, v: CoreView, requeued: Sequence[Seq], free: int, running: int) -> tuple[Chunk, ...]:
         """A prefill pass over the queue (``requeued`` at its head): ``free`` blocks, ``running``
         decoding sequences."""
         chunks: list[Chunk] = []
         acc = self._admit(v, requeued, v.waiting, chunks, (0, 0, free), running)
-        waited = len(requeued) + len(v.waiting)
-        if v.background and len(chunks) == waited and (chunks or not running):
+        if v.background and len(chunks) == len(requeued) + len(v.waiting) and (chunks or not running):
             self._admit(v, (), v.background, chunks, acc, running)
         return tuple(chunks)
 
@@ -131,27 +130,36 @@ class VllmV0:
         """Admit from the head of ``queue`` into this pass; ``requeued``: sequences this plan
         preempts (still admitted until it is applied), which go to the queue's head in reverse
         order and prefill their whole context again; ``acc`` = (tokens, longest prompt, free
-        blocks) of the pass so far."""
+        blocks) of the pass so far. A prompt that would overflow the pass's budget (``padded``)
+        or seats, or leave fewer free blocks than the watermark, ends it."""
         tokens, longest, free = acc
         seats = v.max_batch - running
-        limit, watermark = v.max_batch_tokens, v.watermark
+        limit, watermark, padded = v.max_batch_tokens, v.watermark, self.padded
+        k = len(chunks)
         for c in chain(reversed(requeued), queue) if requeued else queue:
-            n, nb = _prefill_cost(v, c)
-            if len(chunks) >= seats or (chunks and self.over_budget(tokens, longest, len(chunks), n, limit)) \
-                    or free - nb < watermark:
+            if k >= seats:
+                break
+            if c.state == WAITING:
+                n, nb = c.eff, v.new_blocks(c)
+            else:                   # preempted by this plan: its whole context again
+                n = v.recompute_tokens(c)
+                nb = v.blocks(n)
+            if k and ((k + 1) * (n if n > longest else longest) > limit if padded else tokens + n > limit):
+                break
+            if free - nb < watermark:
                 break
             free -= nb
             chunks.append((c, n))
+            k += 1
             tokens += n
-            longest = max(longest, n)
+            if n > longest:
+                longest = n
         return tokens, longest, free
 
 
 class PaddedPrefill(VllmV0):
     name = "padded"
-
-    def over_budget(self, tokens: int, longest: int, seqs: int, n: int, limit: int) -> bool:
-        return (seqs + 1) * max(longest, n) > limit
+    padded = True
 
 
 class Sarathi:

@@ -213,24 +213,26 @@ class LLMCore(QuietStretches, Event):
             c = self._decode_coef.get(n)        # decode_s(n, ctx_sum), inlined: most iterations
             return c[0] + c[1] * self.ctx_sum if c is not None else self.decode_s(n, self.ctx_sum)
         tokens, attn, finishing = 0, 0.0, 0
+        bs = self.block_size
         for s, m in chunks:
             if s.state == WAITING:
                 q = self.background if s.background else self.waiting
                 if not q or q[0] is not s:
                     raise RuntimeError(f"{self.name}: plan admits sequence {s.id}, not the head of its queue")
                 q.popleft()
-                self.free -= self.new_blocks(s)
+                self.free -= -(-(s.have + s.eff) // bs) - s.held      # new_blocks(s)
                 s.held = 0              # its blocks are now counted as blocks(have + eff)
                 s.state = PREFILL
                 if s.sched_s != s.sched_s:  # NaN: first admission
                     s.sched_s = now
                 self.prefilling.append(s)
-            if not 0 < m <= s.eff - s.filled:
+            filled = s.filled
+            if not 0 < m <= s.eff - filled:
                 raise RuntimeError(f"{self.name}: plan prefills {m} tokens of sequence {s.id}")
-            done = s.have + s.filled
+            done = s.have + filled
             attn += float(done + m) ** 2 - float(done) ** 2
             tokens += m
-            finishing += s.filled + m == s.eff
+            finishing += filled + m == s.eff
         if self.free < 0:
             raise RuntimeError(f"{self.name}: plan overdraws the KV cache by {-self.free} blocks")
         if n:
@@ -357,15 +359,16 @@ class LLMCore(QuietStretches, Event):
 
     def _end_chunks(self, now: float, done: list[Seq], events: list[Event]) -> None:
         """This iteration's prefill chunks are done: completed prompts park, finish or decode."""
+        prefilling, tokens = self.prefilling, 0
         for s, n in self.chunks:
-            self.tokens += n
+            tokens += n
             s.filled += n
             if s.filled < s.eff:
                 continue
-            if self.prefilling and self.prefilling[0] is s:
-                self.prefilling.popleft()
+            if prefilling and prefilling[0] is s:
+                prefilling.popleft()
             else:
-                self.prefilling.remove(s)
+                prefilling.remove(s)
             if s.output == 0:
                 self._park(s)
                 done.append(s)
@@ -379,6 +382,7 @@ class LLMCore(QuietStretches, Event):
                 done.append(s)
             else:
                 self._join_decode(s, now, events)
+        self.tokens += tokens
 
     def _park(self, s: Seq) -> None:
         if s.park is None:       # nothing will continue it: free the KV

@@ -242,15 +242,15 @@ class PagedKV:
         if bucket is None:
             return
         heappop(self.finish_keys)       # k: every key below it was popped at its own iteration
-        bs = self.block_size
+        bs, running, groups = self.block_size, self.running, self.groups
         for s in bucket:
             if s.state != DECODE or s.finish != k:
                 continue  # preempted since (and maybe rescheduled to another index)
             ctx = s.ctx0 + (k + 1 - s.join)
-            del self.running[s.id]
+            del running[s.id]
             self.free += -(-ctx // bs)
             self.ctx_sum -= ctx
-            self.groups[(s.ctx0 - s.join) % bs] -= 1
+            groups[(s.ctx0 - s.join) % bs] -= 1
             s.gen = s.output
             s.state = DONE  # guards against a second bucket entry after a re-admission
             done.append(s)
@@ -368,9 +368,10 @@ class QuietStretches(PagedKV):
                     since = t
                 g.since, g.busy_s = since, gpu_busy
             k, n, bs, groups = self.dit, self.n_decode, self.block_size, self.groups
-            need = j // bs * n                  # blocks taken by the j starts: n per bs iterations
-            for i in range(j - j % bs + 1, j + 1):
-                need += groups[-(k + i) % bs]
+            need, r = j // bs * n, j % bs       # blocks the j starts take: n per bs iterations, then groups
+            if r:                               # -(k + i) % bs, i = j - r + 1 .. j: r indices down from hi,
+                hi, lo = -(k + j - r + 1) % bs, -(k + j) % bs   # lo > hi: around the ring
+                need += sum(groups[lo:hi + 1]) if lo <= hi else sum(groups[:hi + 1]) + sum(groups[lo:])
             self.free -= need
             self.tokens += n * j
             self.ctx_sum += n * j

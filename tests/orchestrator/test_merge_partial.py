@@ -12,24 +12,13 @@ from orchestrator.batching import TopologyAware
 from orchestrator.primitives import Kind
 from orchestrator.runtime import make_payload
 from orchestrator.runtime.engine_scheduler import EngineScheduler
-from orchestrator.runtime.events import Simulator
 
-from tests.orchestrator.test_placement import _engines, _hand_over, _pend
+from tests.orchestrator.test_placement import _both_decoding, _engines, _hand_over, _pend
 
 
 def _busy_pair():
     """Two instances, both decoding; a regular prompt and a partial prefill launched on one."""
-    eng = _engines()
-    sched = EngineScheduler(name="llm", instances=eng, policy=TopologyAware(), max_batch=16)
-    loop = Simulator()
-    for k in range(2):
-        sched.enqueue(_pend(Kind.PREFILLING, f"q{k}", qid=k))
-    _hand_over(sched, sched.dispatch(0.0), loop)
-    loop.run(until_s=0.2)
-    for k in range(2):
-        sched.enqueue(_pend(Kind.DECODING, f"q{k}/d", qid=k, kv=f"q{k}"))
-    _hand_over(sched, sched.dispatch(loop.now), loop)
-    loop.run(until_s=0.25)
+    eng, sched, loop = _both_decoding()
     sched.enqueue(_pend(Kind.PARTIAL_PREFILLING, "part", qid=5))
     sched.enqueue(_pend(Kind.PREFILLING, "urgent", qid=6))
     launches = sched.dispatch(loop.now)

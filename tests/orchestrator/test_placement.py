@@ -78,11 +78,12 @@ def test_least_loaded_counts_kv_held_and_tokens_queued():
     assert [la.instance for la in sched.dispatch(loop.now)] == [busy]   # KV affinity
 
 
-def test_partial_prefills_wait_unpinned_until_an_instance_would_run_them():
+def _both_decoding() -> tuple[list, EngineScheduler, Simulator]:
+    """Two instances, each decoding one query (q0, q1), at 0.25 s."""
     eng = _engines()
     sched = EngineScheduler(name="llm", instances=eng, policy=TopologyAware(), max_batch=16)
     loop = Simulator()
-    for k in range(2):                                   # both instances decoding
+    for k in range(2):
         sched.enqueue(_pend(Kind.PREFILLING, f"q{k}", qid=k))
     _hand_over(sched, sched.dispatch(0.0), loop)
     loop.run(until_s=0.2)
@@ -90,6 +91,11 @@ def test_partial_prefills_wait_unpinned_until_an_instance_would_run_them():
         sched.enqueue(_pend(Kind.DECODING, f"q{k}/d", qid=k, kv=f"q{k}"))
     _hand_over(sched, sched.dispatch(loop.now), loop)
     loop.run(until_s=0.25)
+    return eng, sched, loop
+
+
+def test_partial_prefills_wait_unpinned_until_an_instance_would_run_them():
+    eng, sched, loop = _both_decoding()
     sched.enqueue(_pend(Kind.PARTIAL_PREFILLING, "part", qid=5))
     assert sched.dispatch(loop.now) == [] and len(sched.pending) == 1      # no pass due, nobody idle
     sched.enqueue(_pend(Kind.PREFILLING, "urgent", qid=6))
