@@ -77,3 +77,10 @@ def test_a_real_engine_cannot_share_simulated_cores():
         pass
     with pytest.raises(ValueError, match="engine 'llm'"):
         share_cores({"llm": [Real()]}, 2)
+
+
+def test_teola_apps_background_needs_cores():
+    from experiments.kinds.teola_apps import Params
+    with pytest.raises(ValueError, match="cpu_background"):
+        Params(apps=("naive_rag",), cpu_background=1.0)
+    assert Params(apps=("naive_rag",), cpu_cores=2, cpu_background=1.0).cpu_background == 1.0
