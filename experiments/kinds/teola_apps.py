@@ -26,7 +26,7 @@ from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
 from orchestrator.apps import AppSpec, check_apps
-from orchestrator.engines import load_engine_spec, profiler_llm_instances
+from orchestrator.engines import load_engine_spec, profiler_llm_instances, share_cores
 from orchestrator.guided import choose_passes
 from orchestrator.schemes import ALL, Scheme, only_scheme
 from orchestrator.passes import GraphCache, passes_named
@@ -98,6 +98,11 @@ class Params(BaseModel):
     dispatch_overhead_s: float = Field(0.002, ge=0, description="per batch dispatch (communication)")
     engine_prefix_cache: bool = Field(True, description="False: no scheme's LLM engines cache prefixes (the real "
                                       "engines of teola_real_cpu have none); True: those of schemes that have one")
+    engine_max_batch: dict[str, int] = Field(default_factory=dict, description="per engine name, the max batch "
+                                             "(items in flight per instance) every cell uses, as a real deployment sets it")
+    cpu_cores: int | None = Field(None, ge=1, description="every engine instance on this many shared CPU cores "
+                                  "(processor sharing, orchestrator.engines.llm_timing.SharedCores); None: each its own")
+    cpu_background: float = Field(0.0, ge=0, description="with cpu_cores: runnable tasks of other programs on the cores")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -105,6 +110,8 @@ class Params(BaseModel):
     def _apps_load(self) -> Params:
         """Every app named anywhere (a name or a .yaml path) loads, with its engine specs, before
         any cell runs; their names are distinct."""
+        if self.cpu_background and self.cpu_cores is None:
+            raise ValueError("cpu_background: needs cpu_cores (the cores the other programs share)")
         check_distinct(self.apps, "apps")
         check_apps([*self.apps, self.ablation_app, *self.batch_cap_rates, *(self.decompose_apps or ())])
         return self
@@ -139,7 +146,10 @@ def _engines(app, scheme, p: Params):
                 cfg = spec.engine.model_copy(update={"prefix_caching": cache})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
                                                     kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
-    return app.build_engines(prefix_caching=cache, overrides=over)
+    engines = app.build_engines(prefix_caching=cache, overrides=over)
+    if p.cpu_cores is not None:
+        share_cores(engines, p.cpu_cores, p.cpu_background)
+    return engines
 
 
 def _cell_name(app_name: str, rate: float, scheme_name: str, n: int, seed: int, cap: dict[str, int] | None) -> str:
@@ -201,7 +211,8 @@ def _simulate(p: Params, app_name: str, rate: float, scheme_name: str | Scheme, 
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
     engines = _engines(app, scheme, p)
     res = simulate(app.template(), cfgs, arrivals, engines, scheme=scheme, seed=seed,
-                   dispatch_overhead_s=p.dispatch_overhead_s, max_batch=cap, traces=traces)
+                   dispatch_overhead_s=p.dispatch_overhead_s, max_batch={**p.engine_max_batch, **(cap or {})} or None,
+                   traces=traces)
     return cfgs, res, engines
 
 
@@ -236,7 +247,7 @@ def path_frame(p: Params, app_name: str, rate: float, scheme_name: str, n: int, 
     _given(p, app_name, rate, n, scheme_name, passes)
     traces: dict = {}
     _, _, engines = _simulate(p, app_name, rate, scheme_name, n, seed, traces=traces)
-    mb = {k: v[0].max_batch_size() for k, v in engines.items()}
+    mb = {k: p.engine_max_batch.get(k, v[0].max_batch_size()) for k, v in engines.items()}
     return pd.DataFrame(critical.path_rows(traces, mb)).assign(
         app=app_name, rate_rps=at_rate, scheme=scheme_name, setting="one_query" if n == 1 else "load")
 

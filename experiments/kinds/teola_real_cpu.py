@@ -66,9 +66,12 @@ class Params(BaseModel):
     reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
-    simulation_vs_best: dict[str, float] = Field(
-        default_factory=dict, description="per app, the simulation's Teola / best-baseline speedup (its source named "
-                                          "in the config), set beside the real run's direction in summary.md")
+    simulation_vs_best: dict[str, float | dict[float, float]] = Field(
+        default_factory=dict, description="per app, the simulation's Teola / best-baseline speedup, one for every rate "
+                                          "or one per rate (its source named in the config and in `simulation_source`), "
+                                          "set beside the real run's direction in summary.md")
+    simulation_source: str = Field("the GPU-engine simulation, `results/teola_apps`",
+                                   description="which simulation `simulation_vs_best` comes from (summary.md names it)")
     runtime: Literal["inprocess", "ray"] = Field(
         "inprocess", description="how a cell runs its engines: in this process, or as Ray actors (run_ray); where the "
                                  "cells run is the config's top-level runtime (experiments.executor)")
@@ -205,17 +208,24 @@ def _side(x: float, lo: float, hi: float) -> str:
     return "faster" if lo > 1 else "slower" if hi < 1 else ("mixed, mean faster" if x >= 1 else "mixed, mean slower")
 
 
+def _simulated(sim: float | dict[float, float] | None, rate: float) -> float | None:
+    """The simulation's speedup at ``rate``: one for every rate, or the one listed for it (None if not)."""
+    if not isinstance(sim, dict):
+        return sim
+    return next((v for r, v in sim.items() if abs(r - rate) < 1e-9), None)
+
+
 def _directions(summary: pd.DataFrame, params: Params) -> list[str]:
     """Per unsaturated (app, rate): which way Teola's speedup over the best baseline points over the
     repeats, beside the simulation's (``params.simulation_vs_best``)."""
     out = ["", "Direction per unsaturated (app, rate): Teola against the best baseline over the repeats, beside the "
-               "simulation's speedup (`params.simulation_vs_best`, the GPU-engine simulation, `results/teola_apps`):", ""]
+               f"simulation's speedup (`params.simulation_vs_best`, {params.simulation_source}):", ""]
     for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
         b = g.iloc[0]
         if b.saturated:
             continue
         real = _side(b.teola_vs_best, b.teola_vs_best_min, b.teola_vs_best_max)
-        sim = params.simulation_vs_best.get(app)
+        sim = _simulated(params.simulation_vs_best.get(app), rate)
         verdict = "" if sim is None else (
             f"; simulation {sim:.2f}x ({'faster' if sim >= 1 else 'slower'}): " +
             ("agrees" if real.split(",")[0] == ("faster" if sim >= 1 else "slower") else

@@ -8,7 +8,7 @@ _EXPORTS = {
     "BatchResult": "base", "Engine": "base", "EngineError": "base", "Invocation": "base",
     "InvocationOutput": "base", "PendingBatch": "base",
     "build_instances": "factory", "llm_instances": "factory", "load_engine_spec": "factory",
-    "profiler_llm_instances": "factory", "LLMCore": "llm_core", "Seq": "llm_seq", "StepTime": "llm_timing",
+    "profiler_llm_instances": "factory", "share_cores": "factory", "LLMCore": "llm_core", "Seq": "llm_seq", "StepTime": "llm_timing",
     "BatchProfile": "profiles", "LinearLLMProfile": "profiles", "LinearProfile": "profiles",
     "TableProfile": "profiles", "max_efficient_batch": "profiles",
     "AYO_ENGINE": "sim", "SimEngine": "sim", "SimLLMEngine": "sim",

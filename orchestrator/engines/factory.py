@@ -3,6 +3,7 @@ profiler's analytic LLM model."""
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -11,7 +12,7 @@ from flowmaker.inputs import InputError, load_mapping
 from flowmaker.names import name_problem
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.llm_timing import StepTime
+from orchestrator.engines.llm_timing import GpuSlot, SharedCores, StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
 from orchestrator.engines.sim import AYO_ENGINE, DEFAULT_KV_TOKENS, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
@@ -152,3 +153,17 @@ def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_
     from profiler.steps import step_model
     return llm_instances(name=f"{model}@{gpu}x{tp * pp}", step=step_model(model, gpu, tp, pp),
                          n_instances=n_instances, kv_capacity_tokens=kv_capacity_tokens, config=config)
+
+
+def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int, background: float = 0.0) -> None:
+    """Put every simulated instance of ``engines`` (fresh, before any work) on ``cores`` shared CPU
+    cores beside ``background`` runnable tasks of other programs (``llm_timing.SharedCores``:
+    processor sharing, the factor fixed at each execution's start); an instance that cannot share
+    (a real engine) is a ValueError."""
+    cpu, sharing = GpuSlot(0), SharedCores(cores, background)
+    for name, insts in engines.items():
+        for inst in insts:
+            share = getattr(inst, "share_cpu", None)
+            if share is None:
+                raise ValueError(f"engine {name!r}: {type(inst).__name__} cannot share simulated CPU cores")
+            share(cpu, sharing)

@@ -287,8 +287,9 @@ class LLMCore(QuietStretches, Event):
                 g.busy += 1
                 if g.busy > most:
                     most = g.busy
-            if most > 1 and self.colocation is not None:   # alone on its GPUs: full speed
-                dur *= self.colocation.factor(self.gpus)
+            c = self.colocation
+            if c is not None and (most > 1 or c.slows_alone):   # alone on its GPUs: full speed (GPUs)
+                dur *= c.factor(self.gpus)
         self.busy = True
         self.iter_start = now
         self.iterations += 1

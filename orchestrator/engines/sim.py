@@ -14,7 +14,7 @@ from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocat
                                        InvocationOutput, PendingBatch, PieceCallback, check_kinds)
 from orchestrator.engines.llm_core import LLMCore
 from orchestrator.engines.llm_seq import Seq
-from orchestrator.engines.llm_timing import StepTime
+from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
 from orchestrator.engines.profiles import BatchProfile, max_efficient_batch
 from orchestrator.jsonstream import stream_pieces
 from orchestrator.primitives import Kind, PREFILL_KINDS
@@ -59,11 +59,27 @@ class SimEngine(Engine):
         self.serves = frozenset(self.profiles)
         self._ref_tokens, self._limit = ref_tokens, batch_limit
         self._max_batch: int | None = None
+        self._cpu: tuple[GpuSlot, Colocation] | None = None
+
+    def share_cpu(self, cpu: GpuSlot, sharing: Colocation) -> None:
+        """Run on the cores ``cpu`` stands for, shared with the engines given the same slot: a batch
+        counts in ``cpu.busy`` from :meth:`submit` until :meth:`release_cpu`, and takes
+        ``sharing.factor`` times its profiled time (fixed when it starts)."""
+        self._cpu = (cpu, sharing)
+
+    def release_cpu(self) -> None:
+        """A batch :meth:`submit` started ended (the runtime's instance-free event)."""
+        if self._cpu is not None:
+            self._cpu[0].busy -= 1
 
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         check_kinds(self, batch)
         dur = self.estimate_s(batch)
+        if self._cpu is not None:
+            cpu, sharing = self._cpu
+            cpu.busy += 1
+            dur *= sharing.factor((cpu,))
         outs = tuple(InvocationOutput(_run(i), dur) for i in batch)
         return PendingBatch(BatchResult(outs, dur))
 
@@ -139,8 +155,7 @@ class SimLLMEngine(Engine):
         self.step, self.config = step, config
         self.kv_capacity_tokens = kv_capacity_tokens
         self._ref_ctx = ref_context_tokens
-        self.core = LLMCore(name=name, step=step, kv_tokens=kv_capacity_tokens, config=config,
-                            sink=self._seq_done, on_piece=self._seq_piece)
+        self.core = self._new_core()
         self._kv: dict[str, tuple[str, ...]] = {}        # kv_key -> prompt segments (content)
         self._prefixes: set[str] = set()
         self._seqs: dict[int, tuple[Invocation, Any, list]] = {}   # seq id -> (invocation, value, pieces)
@@ -149,6 +164,17 @@ class SimLLMEngine(Engine):
         self._announced: dict[str, int] = {}         # invocation key -> prompt tokens on their way
         self._next = 0
         self._target: LLMTarget | None = None
+
+    def _new_core(self, gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None) -> LLMCore:
+        return LLMCore(name=self.name, step=self.step, kv_tokens=self.kv_capacity_tokens, config=self.config,
+                       sink=self._seq_done, on_piece=self._seq_piece, gpus=gpus, colocation=colocation)
+
+    def share_cpu(self, cpu: GpuSlot, sharing: Colocation) -> None:
+        """Run on the cores ``cpu`` stands for (``SimEngine.share_cpu``): each iteration counts in
+        ``cpu.busy`` while it runs and takes ``sharing.factor`` times its step time. Before any work."""
+        if self.core.outstanding:
+            raise RuntimeError(f"{self.name}: share_cpu after work arrived")
+        self.core = self._new_core((cpu,), sharing)
 
     @property
     def prefix_caching(self) -> bool:

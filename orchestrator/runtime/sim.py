@@ -288,6 +288,9 @@ class InstanceFree(Event):
         self.engine, self.instance, self.items = engine, instance, items
 
     def handle(self, sim: Simulator) -> list:
+        release = getattr(sim.state.schedulers[self.engine].instances[self.instance], "release_cpu", None)
+        if release is not None:          # a batch on shared CPU cores ends (SimEngine.share_cpu)
+            release()
         return sim.state.freed(self.engine, self.instance, self.items)
 
 
