@@ -23,7 +23,7 @@ def test_config_validates_against_its_kind(path) -> None:
 def test_benchmarks_are_experiment_kinds() -> None:
     bench = {p.stem for p in CONFIGS if p.stem.startswith("bench_")}
     assert bench == {"bench_measured", "bench_nonllm", "bench_nonllm_paired", "bench_pgvector", "bench_prefill_split",
-                     "bench_selectors", "bench_sim", "bench_time_limits", "bench_vidur"}
+                     "bench_selectors", "bench_sim", "bench_time_limits", "bench_tinyllm", "bench_vidur"}
 
 
 def test_a_benchmark_kind_writes_its_table_and_summary(tmp_path, capsys) -> None:
