@@ -160,7 +160,7 @@ PROCESS_CASES = [
     (["-m", "profiler", "validate", "--measured", "{bin}"], "parquet"),
     (["-m", "experiments.run", "{bin}"], "binary"),
     # every known name listed, none cut (the last in order is the longest way in)
-    (["-m", "experiments.run", "quickstrat"], "teola_real_cpu (or give a path to an experiment config file)"),
+    (["-m", "experiments.run", "quickstrat"], "teola_real_cpu_sim (or give a path to an experiment config file)"),
     (["-m", "profiler", "run", "models"], "unknown profile config 'models'"),   # data, not a profile config
     (["-m", "experiments.kinds.selector_gap", "--freeze", "nope.yaml"], "no such suite file"),   # was a traceback
 ]
