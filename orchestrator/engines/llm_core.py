@@ -146,7 +146,7 @@ class LLMCore(QuietStretches, Event):
     def withdraw(self, s: Seq, now: float) -> bool:
         """Take back ``s`` if it was never admitted (queued, regular or background): True when
         taken back; it is then no longer this core's."""
-        if s.state != WAITING or s.sched_s == s.sched_s or s.held:
+        if s.state != WAITING or s.sched_s == s.sched_s or s.held:   # sched_s is NaN until scheduled
             return False
         for q in (self.background, self.waiting):
             if s in q:
