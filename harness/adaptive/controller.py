@@ -32,9 +32,10 @@ what other tasks already put on reused instances deducted):
 cluster, and the latency SLO does not depend on the rate): a re-selection that finds no plan for
 target ``t`` *blocks* the task at ``t`` with the cluster as it saw it (:func:`~harness.adaptive.ledger.room`).
 No rule re-selects it for a target ``>= t * (1 - drift_down)`` until the cluster offers more room
-(:func:`~harness.adaptive.ledger.roomier`: GPUs freed, a reusable instance added or less used,
-by another task or by its own move down): a rising load cannot make ``t`` feasible, only a
-falling one or a release can. An SLO move that finds no plan or only the serving plan (the
+(:func:`~harness.adaptive.ledger.roomier`: more free memory in all, freed by another task or
+by its own move down, or a new instance to reuse; each failed try doubles the wait, from
+``up_gap_s``, before more room counts again, reset when the task grows): a rising load cannot make
+``t`` feasible, only a falling one or a release can. An SLO move that finds no plan or only the serving plan (the
 misses are not the plan's size: the largest plan there is did not fix them) also blocks the SLO
 rule until ``|r_s - r_b| > drift_down * r_b``, ``r_b`` its ``r_s`` then (a move down since does
 not restart the ladder of bumps at the same load).

@@ -349,6 +349,22 @@ def test_slo_misses_the_plan_cannot_fix_block_the_task_instead_of_growing_its_ta
     assert len(slo) <= 4 and slo[-1]["t_s"] <= 150                       # then none for 250 s (50 ticks)
 
 
+def test_slo_misses_the_serving_plan_already_covers_block_the_slo_rule_until_the_load_changes():
+    """Issue 25: with one replica carrying 100 rps, the plan for 1.5x the load is the serving one
+    (outcome update): the SLO rule then waits for the load to move by drift_down, not for the next
+    tick's misses, and tries again once it has (1 -> 2 rps)."""
+    back = Scripted(lambda t: 1.0 if t < 200 else 2.0, lambda t: 0.5 if t >= 40 else 0.0)
+    ctl = Controller([TaskModel(problem(capacity=100.0), {"w": [(100, 10)]})], problem().cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=CFG)
+    ctl.deploy([1.0])
+    _run(ctl, 195)
+    slo = [d for d in ctl.decisions if d["reason"] == "slo"]
+    assert [d["outcome"] for d in slo] == ["update"] and ctl.slo_blocked["a"] == pytest.approx(1.0, rel=0.05)
+    _run_from(ctl, 200, 260)
+    later = [d for d in ctl.decisions if d["reason"] == "slo" and d["t_s"] >= 200]
+    assert later and later[0]["est_rps"] > 1.0 * (1 + CFG.drift_down)
+
+
 def _run_from(ctl, start, until, step=1.0):
     t = start
     while t <= until:
