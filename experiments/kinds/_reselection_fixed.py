@@ -45,7 +45,7 @@ def fixed_workflow(res: pd.DataFrame, tasks: pd.DataFrame | None, instances: pd.
     out.append(f"- held until the last request finished: {FIXED[1]} {a.residency_s:.0f} s, {FIXED[0]} "
                f"{s.residency_s:.0f} s (the day: {a.day_s:.0f} s); GPU-h held after the day: {tail[FIXED[1]] / 3600:.3g} "
                f"and {tail[FIXED[0]] / 3600:.3g} (a backlog keeps every instance held)")
-    out += _retries(decisions, seed)
+    out += _retries(decisions, seed) + _probes(a)
     return out
 
 
@@ -96,8 +96,26 @@ def _retries(decisions: pd.DataFrame | None, seed: int) -> list[str]:
     d = decisions[(decisions.policy == FIXED[1]) & (decisions.seed == seed) & (decisions.outcome == "infeasible")]
     if not len(d):
         return [f"- {FIXED[1]}: no infeasible re-selection"]
-    kind = d.retry.fillna("").replace({"": "first try", "lower": "after its load fell", "room": "after more room"})
+    kind = d.retry.fillna("").replace({"": "first try", "lower": "after its load fell", "room": "after more room",
+                                       "reuse": "after the instances it may reuse changed"})
     by = ", ".join(f"{n} {k}" for k, n in kind.value_counts().items())
     tasks = ", ".join(f"{t} {n}" for t, n in d.task.value_counts().items())
-    return [f"- {FIXED[1]}'s {len(d)} infeasible re-selections: {by} (the back-off, docs/reselection.md); by task: "
-            f"{tasks}"]
+    out = [f"- {FIXED[1]}'s {len(d)} infeasible re-selections: {by} (the back-off, docs/reselection.md); by task: "
+           f"{tasks}"]
+    if "block" in d.columns:
+        blocks = d.block.fillna("").replace({"room": "room-bound (a plan on the emptied cluster)",
+                                             "rate": "rate-bound (none even there)", "never": "never feasible"})
+        out.append("- blocks they left: " + ", ".join(f"{n} {k}" for k, n in blocks.value_counts().items()))
+        never = sorted(set(d.task[d.block == "never"]))
+        out.append(f"- never feasible under this policy (no plan at the least rate on the empty cluster, nothing to "
+                   f"reuse ever; blocked for the rest of the run): {', '.join(never) if never else 'none'}")
+    return out
+
+
+def _probes(a: pd.Series) -> list[str]:
+    """What the back-off's feasibility probes cost (selections on the emptied cluster)."""
+    if "probe_s" not in a.index or pd.isna(a.probe_s):
+        return []
+    return [f"- the back-off's feasibility probes: {a.probes:.0f} probes on the emptied cluster (each the "
+            f"selections of one re-selection), "
+            f"{a.probe_s:.1f} s, against {a.select_s:.1f} s in the re-selections themselves"]

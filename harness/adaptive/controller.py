@@ -28,17 +28,17 @@ what other tasks already put on reused instances deducted):
    memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-**Back-off** (monotone in the rate: a plan that serves a rate serves every lower one on the same
-cluster, and the latency SLO does not depend on the rate): a re-selection that finds no plan for
-target ``t`` *blocks* the task at ``t`` with the cluster as it saw it (:func:`~harness.adaptive.ledger.room`).
-No rule re-selects it for a target ``>= t * (1 - drift_down)`` until the cluster offers more room
-(:func:`~harness.adaptive.ledger.roomier`: more free memory in all, freed by another task or
-by its own move down, or a new instance to reuse; each failed try doubles the wait, from
-``up_gap_s``, before more room counts again, reset when the task grows): a rising load cannot make
-``t`` feasible, only a falling one or a release can. An SLO move that finds no plan or only the serving plan (the
-misses are not the plan's size: the largest plan there is did not fix them) also blocks the SLO
-rule until ``|r_s - r_b| > drift_down * r_b``, ``r_b`` its ``r_s`` then (a move down since does
-not restart the ladder of bumps at the same load).
+**Back-off** (``harness.adaptive.backoff``; docs/reselection.md): a re-selection that finds no plan
+for target ``t`` *blocks* the task at ``t`` (a plan for a rate serves every lower one); no rule
+re-selects it for a target ``>= t * (1 - drift_down)`` until the block lifts. A probe (the same
+selections on the *emptied* cluster: the instances it may reuse kept, every GPU's memory free) says
+which: **room-bound** (a plan there): lifted when the cluster offers more room
+(:func:`~harness.adaptive.ledger.roomier`; each failed try doubles the wait from ``up_gap_s``, reset
+when the task grows); **rate-bound** (none there): freed memory cannot lift it, only a change in the
+instances it may reuse after which the probe finds a plan, and a lower target only if the probe
+finds one for it; **never** (none at ``min_rate_rps``, and no other task lists any of its models):
+blocked for good. An SLO move that finds no plan or only the serving plan also blocks the SLO rule
+until ``|r_s - r_b| > drift_down * r_b``, ``r_b`` its ``r_s`` then.
 
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
@@ -60,8 +60,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from harness.adaptive.backoff import Block, Probes, Reuse, reuse_ids, roomiest
 from harness.adaptive.config import Backend, ControllerConfig, TaskModel
-from harness.adaptive.ledger import Ledger, Room, Version, room, roomier, version_name
+from harness.adaptive.ledger import Ledger, Version, room, roomier, version_name
 from harness.adaptive.planning import Candidate, Forecast, candidate, forecast_ratio
 from harness.cluster import SimTask
 from harness.replay import deployment_task
@@ -85,8 +86,8 @@ class Controller:
         self.last_move = {n: -math.inf for n in names}
         self.next_up = {n: -math.inf for n in names}
         self.next_down = {n: -math.inf for n in names}
-        self.blocked: dict[str, tuple[float, Room, float]] = {}   # task -> (target no plan met, cluster then,
-                                                                 # time before which more room does not lift it)
+        self.blocked: dict[str, Block] = {}           # task -> its back-off block (harness.adaptive.backoff)
+        self.probes = Probes()                        # the blocks' feasibility probes on the roomiest cluster
         self._room_wait: dict[str, float] = {}        # task -> wait after a retry on more room that failed
         self.slo_blocked: dict[str, float] = {}       # task -> r_s at which SLO moves found nothing bigger
         self._retry: dict[str, str] = {}              # task -> why a blocked task is re-selected (decision "retry")
@@ -94,6 +95,9 @@ class Controller:
         self.decisions: list[dict] = []
         self.select_s = 0.0
         self._models = [{m.name for m in t.problem.models} for t in tasks]
+        outside = {i.model for i in cluster.instances}
+        self._can_reuse = [bool(m & (outside | {x for j, o in enumerate(self._models) if j != k for x in o}))
+                           for k, m in enumerate(self._models)]
         self._caps = [{(r.workflow, r.stage, r.model, r.tp, r.pp): r.capacity_rps for r in t.problem.perf}
                       for t in tasks]
 
@@ -179,19 +183,57 @@ class Controller:
     # ---- helpers ----------------------------------------------------------------------
     def _open(self, k: int, target: float, now: float) -> bool:
         """Whether task ``k`` may be re-selected for ``target`` under the back-off (module
-        docstring); a block whose cluster has since offered more room is lifted."""
-        name = self.tasks[k].name
-        if name not in self.blocked:
+        docstring); a block that the cluster has since lifted is dropped."""
+        name, b = self.tasks[k].name, self.blocked.get(self.tasks[k].name)
+        if b is None:
             return True
-        rate, then, after = self.blocked[name]
-        if target < rate * (1 - self.cfg.drift_down) - TOL:
+        if b.kind == "never":
+            return False
+        if target < b.rate * (1 - self.cfg.drift_down) - TOL:
+            if b.kind == "rate" and not self._feasible(k, target, *self._roomiest(k)):
+                return False                    # not even the roomiest cluster carries the lower target
             self._retry[name] = "lower"
             return True
-        if now >= after and roomier(room(self.ledger.view(name, self._models[k])), then):
+        if now < b.after:
+            return False
+        view = self.ledger.view(name, self._models[k])
+        if b.kind == "room":
+            lift = roomier(room(view), b.then)
+        else:                                   # rate-bound: only other instances to reuse can lift it
+            roomy, reuse = roomiest(view, self.ledger.gpus)
+            lift = False
+            if reuse_ids(reuse) != reuse_ids(b.reuse):
+                b.reuse = reuse                 # probed once per set of instances it may reuse
+                lift = self._feasible(k, target, roomy, reuse)
+        if lift:
             del self.blocked[name]
-            self._retry[name] = "room"
-            return True
-        return False
+            self._retry[name] = "room" if b.kind == "room" else "reuse"
+        return lift
+
+    def _roomiest(self, k: int) -> tuple[Cluster, Reuse]:
+        return roomiest(self.ledger.view(self.tasks[k].name, self._models[k]), self.ledger.gpus)
+
+    def _feasible(self, k: int, rate: float, cluster: Cluster, reuse: Reuse) -> bool:
+        """Whether any selection a re-selection of task ``k`` runs (every ``shrink_tp`` bound and the
+        serving variant included) finds a plan for ``rate`` on ``cluster`` (a roomiest cluster, whose
+        instances to reuse are ``reuse``); cached (:class:`~harness.adaptive.backoff.Probes`)."""
+        name = self.tasks[k].name
+        cur = self.ledger.current.get(name) if self.cfg.rescale else None
+        vname = version_name(name, self.gen[name] + 1)
+
+        def probe(r: float) -> bool:
+            return any(self.selector.select(p, time_limit_s=self.cfg.time_limit_s).deployment is not None
+                       for _, p in self._problems(k, vname, r, cluster, cur, shrink=True))
+        return self.probes.feasible((k, reuse, cur.name if cur is not None else None), rate, probe)
+
+    def _block_kind(self, k: int, target: float, view: Cluster) -> tuple[str, Reuse]:
+        """``room``, ``rate`` or ``never`` for a block at ``target`` (harness.adaptive.backoff)."""
+        roomy, reuse = roomiest(view, self.ledger.gpus)
+        if self._feasible(k, target, roomy, reuse):
+            return "room", reuse
+        if not self._can_reuse[k] and not self._feasible(k, self.cfg.min_rate_rps, roomy, reuse):
+            return "never", reuse
+        return "rate", reuse
 
     def _slo_open(self, name: str, r_s: float) -> bool:
         """Whether the SLO rule may move task ``name`` (the back-off's SLO block, module docstring)."""
@@ -296,11 +338,9 @@ class Controller:
         cur = self.ledger.current.get(name)
         row = {"t_s": now, "task": name, "reason": reason, "est_rps": est, "target_rps": target,
                "gb_held_before": self.ledger.held_gb(), "retry": self._retry.pop(name, "")}
-        plans = [("reselect", self._select(self.problem(k, vname, target, view)))]
-        if c.rescale and cur is not None:
-            plans.append(("rescale", self._select(self.problem(k, vname, target, view, variant=cur))))
-        if c.shrink_moves == "all" or (c.adaptive and reason in ("down", "initial", "unplaced")):
-            plans += [(f"tp<={b}", self._select(self.problem(k, vname, target, view, max_gpus=b))) for b in c.shrink_tp]
+        shrink = c.shrink_moves == "all" or (c.adaptive and reason in ("down", "initial", "unplaced"))
+        plans = [(how, self._select(p)) for how, p in self._problems(k, vname, target, view, cur if c.rescale else None,
+                                                                      shrink=shrink)]
         row["select_s"] = sum(dt for _, (_, dt) in plans)
         cands = [self._candidate(name, how, plan, view) for how, (plan, _) in plans if plan.deployment is not None]
         if not cands:
@@ -310,10 +350,11 @@ class Controller:
             # before more room counts again (other tasks' moves free memory often)
             wait = 2 * self._room_wait.get(name, c.up_gap_s / 2)
             self._room_wait[name] = wait
-            self.blocked[name] = (target, room(view), now + wait)
+            kind, reuse = self._block_kind(k, target, view)
+            self.blocked[name] = Block(target, room(view), now + wait, reuse, kind)
             if reason == "slo":
                 self.slo_blocked[name] = est
-            self.decisions.append({**row, "outcome": "infeasible", "why": plans[0][1][0].reason})
+            self.decisions.append({**row, "outcome": "infeasible", "block": kind, "why": plans[0][1][0].reason})
             return
         best = min(cands, key=lambda x: (x.score, x.how != "rescale"))
         raw, rename, started, drained = best.raw, best.rename, best.started, best.drained
@@ -350,6 +391,16 @@ class Controller:
                                "models": ",".join(sorted({i.model for i in raw.instances}))})
         if not started:
             self.poll(now)
+
+    def _problems(self, k: int, vname: str, target: float, cluster: Cluster, cur: Version | None, *,
+                  shrink: bool) -> list[tuple[str, Problem]]:
+        """The selections of one re-selection (module docstring): the full problem, the serving
+        variant ``cur`` (``rescale``), and with ``shrink`` one per ``shrink_tp`` bound."""
+        out = [("reselect", self.problem(k, vname, target, cluster))]
+        if cur is not None:
+            out.append(("rescale", self.problem(k, vname, target, cluster, variant=cur)))
+        return out + [(f"tp<={b}", self.problem(k, vname, target, cluster, max_gpus=b))
+                      for b in (self.cfg.shrink_tp if shrink else ())]
 
     def _select(self, problem: Problem) -> tuple[Any, float]:
         t0 = time.perf_counter()

@@ -204,7 +204,8 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
         "migrations": len(moves), "instances_started": sum(len(d["started"].split(",")) for d in moves if d["started"]),
         "reselections": sum(d["reason"] not in ("initial",) for d in ctl.decisions),
         "updates": sum(d["outcome"] == "update" for d in ctl.decisions),
-        "select_s": ctl.select_s, **(extra or {})})
+        "select_s": ctl.select_s, "probe_s": ctl.probes.probe_s,
+        "probes": ctl.probes.probes, **(extra or {})})
     for row in per_task:
         row["migrations"] = sum(d["task"] == row["task"] for d in moves)
     rows = []

@@ -298,7 +298,8 @@ def test_an_infeasible_target_is_not_retried_while_the_load_rises_only_when_it_f
     _run(ctl, 395)
     tried = [d for d in ctl.decisions[1:] if d["outcome"] == "infeasible"]
     assert [d["reason"] for d in tried] == ["up"] and tried[0]["t_s"] <= 45     # while the window fills
-    assert ctl.blocked["a"][0] == pytest.approx(tried[0]["target_rps"])
+    assert ctl.blocked["a"].rate == pytest.approx(tried[0]["target_rps"])
+    assert ctl.blocked["a"].kind == tried[0]["block"] == "rate"     # 50 rps is more than 4 empty GPUs carry
     before = len(ctl.decisions)
     _run_from(ctl, 400, 600)
     after = ctl.decisions[before:]
@@ -338,6 +339,42 @@ def test_a_blocked_task_is_retried_when_another_task_frees_room_not_before():
     release = next(d for d in a_moves if d["outcome"] == "migrate" and d["draining"])
     grown = [d for d in b if d["outcome"] == "migrate" and d["t_s"] >= release["t_s"]]
     assert grown and grown[0]["target_rps"] == pytest.approx(2.5, rel=0.05) and "b" not in ctl.blocked
+    assert blocked[0]["block"] == "room" and {d["retry"] for d in blocked[1:] + grown} == {"room"}
+
+
+def test_a_rate_bound_block_ignores_freed_room_and_a_lower_target_the_empty_cluster_cannot_carry():
+    """Issue 25: ``b``'s 50 rps is more than the 3 GPUs carry even emptied (with ``a``'s instances
+    to reuse), so ``a``'s moves down, which free memory and start instances, do not retry it, nor
+    does its load falling to 30 rps (below the blocked target by drift_down, still more than the
+    empty cluster carries); at 1 rps it is tried again and placed."""
+    back = PerTask([lambda t: 1.8 if t < 150 else 0.3, lambda t: 0.5 if t < 20 else (50.0 if t < 300 else
+                                                                                       (30.0 if t < 500 else 1.0))])
+    cluster = Cluster(gpus=tuple(Gpu(id=g, mem_gb=20.0, used_gb=0.0) for g in range(3)))
+    ctl = Controller([TaskModel(problem(n), {"w": [(100, 10)]}) for n in ("a", "b")], cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=CFG.model_copy(update={"cooldown_s": 30}))
+    ctl.deploy([1.8, 0.5])
+    _run(ctl, 700)
+    b = [d for d in ctl.decisions if d["task"] == "b" and d["reason"] != "initial"]
+    a_moves = [d for d in ctl.decisions if d["task"] == "a" and d["outcome"] in ("update", "migrate")]
+    assert any(d["draining"] for d in a_moves if d["outcome"] == "migrate" and d["t_s"] < 500)   # a freed room
+    assert [(d["outcome"], d["block"]) for d in b if d["outcome"] == "infeasible"] == [("infeasible", "rate")]
+    later = [d for d in b if d["outcome"] != "infeasible"]
+    assert later and later[0]["t_s"] >= 500 and later[0]["retry"] == "lower" and later[0]["target_rps"] < 2
+
+
+def test_a_never_feasible_task_is_tried_once_and_never_again():
+    """Issue 25: no config of ``a`` meets its latency SLO at any rate, and no other task could
+    start an instance it might reuse: its first deployment finds no plan, the decision says the
+    block is for good, and however its load moves it is not re-selected again."""
+    p = problem()
+    slow = p.model_copy(update={"perf": tuple(r.model_copy(update={"latency_s": 6.0}) for r in p.perf)})
+    back = Scripted(lambda t: 1.0 if t < 100 else (20.0 if t < 300 else 0.05))
+    ctl = Controller([TaskModel(slow, {"w": [(100, 10)]})], p.cluster, get_solver("flowmaker"), back,
+                     gpu="a6000", config=CFG)
+    ctl.deploy([1.0])
+    _run(ctl, 600)
+    assert [(d["reason"], d["outcome"], d["block"]) for d in ctl.decisions] == [("initial", "infeasible", "never")]
+    assert ctl.blocked["a"].kind == "never" and "a" not in ctl.ledger.current
 
 
 def test_slo_misses_the_plan_cannot_fix_block_the_task_instead_of_growing_its_target():
