@@ -61,6 +61,14 @@ def roomiest(view: Cluster, base: dict[int, Gpu]) -> tuple[Cluster, Reuse]:
         frozenset((i.id, round(i.utilization, 6)) for i in insts)
 
 
+def block_kind(feasible: Callable[[float], bool], target: float, min_rate: float, can_reuse: bool) -> str:
+    """``room``, ``rate`` or ``never`` for a block at ``target`` (module docstring); ``feasible(rate)``:
+    a probe on the roomiest cluster; ``can_reuse``: whether the task could ever reuse an instance."""
+    if feasible(target):
+        return "room"
+    return "rate" if can_reuse or feasible(min_rate) else "never"
+
+
 def reuse_ids(reuse: Reuse) -> frozenset[str]:
     """The ids of the instances in ``reuse``."""
     return frozenset(i for i, _ in reuse)

@@ -28,17 +28,13 @@ what other tasks already put on reused instances deducted):
    memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-**Back-off** (``harness.adaptive.backoff``; docs/reselection.md): a re-selection that finds no plan
-for target ``t`` *blocks* the task at ``t`` (a plan for a rate serves every lower one); no rule
-re-selects it for a target ``>= t * (1 - drift_down)`` until the block lifts. A probe (the same
-selections on the *emptied* cluster: the instances it may reuse kept, every GPU's memory free) says
-which: **room-bound** (a plan there): lifted when the cluster offers more room
-(:func:`~harness.adaptive.ledger.roomier`; each failed try doubles the wait from ``up_gap_s``, reset
-when the task grows); **rate-bound** (none there): freed memory cannot lift it, only a change in the
-instances it may reuse after which the probe finds a plan, and a lower target only if the probe
-finds one for it; **never** (none at ``min_rate_rps``, and no other task lists any of its models):
-blocked for good. An SLO move that finds no plan or only the serving plan also blocks the SLO rule
-until ``|r_s - r_b| > drift_down * r_b``, ``r_b`` its ``r_s`` then.
+**Back-off** (``harness.adaptive.backoff``): a re-selection that finds no plan for target ``t``
+*blocks* the task at ``t``: no rule re-selects it for a target ``>= t * (1 - drift_down)`` until the
+cluster offers more room (room-bound; each failed try doubles the wait from ``up_gap_s``) or, when
+the emptied cluster has no plan either (rate-bound), the instances it may reuse change and that
+cluster then has one; a lower target only if it has one for it (never: blocked for good). An SLO
+move that finds no plan or only the serving plan blocks the SLO rule until ``r_s`` moves by
+``drift_down``.
 
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
@@ -60,7 +56,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from harness.adaptive.backoff import Block, Probes, Reuse, reuse_ids, roomiest
+from harness.adaptive.backoff import Block, Probes, Reuse, block_kind, reuse_ids, roomiest
 from harness.adaptive.config import Backend, ControllerConfig, TaskModel
 from harness.adaptive.ledger import Ledger, Version, room, roomier, version_name
 from harness.adaptive.planning import Candidate, Forecast, candidate, forecast_ratio
@@ -190,7 +186,8 @@ class Controller:
         if b.kind == "never":
             return False
         if target < b.rate * (1 - self.cfg.drift_down) - TOL:
-            if b.kind == "rate" and not self._feasible(k, target, *self._roomiest(k)):
+            if b.kind == "rate" and not self._feasible(k, target, *roomiest(
+                    self.ledger.view(name, self._models[k]), self.ledger.gpus)):
                 return False                    # not even the roomiest cluster carries the lower target
             self._retry[name] = "lower"
             return True
@@ -210,9 +207,6 @@ class Controller:
             self._retry[name] = "room" if b.kind == "room" else "reuse"
         return lift
 
-    def _roomiest(self, k: int) -> tuple[Cluster, Reuse]:
-        return roomiest(self.ledger.view(self.tasks[k].name, self._models[k]), self.ledger.gpus)
-
     def _feasible(self, k: int, rate: float, cluster: Cluster, reuse: Reuse) -> bool:
         """Whether any selection a re-selection of task ``k`` runs (every ``shrink_tp`` bound and the
         serving variant included) finds a plan for ``rate`` on ``cluster`` (a roomiest cluster, whose
@@ -225,15 +219,6 @@ class Controller:
             return any(self.selector.select(p, time_limit_s=self.cfg.time_limit_s).deployment is not None
                        for _, p in self._problems(k, vname, r, cluster, cur, shrink=True))
         return self.probes.feasible((k, reuse, cur.name if cur is not None else None), rate, probe)
-
-    def _block_kind(self, k: int, target: float, view: Cluster) -> tuple[str, Reuse]:
-        """``room``, ``rate`` or ``never`` for a block at ``target`` (harness.adaptive.backoff)."""
-        roomy, reuse = roomiest(view, self.ledger.gpus)
-        if self._feasible(k, target, roomy, reuse):
-            return "room", reuse
-        if not self._can_reuse[k] and not self._feasible(k, self.cfg.min_rate_rps, roomy, reuse):
-            return "never", reuse
-        return "rate", reuse
 
     def _slo_open(self, name: str, r_s: float) -> bool:
         """Whether the SLO rule may move task ``name`` (the back-off's SLO block, module docstring)."""
@@ -350,7 +335,8 @@ class Controller:
             # before more room counts again (other tasks' moves free memory often)
             wait = 2 * self._room_wait.get(name, c.up_gap_s / 2)
             self._room_wait[name] = wait
-            kind, reuse = self._block_kind(k, target, view)
+            roomy, reuse = roomiest(view, self.ledger.gpus)
+            kind = block_kind(lambda r: self._feasible(k, r, roomy, reuse), target, c.min_rate_rps, self._can_reuse[k])
             self.blocked[name] = Block(target, room(view), now + wait, reuse, kind)
             if reason == "slo":
                 self.slo_blocked[name] = est
