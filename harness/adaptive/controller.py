@@ -186,9 +186,8 @@ class Controller:
         if b.kind == "never":
             return False
         if target < b.rate * (1 - self.cfg.drift_down) - TOL:
-            if b.kind == "rate" and not self._feasible(k, target, *roomiest(
-                    self.ledger.view(name, self._models[k]), self.ledger.gpus)):
-                return False                    # not even the roomiest cluster carries the lower target
+            if b.kind == "rate" and not self._feasible(k, target, self.ledger.view(name, self._models[k])):
+                return False                    # not even the emptied cluster carries the lower target
             self._retry[name] = "lower"
             return True
         if now < b.after:
@@ -197,19 +196,26 @@ class Controller:
         if b.kind == "room":
             lift = roomier(room(view), b.then)
         else:                                   # rate-bound: only other instances to reuse can lift it
-            roomy, reuse = roomiest(view, self.ledger.gpus)
-            lift = False
+            reuse, lift = roomiest(view, self.ledger.gpus)[1], False
             if reuse_ids(reuse) != reuse_ids(b.reuse):
                 b.reuse = reuse                 # probed once per set of instances it may reuse
-                lift = self._feasible(k, target, roomy, reuse)
+                lift = self._feasible(k, target, view)
         if lift:
             del self.blocked[name]
             self._retry[name] = "room" if b.kind == "room" else "reuse"
         return lift
 
-    def _feasible(self, k: int, rate: float, cluster: Cluster, reuse: Reuse) -> bool:
+    def _feasible(self, k: int, rate: float, view: Cluster) -> bool:
+        """Whether task ``k`` has a plan for ``rate`` on ``view`` emptied (:func:`roomiest`: the
+        instances it may reuse kept) or on the bare empty cluster (the heuristic is not monotone in
+        what it may reuse: more instances to reuse can lose a plan)."""
+        roomy, reuse = roomiest(view, self.ledger.gpus)
+        return (self._probe(k, rate, roomy.model_copy(update={"instances": ()}), frozenset())
+                or self._probe(k, rate, roomy, reuse))
+
+    def _probe(self, k: int, rate: float, cluster: Cluster, reuse: Reuse) -> bool:
         """Whether any selection a re-selection of task ``k`` runs (every ``shrink_tp`` bound and the
-        serving variant included) finds a plan for ``rate`` on ``cluster`` (a roomiest cluster, whose
+        serving variant included) finds a plan for ``rate`` on ``cluster`` (an emptied cluster, whose
         instances to reuse are ``reuse``); cached (:class:`~harness.adaptive.backoff.Probes`)."""
         name = self.tasks[k].name
         cur = self.ledger.current.get(name) if self.cfg.rescale else None
@@ -335,8 +341,8 @@ class Controller:
             # before more room counts again (other tasks' moves free memory often)
             wait = 2 * self._room_wait.get(name, c.up_gap_s / 2)
             self._room_wait[name] = wait
-            roomy, reuse = roomiest(view, self.ledger.gpus)
-            kind = block_kind(lambda r: self._feasible(k, r, roomy, reuse), target, c.min_rate_rps, self._can_reuse[k])
+            kind = block_kind(lambda r: self._feasible(k, r, view), target, c.min_rate_rps, self._can_reuse[k])
+            reuse = roomiest(view, self.ledger.gpus)[1]
             self.blocked[name] = Block(target, room(view), now + wait, reuse, kind)
             if reason == "slo":
                 self.slo_blocked[name] = est
