@@ -1,24 +1,23 @@
 """Which blocks of the re-selection controller's back-off room can lift (issue 25; docs/reselection.md,
 *Back-off*).
 
-A re-selection that finds no plan for target ``t`` blocks the task at ``t``. Whether more room can
-ever lift the block is asked of the *roomiest cluster* the task could see with the instances it may
-reuse now (:func:`roomiest`): every GPU as empty as it gets (only memory outside the ledger used)
-and the reusable instances still there, their utilisation rounded down to ``UTIL_STEP``. Any
-cluster reachable by freeing memory (others' moves down, drained instances, the task's own
-instances) with the same instances to reuse offers no more than it, so a target the selector finds
-infeasible there (by the selector's monotonicity in free memory, the assumption the back-off already
-makes) stays infeasible until the task may reuse an instance it could not reuse before, or reuse one
-at a lower utilisation step: the block is **rate-bound** and freed memory does not retry it. A target
-feasible there is **room-bound** and retries when the cluster offers more room (as before). A task
-that infeasible at the least rate the controller ever plans for (``min_rate_rps``) on the empty
-cluster, and that can reuse no instance ever (no other task lists any of its models and none
-outside the ledger is of them), is **never feasible**: blocked for the rest of the run.
+A re-selection that finds no plan for target ``t`` blocks the task at ``t``. Whether more room could
+lift the block is asked of two clusters: the *emptied* one (:func:`roomiest`: every GPU as empty as
+it gets, only memory outside the ledger used, with the instances the task may reuse now, their
+utilisation rounded down to ``UTIL_STEP``) and the *bare* one (empty, nothing to reuse). FlowMaker's
+heuristic is not monotone in what a task may reuse (a reused stage costs no parameters, so extra
+instances to reuse change the assignment it tries and can lose a plan), hence both. A target with a
+plan on either is **room-bound** (retried when the cluster offers more room, as before); with none,
+**rate-bound**: freeing memory with the same instances to reuse offers no more than the emptied
+cluster (free memory is taken as monotone, as ``roomier`` does), so only a changed set of instances
+to reuse (ids added or removed) whose probe finds a plan lifts it. A task with no plan at the least
+rate the controller plans for (``min_rate_rps``) that can reuse no instance ever (no other task lists
+any of its models and none outside the ledger is of them) is **never feasible**: blocked for the
+rest of the run.
 
-Probes are selections on :func:`roomiest` clusters; :class:`Probes` caches their answers per
-(task, what it may reuse, serving variant), monotone in the rate: per key, the largest rate found
-feasible and the least found infeasible answer every query outside that interval without a
-selection.
+Probes are selections on these clusters; :class:`Probes` caches their answers per (task, what it may
+reuse, serving variant), monotone in the rate: per key, the largest rate found feasible and the least
+found infeasible answer every query outside that interval without a selection.
 """
 from __future__ import annotations
 
