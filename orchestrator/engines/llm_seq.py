@@ -107,7 +107,9 @@ PieceSink = Callable[[Seq, int, float], "Iterable[Event] | None"]
 
 class PagedKV:
     """KV blocks and queues of one core (``kv_tokens`` of cache, ``config``'s block size,
-    watermark and batch limits)."""
+    watermark and batch limits). Its attributes are slots of the core (``LLMCore.__slots__``)."""
+
+    __slots__ = ()
 
     def __init__(self, name: str, kv_tokens: int, config: EngineConfig, on_piece: PieceSink | None = None) -> None:
         bs = config.block_size
@@ -274,6 +276,8 @@ RUN_CAP = 64
 class QuietStretches(PagedKV):
     """The KV and batch state (:class:`PagedKV`) plus the iteration clock a stretch advances; the
     core (``LLMCore``) sets every attribute below."""
+
+    __slots__ = ()
 
     time: float                                  # the end of the iteration in flight (or of the stretch)
     iter_start: float
