@@ -351,11 +351,17 @@ class QuietStretches(PagedKV):
             if len(gpus) == 1 and gpus[0].since == start and done[-1] < gpus[0].until_s:
                 g = gpus[0]                     # its busy time runs with the core's: the same lengths
                 gpu_busy = g.busy_s
-                for t in done:
-                    d = t - start
-                    busy += d
-                    gpu_busy += d
-                    start = t
+                if gpu_busy == busy:            # (alone on it from the start) the same sums too: one loop
+                    for t in done:
+                        busy += t - start
+                        start = t
+                    gpu_busy = busy
+                else:
+                    for t in done:
+                        d = t - start
+                        busy += d
+                        gpu_busy += d
+                        start = t
                 g.since, g.busy_s = start, gpu_busy
                 gpus = ()
             else:
