@@ -22,12 +22,41 @@ cumulative share exceeds ``d`` (RouteLLM: the weak model's route first with shar
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from selector.errors import ProblemError
 from selector.problem import DEFAULT_GPU_TYPE, TOL, Cluster, Instance, Problem
+
+
+K = TypeVar("K")
+
+#: fair share's work rule per instance: (call time routed to it per second in erlangs, work cap)
+Work = tuple[float, float]
+
+
+def stage_work(routed_rps: float, latency_s: float, capacity_rps: float) -> Work:
+    """Fair share's work rule for one stage routed to an instance at ``routed_rps`` calls per
+    second: its call time per second (``routed_rps x latency_s``, erlangs) and its work cap
+    (``latency_s x capacity_rps``). The one place the selectors (``selector.evaluate.routed_work``)
+    and the deployment record (:func:`build_deployment`) compute them; the check is
+    ``selector.placement.reused_work_ok``."""
+    return routed_rps * latency_s, latency_s * capacity_rps
+
+
+def add_work(work: dict[K, Work], key: K, stage: Work) -> None:
+    """Route a stage's work (:func:`stage_work`) to instance ``key``: the call times add up,
+    the cap is the least among the stages routed there."""
+    w, c = work.get(key, (0.0, math.inf))
+    work[key] = (w + stage[0], min(c, stage[1]))
+
+
+def work_after(work_erlangs: float, work_cap_erlangs: float | None, add: float, cap: float) -> Work:
+    """An instance's work and work cap once a variant adds ``add`` erlangs to it under the stage
+    cap ``cap`` (its own cap None: no record yet)."""
+    return work_erlangs + add, cap if work_cap_erlangs is None else min(cap, work_cap_erlangs)
 
 
 @dataclass(frozen=True)
@@ -184,13 +213,13 @@ def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
-def _work_update(inst: Instance, gained: tuple[float, float] | None) -> dict[str, Any]:
+def _work_update(inst: Instance, gained: Work | None) -> dict[str, Any]:
     """Fair-share's work rule after reuse: the instance's call time grows by what the stage
     routes, its cap is the tighter of its own and the stage's (None: nothing recorded)."""
     if gained is None:
         return {}
-    cap = gained[1] if inst.work_cap_erlangs is None else min(inst.work_cap_erlangs, gained[1])
-    return {"work_erlangs": inst.work_erlangs + gained[0], "work_cap_erlangs": cap}
+    work, cap = work_after(inst.work_erlangs, inst.work_cap_erlangs, *gained)
+    return {"work_erlangs": work, "work_cap_erlangs": cap}
 
 
 @dataclass(frozen=True)
@@ -227,28 +256,27 @@ def build_deployment(problem: Problem, workflow: str, serving: Sequence[Sequence
     insts: list[InstanceSpec] = []
     routes: list[StageRoute] = []
     reuse: dict[str, float] = {}
-    work: dict[str, tuple[float, float]] = {}
+    work: dict[str, Work] = {}
     for st, ways in zip(wf.stages, serving):
         load = problem.task.arrival_rate_rps * st.calls
         stage_routes = []
         for s in ways:
             gpu_type = inst_type[s.reuse] if s.reuse is not None else s.gpu_type
             row = perf[(workflow, st.name, s.model, s.tp, s.pp, gpu_type)]
-            cap, erl = row.capacity_rps, s.share * load * row.latency_s
+            cap = row.capacity_rps
             if s.reuse is not None:
                 reuse[s.reuse] = reuse.get(s.reuse, 0.0) + s.share * load / cap
                 if fair:
-                    w, c = work.get(s.reuse, (0.0, float("inf")))
-                    work[s.reuse] = (w + erl, min(c, row.latency_s * cap))
+                    add_work(work, s.reuse, stage_work(s.share * load, row.latency_s, cap))
                 stage_routes.append(Route((s.reuse,), s.share))
                 continue
             ids = []
             n = len(s.gpus)
+            erl, work_cap = stage_work(s.share * load, row.latency_s, cap) if fair else (0.0, None)
             for r, gpus in enumerate(s.gpus):
                 iid = f"{problem.task.name}/{st.name}/{s.tag}{r}"
                 insts.append(InstanceSpec(iid, s.model, s.tp, s.pp, tuple(gpus), mem[(s.model, s.tp, s.pp, gpu_type)],
-                                          s.share * load / (n * cap), gpu_type,
-                                          erl / n if fair else 0.0, row.latency_s * cap if fair else None))
+                                          s.share * load / (n * cap), gpu_type, erl / n, work_cap))
                 ids.append(iid)
             stage_routes.append(Route(tuple(ids), s.share))
         routes.append(StageRoute(st.name, st.calls, tuple(stage_routes)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from selector.deployment import Serving, build_deployment
+from selector.deployment import Serving, Work, add_work, build_deployment, stage_work
 from selector.index import NEW, REUSE, Compiled, Option
 from selector.placement import (StageDemand, free_memory, gpu_types, place, reuse_busy, reused_fair_ok, reused_gpus_ok,
                                 reused_work_ok, tenant_utils)
@@ -73,15 +73,14 @@ def routed(options: Sequence[Option]) -> dict[int, float]:
     return out
 
 
-def routed_work(options: Sequence[Option]) -> dict[int, tuple[float, float]]:
+def routed_work(options: Sequence[Option]) -> dict[int, Work]:
     """Fair share's work rule: per reused instance, the call time the variant routes to it per
     second (sum of ``load x latency_s``) and the least ``latency_s x capacity_rps`` among the
     stages routed there (``selector.placement.reused_work_ok``)."""
-    out: dict[int, tuple[float, float]] = {}
+    out: dict[int, Work] = {}
     for o in options:
         if o.kind == REUSE:
-            w, c = out.get(o.instance, (0.0, float("inf")))
-            out[o.instance] = (w + o.util_add * o.capacity_rps * o.latency_s, min(c, o.latency_s * o.capacity_rps))
+            add_work(out, o.instance, stage_work(o.util_add * o.capacity_rps, o.latency_s, o.capacity_rps))
     return out
 
 

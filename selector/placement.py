@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from selector.deployment import Work, work_after
 from selector.problem import TOL, Cluster
 
 
@@ -77,7 +78,7 @@ def reused_fair_ok(cluster: Cluster, routed: Mapping[int, float], tenants: Mappi
     return all(fair_room(tenants[g]) for i in routed for g in cluster.instances[i].gpus)
 
 
-def reused_work_ok(cluster: Cluster, work: Mapping[int, tuple[float, float]]) -> bool:
+def reused_work_ok(cluster: Cluster, work: Mapping[int, Work]) -> bool:
     """Fair share's work rule after reuse (docs/selection.md "Fair-share placement"): ``work``
     maps a reused instance's index to the call time the variant routes to it per second (sum of
     ``load x latency_s``, erlangs) and the least ``latency_s x capacity_rps`` among the stages
@@ -85,8 +86,8 @@ def reused_work_ok(cluster: Cluster, work: Mapping[int, tuple[float, float]]) ->
     it serves, its own record's included (``Instance.work_cap_erlangs``; None: no record)."""
     for i, (add, cap) in work.items():
         inst = cluster.instances[i]
-        limit = cap if inst.work_cap_erlangs is None else min(cap, inst.work_cap_erlangs)
-        if inst.work_erlangs + add > limit + TOL:
+        after, limit = work_after(inst.work_erlangs, inst.work_cap_erlangs, add, cap)
+        if after > limit + TOL:
             return False
     return True
 

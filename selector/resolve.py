@@ -31,7 +31,7 @@ from profiler.engine import DEFAULT, EngineConfig, reserved_mem_gb
 from selector.capacity import MEAN_CELL, CallMix, capacity_rps, kv_slots
 from selector.errors import ProblemError
 from selector.problem import DEFAULT_GPU_TYPE, OBJECTIVES, Cluster, Problem, parse_problem
-from selector.taskspec import TaskSpec, cluster_path, load_task, load_trace_stats, stage_tokens
+from selector.taskspec import TaskSpec, load_task, load_trace_stats, stage_tokens
 
 
 @dataclass(frozen=True)

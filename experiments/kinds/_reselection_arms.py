@@ -151,6 +151,13 @@ def _tables(arm: Arm, profs, base, res, wl) -> dict[str, pd.DataFrame]:
            "load_gb_per_s": arm.load_gb_per_s, "infeasible": len(infeasible),
            "infeasible_slo": sum(d["reason"] == "slo" for d in infeasible)}
     key = _key(arm)
+    since = placed_since(res.decisions)
+    row.update(tasks_placed_start=sum(t <= 0.0 for t in since.values()), tasks_placed=len(since),
+               task_hours_placed=sum(prof.duration_s - t for t in since.values()) / prof.hour_s,
+               served_in_slo=int(res.good.sum()))
+    owned = task_gpu_s(res.instances, s["residency_s"])
+    per_task = [{**key, **t, "placed_from_h": since[t["task"]] / prof.hour_s if t["task"] in since else None,
+                 "gpu_s_owned": owned.get(t["task"], 0.0)} for t in res.per_task]
     hb = np.minimum((wl.arrival_s // prof.hour_s).astype(int), n_h - 1)
     steps = np.array(res.gb_steps)
     peak = sum(p.peak_x * r for p, r in zip(profs, base))
@@ -165,10 +172,30 @@ def _tables(arm: Arm, profs, base, res, wl) -> dict[str, pd.DataFrame]:
                        "rate_x": load / peak if peak > 0 else 0.0})
     decisions = [{**key, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in d.items()}}
                  for d in res.decisions]
-    return {"results": pd.DataFrame([row]), "tasks": pd.DataFrame([{**key, **t} for t in res.per_task]),
+    return {"results": pd.DataFrame([row]), "tasks": pd.DataFrame(per_task),
             "decisions": pd.DataFrame(decisions), "instances": pd.DataFrame([{**key, **r} for r in res.instances]),
             "memory": pd.DataFrame([{**key, "t_s": t, "gb": g} for t, g in res.gb_steps]),
             "hourly": pd.DataFrame(hourly)}
+
+
+def placed_since(decisions: list[dict]) -> dict[str, float]:
+    """Per task placed during the run, when it was first deployed (simulated s; a placed task
+    stays placed: an infeasible re-selection keeps what serves)."""
+    out: dict[str, float] = {}
+    for d in decisions:
+        if d["outcome"] == "deploy":
+            out.setdefault(d["task"], d["t_s"])
+    return out
+
+
+def task_gpu_s(instances: list[dict], end_s: float) -> dict[str, float]:
+    """Per task the GPU-seconds of the instances its versions started, from start to release (or
+    ``end_s``); an instance another task reuses counts for the task that started it."""
+    out: dict[str, float] = {}
+    for r in instances:
+        hi = end_s if r["released_s"] is None else r["released_s"]
+        out[r["task"]] = out.get(r["task"], 0.0) + len(str(r["gpus"]).split(",")) * max(0.0, hi - r["start_s"])
+    return out
 
 
 def mean_gpus(instances: list[dict], a: float, b: float, end_s: float) -> float:

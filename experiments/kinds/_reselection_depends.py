@@ -11,6 +11,15 @@ PLAIN = "static-peak-selector"
 #: the hourly oracle whose planner also packs started instances onto held GPUs (``oracle_pack``)
 PACKED = "oracle-hourly-packed"
 TARGET_X = 2.6
+FIXED = ("static-peak-fixed-workflow", "adaptive-fixed-workflow")
+
+
+def cheaper(x: float) -> str:
+    """A cost ratio ``x`` = reference / cost in words: ``2.17x cheaper``, or below 1 ``2.17x dearer``
+    (``1 / x``; never "0.46x lower")."""
+    if not np.isfinite(x) or x <= 0:
+        return "n/a"
+    return f"{x:.2f}x cheaper" if x >= 1 else f"{1 / x:.2f}x dearer"
 
 
 def depends(res: pd.DataFrame, agg: pd.DataFrame, agg_of, units, hourly: pd.DataFrame | None,
@@ -53,8 +62,9 @@ def _planner(agg: pd.DataFrame, instances: pd.DataFrame | None) -> list[str]:
     return [f"- planner: static-peak with the selector's own plans (memory x latency, spec placement; "
             f"static-peak-selector, {n} GPUs) holds {p.gpu_s_held / 3600:.4g} GPU-h, static-peak with the "
             f"experiment's planner ({m} GPUs) {s.gpu_s_held / 3600:.4g}: against the former adaptive is "
-            f"{p.gpu_s_held / a.gpu_s_held:.2f}x cheaper in GPU-h held ({p.reserved_gb_s / a.reserved_gb_s:.2f}x in "
-            f"GB*s), against the latter {s.gpu_s_held / a.gpu_s_held:.2f}x ({s.reserved_gb_s / a.reserved_gb_s:.2f}x): "
+            f"{cheaper(p.gpu_s_held / a.gpu_s_held)} in GPU-h held ({cheaper(p.reserved_gb_s / a.reserved_gb_s)} in "
+            f"GB*s), against the latter {cheaper(s.gpu_s_held / a.gpu_s_held)} "
+            f"({cheaper(s.reserved_gb_s / a.reserved_gb_s)}): "
             f"the {TARGET_X}x headline is "
             + ("met only against the selector's own plan" if p.gpu_s_held / a.gpu_s_held >= TARGET_X
                > s.gpu_s_held / a.gpu_s_held else "decided the same way against both")

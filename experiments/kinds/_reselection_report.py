@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.kinds._reselection_depends import PLAIN, REF, TARGET_X, depends
+from experiments.kinds._reselection_fixed import fixed_workflow
 from harness.billing import usd_cell
 
 COLORS = {"static-peak": "#1f77b4", "static-right": "#ff7f0e", "adaptive": "#2ca02c",
@@ -179,6 +180,8 @@ def summary_md(frames: dict[str, pd.DataFrame], params, source: str, choice: dic
                          f"seeds: {_yes(gap <= 0.01)} (relative loss {gap:.2%})")
     lines += _choices(res, choice, params)
     lines += _extras(res, agg)
+    lines += fixed_workflow(res, _report_rows(frames, "tasks"), _report_rows(frames, "instances"),
+                            _report_rows(frames, "decisions"))
     lines += depends(res, agg, _agg, UNITS, _report_rows(frames, "hourly"), _report_rows(frames, "instances"),
                      _report_rows(frames, "tasks"), cluster_gpus)
     lines += ["", "Cost units: GPU-h held = whole GPUs any instance occupies, from its start (loading included) "
@@ -224,11 +227,4 @@ def _extras(res: pd.DataFrame, agg: pd.DataFrame) -> list[str]:
         if len(sub):
             a = _agg(sub)
             out += ["", f"## {title}", "", *_table(a, a.loc[REF] if REF in a.index else None)]
-    if "adaptive-fixed-workflow" in agg.index and "static-peak-fixed-workflow" in agg.index:
-        a, s = agg.loc["adaptive-fixed-workflow"], agg.loc["static-peak-fixed-workflow"]
-        out += ["", "## Fixed workflow against a static plan of the same workflow", "",
-                f"adaptive-fixed-workflow: goodput {a.goodput:.4f} vs {s.goodput:.4f}, cost "
-                f"{s.gpu_s_held / a.gpu_s_held:.2f}x lower in GPU-h held ({s.reserved_gb_s / a.reserved_gb_s:.2f}x in "
-                f"GB*s) than static-peak-fixed-workflow; {a.infeasible:.0f} infeasible re-selections per run "
-                f"({a.infeasible_slo:.0f} triggered by SLO misses)."]
     return out

@@ -28,9 +28,17 @@ what other tasks already put on reused instances deducted):
    memory it frees over ``cooldown_s``, less what its new instances hold while they start, must be
    at least ``min_saving`` of the task's own memory over ``cooldown_s`` (else wait ``cooldown_s``).
 
-**Back-off**: a move up (rules 1-2, or placing an unplaced task) that finds no plan, or an SLO
-move that finds only the serving plan, *blocks* the task at its ``r_s``: rules 1-2 wait until
-``|r_s - blocked| > drift_down * blocked`` (the load changed); moves down still apply.
+**Back-off** (monotone in the rate: a plan that serves a rate serves every lower one on the same
+cluster, and the latency SLO does not depend on the rate): a re-selection that finds no plan for
+target ``t`` *blocks* the task at ``t`` with the cluster as it saw it (:func:`~harness.adaptive.ledger.room`).
+No rule re-selects it for a target ``>= t * (1 - drift_down)`` until the cluster offers more room
+(:func:`~harness.adaptive.ledger.roomier`: more free memory in all, freed by another task or
+by its own move down, or a new instance to reuse; each failed try doubles the wait, from
+``up_gap_s``, before more room counts again, reset when the task grows): a rising load cannot make
+``t`` feasible, only a falling one or a release can. An SLO move that finds no plan or only the serving plan (the
+misses are not the plan's size: the largest plan there is did not fix them) also blocks the SLO
+rule until ``|r_s - r_b| > drift_down * r_b``, ``r_b`` its ``r_s`` then (a move down since does
+not restart the ladder of bumps at the same load).
 
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
@@ -53,7 +61,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.adaptive.config import Backend, ControllerConfig, TaskModel
-from harness.adaptive.ledger import Ledger, Version, version_name
+from harness.adaptive.ledger import Ledger, Room, Version, room, roomier, version_name
 from harness.adaptive.planning import Candidate, Forecast, candidate, forecast_ratio
 from harness.cluster import SimTask
 from harness.replay import deployment_task
@@ -77,7 +85,11 @@ class Controller:
         self.last_move = {n: -math.inf for n in names}
         self.next_up = {n: -math.inf for n in names}
         self.next_down = {n: -math.inf for n in names}
-        self.blocked: dict[str, float] = {}          # task -> estimate at which moving up found nothing
+        self.blocked: dict[str, tuple[float, Room, float]] = {}   # task -> (target no plan met, cluster then,
+                                                                 # time before which more room does not lift it)
+        self._room_wait: dict[str, float] = {}        # task -> wait after a retry on more room that failed
+        self.slo_blocked: dict[str, float] = {}       # task -> r_s at which SLO moves found nothing bigger
+        self._retry: dict[str, str] = {}              # task -> why a blocked task is re-selected (decision "retry")
         self.slo_floor: dict[str, tuple[float, float]] = {}   # task -> (SLO move's target, until when)
         self.decisions: list[dict] = []
         self.select_s = 0.0
@@ -107,12 +119,10 @@ class Controller:
             r_l = self.backend.arrivals(k, now - wl, now) / wl
             cur = self.ledger.current.get(name)
             since = now - self.last_move[name]
-            blocked = name in self.blocked and abs(r_s - self.blocked[name]) <= c.drift_down * self.blocked[name] + TOL
-            if not blocked:
-                self.blocked.pop(name, None)
             if cur is None:
-                if now >= self.next_up[name] and not blocked:
-                    self._reselect(k, max(r_s * c.headroom, c.min_rate_rps), r_s, "unplaced", now)
+                target = max(r_s * c.headroom, c.min_rate_rps)
+                if now >= self.next_up[name] and self._open(k, target, now):
+                    self._reselect(k, target, r_s, "unplaced", now)
                 continue
             p = cur.rate_rps
             r_up, est_down = r_s, max(r_s, r_l)
@@ -124,17 +134,19 @@ class Controller:
             # misses are judged on requests the serving version took (not those of the plan it replaced)
             judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
                                                    tm.problem.task.latency_slo_s)
-            up_ok = since >= c.up_gap_s and now >= self.next_up[name] and not blocked
+            up_ok = since >= c.up_gap_s and now >= self.next_up[name]
             cap = self.rate_capacity(cur) * (1 + c.drift_up)
+            down = max(est_down * c.headroom * (1 + c.down_margin), c.min_rate_rps, floor)
             # a Poisson count of mean cap * w / headroom has sd sqrt(that): noise alone rarely passes
-            if r_up * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok:
+            if (r_up * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok
+                    and self._open(k, r_up * c.headroom, now)):
                 self._reselect(k, r_up * c.headroom, r_s, "up", now)
-            elif judged >= c.slo_min_judged and missed > c.slo_miss_share * judged and up_ok:
+            elif (judged >= c.slo_min_judged and missed > c.slo_miss_share * judged and up_ok
+                  and self._slo_open(name, r_s) and self._open(k, max(r_up * c.headroom, p) * c.slo_bump, now)):
                 self._reselect(k, max(r_up * c.headroom, p) * c.slo_bump, r_s, "slo", now)
             elif (max(est_down * c.headroom, floor) < cur.load_rps * (1 - c.drift_down) - TOL
-                  and since >= c.cooldown_s and now >= self.next_down[name]):
-                target = max(est_down * c.headroom * (1 + c.down_margin), c.min_rate_rps, floor)
-                self._reselect(k, target, est_down, "down", now)
+                  and since >= c.cooldown_s and now >= self.next_down[name] and self._open(k, down, now)):
+                self._reselect(k, down, est_down, "down", now)
         self.poll(now)
 
     def poll(self, now: float) -> float | None:
@@ -165,6 +177,30 @@ class Controller:
         return None if nxt == math.inf else nxt
 
     # ---- helpers ----------------------------------------------------------------------
+    def _open(self, k: int, target: float, now: float) -> bool:
+        """Whether task ``k`` may be re-selected for ``target`` under the back-off (module
+        docstring); a block whose cluster has since offered more room is lifted."""
+        name = self.tasks[k].name
+        if name not in self.blocked:
+            return True
+        rate, then, after = self.blocked[name]
+        if target < rate * (1 - self.cfg.drift_down) - TOL:
+            self._retry[name] = "lower"
+            return True
+        if now >= after and roomier(room(self.ledger.view(name, self._models[k])), then):
+            del self.blocked[name]
+            self._retry[name] = "room"
+            return True
+        return False
+
+    def _slo_open(self, name: str, r_s: float) -> bool:
+        """Whether the SLO rule may move task ``name`` (the back-off's SLO block, module docstring)."""
+        r_b = self.slo_blocked.get(name)
+        if r_b is not None and abs(r_s - r_b) <= self.cfg.drift_down * r_b + TOL:
+            return False
+        self.slo_blocked.pop(name, None)
+        return True
+
     def _ready(self, iid: str, now: float) -> bool:
         h = self.ledger.held[iid]
         if h.ready_s is None and self.backend.ready(iid, now):
@@ -259,7 +295,7 @@ class Controller:
         view = self.ledger.view(name, self._models[k])
         cur = self.ledger.current.get(name)
         row = {"t_s": now, "task": name, "reason": reason, "est_rps": est, "target_rps": target,
-               "gb_held_before": self.ledger.held_gb()}
+               "gb_held_before": self.ledger.held_gb(), "retry": self._retry.pop(name, "")}
         plans = [("reselect", self._select(self.problem(k, vname, target, view)))]
         if c.rescale and cur is not None:
             plans.append(("rescale", self._select(self.problem(k, vname, target, view, variant=cur))))
@@ -270,8 +306,13 @@ class Controller:
         if not cands:
             self.next_up[name] = now + c.up_gap_s
             self.next_down[name] = now + c.cooldown_s
-            if reason in ("up", "slo", "unplaced"):
-                self.blocked[name] = est
+            # no plan for target: wait for less load or more room; every failed try doubles the wait
+            # before more room counts again (other tasks' moves free memory often)
+            wait = 2 * self._room_wait.get(name, c.up_gap_s / 2)
+            self._room_wait[name] = wait
+            self.blocked[name] = (target, room(view), now + wait)
+            if reason == "slo":
+                self.slo_blocked[name] = est
             self.decisions.append({**row, "outcome": "infeasible", "why": plans[0][1][0].reason})
             return
         best = min(cands, key=lambda x: (x.score, x.how != "rescale"))
@@ -297,10 +338,12 @@ class Controller:
         outcome = "update" if same else ("deploy" if reason in ("initial", "unplaced") else "migrate")
         if not same:
             self.last_move[name] = now
+            if reason != "down":
+                self._room_wait.pop(name, None)                # it grew: a later block starts afresh
         elif reason == "down":
             self.next_down[name] = now + c.cooldown_s          # the plan is as small as it gets for now
         elif reason == "slo":
-            self.blocked[name] = est                           # a bigger plan is not there: wait for the load
+            self.slo_blocked[name] = est                       # a bigger plan is not there: wait for the load
         self.decisions.append({**row, "outcome": outcome, "version": vname, "workflow": raw.workflow,
                                "started": ",".join(i.id for i in started), "draining": ",".join(h.spec.id for h in drained),
                                "kept": ",".join(v.kept), "started_gb": sum(i.mem_gb for i in started),

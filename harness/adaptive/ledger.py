@@ -270,3 +270,24 @@ class Ledger:
     def gb_s(self, end_s: float) -> float:
         """GB x seconds held over ``[0, end_s]`` (each instance from its start to its release)."""
         return sum(spec.mem_gb * max(0.0, b - a) for spec, a, b in self.spans(end_s))
+
+
+#: one task's view of the cluster as far as the back-off asks (:func:`room`): the free memory over
+#: all GPUs and the reusable instances
+Room = tuple[float, frozenset[str]]
+
+
+def room(view: Cluster) -> Room:
+    """What a selection on ``view`` (:meth:`Ledger.view`) has to place on: the GPUs' free memory
+    in all and the ids of the instances it may reuse."""
+    return sum(g.mem_gb - g.used_gb for g in view.gpus), frozenset(i.id for i in view.instances)
+
+
+def roomier(now: Room, then: Room, tol: float = 1e-6) -> bool:
+    """Whether ``now`` offers more than ``then``: memory freed in all (GPUs released by a move
+    down or a drained instance, net of what other tasks started since), or an instance to reuse
+    that was not there. A blocked target stays blocked otherwise (the controller's back-off):
+    with no more free memory and nothing new to reuse, the plans a selection can find are those
+    it could find then, up to how the free memory is spread over GPUs and the utilisation other
+    tasks put on shared instances, which change on most ticks and are not followed."""
+    return now[0] > then[0] + tol or bool(now[1] - then[1])

@@ -187,7 +187,8 @@ def day_result(ctl: Controller, workload: Workload, done_s: np.ndarray, failed: 
     ended = np.where(np.isnan(done_s), -np.inf, done_s)
     residency = max(float(ended.max()) if len(ended) else 0.0, float(workload.arrival_s[-1]) if len(workload) else 0.0,
                     end_s)
-    tasks = [SimTask(t.name, t.problem.task.latency_slo_s, ()) for t in ctl.tasks]
+    # placed: serving at the end (a task once placed stays placed; static: placed at the start)
+    tasks = [SimTask(t.name, t.problem.task.latency_slo_s, (), placed=t.name in ctl.ledger.current) for t in ctl.tasks]
     summary, per_task = cell_metrics(tasks, [], workload, done_s=done_s, failed=failed, acc_ok=acc_ok,
                                      residency_s=residency, price_per_gb_s=price_per_gb_s)
     led = ctl.ledger

@@ -6,12 +6,14 @@ finished cells and says it resumed."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from experiments.kinds._reselection_depends import cheaper
 from experiments.kinds.reselection import Params
 from experiments.run import main
 from profiler.catalog import load_prices
@@ -59,6 +61,14 @@ def test_small_reselection_writes_tables_plots_publishes_and_resumes(tmp_path, c
                  "- goodput by task", "- controller settings (tuning days", "- packing (several instances",
                  "- load shape:", "largest loss against static-peak on the same seed"):
         assert line in md, line
+    # the fixed-workflow pair is compared on what each serves; ratios below 1 read "dearer", never "0.xx lower"
+    fw = rep.loc[["static-peak-fixed-workflow", "adaptive-fixed-workflow"]]
+    assert (fw.task_hours_placed <= len(cfg["params"]["tasks"]) * fw.profile_hours + 1e-9).all()
+    s = fw.loc["static-peak-fixed-workflow"]
+    assert s.task_hours_placed == pytest.approx(s.tasks_placed_start * s.profile_hours)   # static: placed or not
+    assert (fw.served_in_slo <= fw.completed).all() and (fw.completed <= fw.requests).all()
+    assert "## Fixed workflow against a static plan of the same workflow" in md and "GPU-h per 1000 requests" in md
+    assert not re.search(r"\b0\.\d+x (lower|cheaper|dearer)", md)
     assert "| adaptive |" in capsys.readouterr().out
     cells = sorted((run / "cells").glob("*.parquet"))
     stamp = {c: c.stat().st_mtime_ns for c in cells}
@@ -89,3 +99,8 @@ def test_right_size_must_pass_on_every_seed_not_on_the_mean():
     assert worst["static-x0.6"] == pytest.approx(1 - 0.96 / 0.99) and worst["static-peak"] == 0.0
     assert rightsize(rows, [0.6], 0.01)["rate_x"] == 1.0                 # none passes: the peak plan
     assert rightsize(rows[rows.seed == 1], [0.6, 0.8], 0.01)["rate_x"] == 0.6
+
+
+def test_cost_ratios_below_one_are_phrased_as_dearer():
+    assert cheaper(2.0) == "2.00x cheaper" and cheaper(0.46) == "2.17x dearer" and cheaper(1.0) == "1.00x cheaper"
+    assert cheaper(float("nan")) == "n/a"

@@ -288,18 +288,56 @@ def test_rising_load_changes_the_workflow_and_drains_the_old_one():
     assert ctl.ledger.current["a"].deployment.workflow == "v" and ctl.ledger.held_gb() == pytest.approx(20.0)
 
 
-def test_an_infeasible_target_is_not_retried_until_the_load_changes():
-    """Issue 25: a task whose load no plan can carry is re-selected once, not every tick; when
-    the load moves by more than drift_down it is tried again."""
-    ctl, _ = _controller(lambda t: 1.0 if t < 20 else (50.0 if t < 400 else 70.0))
+def test_an_infeasible_target_is_not_retried_while_the_load_rises_only_when_it_falls():
+    """Issue 25: feasibility is monotone in the rate, so a task no plan can carry is re-selected
+    once, not every tick, and not again while its load rises (50 -> 70 rps): only once it falls
+    below the blocked target by drift_down (3 rps, three replicas on the 4 GPUs) is it tried again, and then
+    placed."""
+    ctl, _ = _controller(lambda t: 1.0 if t < 20 else (50.0 if t < 200 else (70.0 if t < 400 else 3.0)))
     ctl.deploy([1.0])
     _run(ctl, 395)
     tried = [d for d in ctl.decisions[1:] if d["outcome"] == "infeasible"]
-    assert {d["reason"] for d in tried} == {"up"} and ctl.blocked["a"] == pytest.approx(50.0, rel=0.05)
-    assert len(tried) <= 3 and all(d["t_s"] <= 45 for d in tried)   # while the window fills; then none for 350 s
-    _run_from(ctl, 400, 500)
-    again = [d for d in ctl.decisions if d["outcome"] == "infeasible" and d["t_s"] >= 400]
-    assert 1 <= len(again) <= 3                                       # 70 rps: the load changed
+    assert [d["reason"] for d in tried] == ["up"] and tried[0]["t_s"] <= 45     # while the window fills
+    assert ctl.blocked["a"][0] == pytest.approx(tried[0]["target_rps"])
+    before = len(ctl.decisions)
+    _run_from(ctl, 400, 600)
+    after = ctl.decisions[before:]
+    assert [d["outcome"] for d in after if d["reason"] == "up"] == ["migrate"]
+    assert after[0]["t_s"] >= 405 and after[0]["target_rps"] < tried[0]["target_rps"] * (1 - CFG.drift_down)
+
+
+class PerTask(Scripted):
+    """``Scripted`` with one arrival rate per task: ``rates[k](t)``."""
+
+    def __init__(self, rates):
+        super().__init__(lambda t: 0.0)
+        self.rates = rates
+
+    def arrivals(self, k, t0, t1):
+        ts = np.arange(t0, t1, 0.01)
+        return int(round(sum(self.rates[k](t) for t in ts) * 0.01))
+
+
+def test_a_blocked_task_is_retried_when_another_task_frees_room_not_before():
+    """Issue 25: on 3 GPUs of 20 GB (two instances each, one replica of a stage per GPU), ``b``
+    cannot grow to three replicas while ``a`` holds two; however long its load stays high it is
+    not re-selected again until ``a`` changes the cluster (a move down that lowers what it puts on
+    its instances, then one that releases one), and it is placed once ``a`` releases."""
+    back = PerTask([lambda t: 1.8 if t < 150 else 0.3, lambda t: 0.5 if t < 20 else 2.5])
+    cluster = Cluster(gpus=tuple(Gpu(id=g, mem_gb=20.0, used_gb=0.0) for g in range(3)))
+    ctl = Controller([TaskModel(problem(n), {"w": [(100, 10)]}) for n in ("a", "b")], cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=CFG.model_copy(update={"cooldown_s": 30}))
+    ctl.deploy([1.8, 0.5])
+    _run(ctl, 400)
+    b = [d for d in ctl.decisions if d["task"] == "b" and d["reason"] != "initial"]
+    a_moves = [d for d in ctl.decisions if d["task"] == "a" and d["outcome"] in ("update", "migrate")]
+    blocked = [d for d in b if d["outcome"] == "infeasible"]
+    assert blocked and blocked[0]["t_s"] < 60 and a_moves and a_moves[0]["t_s"] >= 150
+    assert not [d for d in b if blocked[0]["t_s"] < d["t_s"] < a_moves[0]["t_s"]]     # quiet for 100+ s
+    assert {d["t_s"] for d in blocked[1:]} <= {d["t_s"] for d in a_moves}          # retried when a changed it
+    release = next(d for d in a_moves if d["outcome"] == "migrate" and d["draining"])
+    grown = [d for d in b if d["outcome"] == "migrate" and d["t_s"] >= release["t_s"]]
+    assert grown and grown[0]["target_rps"] == pytest.approx(2.5, rel=0.05) and "b" not in ctl.blocked
 
 
 def test_slo_misses_the_plan_cannot_fix_block_the_task_instead_of_growing_its_target():
@@ -309,6 +347,22 @@ def test_slo_misses_the_plan_cannot_fix_block_the_task_instead_of_growing_its_ta
     slo = [d for d in ctl.decisions if d["reason"] == "slo"]
     assert slo[-1]["outcome"] == "infeasible" and "a" in ctl.blocked     # the bumps end where no plan fits
     assert len(slo) <= 4 and slo[-1]["t_s"] <= 150                       # then none for 250 s (50 ticks)
+
+
+def test_slo_misses_the_serving_plan_already_covers_block_the_slo_rule_until_the_load_changes():
+    """Issue 25: with one replica carrying 100 rps, the plan for 1.5x the load is the serving one
+    (outcome update): the SLO rule then waits for the load to move by drift_down, not for the next
+    tick's misses, and tries again once it has (1 -> 2 rps)."""
+    back = Scripted(lambda t: 1.0 if t < 200 else 2.0, lambda t: 0.5 if t >= 40 else 0.0)
+    ctl = Controller([TaskModel(problem(capacity=100.0), {"w": [(100, 10)]})], problem().cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=CFG)
+    ctl.deploy([1.0])
+    _run(ctl, 195)
+    slo = [d for d in ctl.decisions if d["reason"] == "slo"]
+    assert [d["outcome"] for d in slo] == ["update"] and ctl.slo_blocked["a"] == pytest.approx(1.0, rel=0.05)
+    _run_from(ctl, 200, 260)
+    later = [d for d in ctl.decisions if d["reason"] == "slo" and d["t_s"] >= 200]
+    assert later and later[0]["est_rps"] > 1.0 * (1 + CFG.drift_down)
 
 
 def _run_from(ctl, start, until, step=1.0):

@@ -4,13 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import make_graph
-from orchestrator import Component, load_app, simulate
+from orchestrator import load_app, simulate
 from orchestrator.engines import (AYO_ENGINE, EngineError, Invocation, LinearLLMProfile, TableProfile,
                                   load_engine_spec, llm_instances)
 from orchestrator.engines.sim import SimLLMEngine
 from orchestrator.primitives import Kind
-from orchestrator.runtime import make_payload
 
 PROF = LinearLLMProfile(prefill_base_ms=10, prefill_per_token_ms=1.0, prefill_attn_ms=0.0,
                         decode_base_ms=5, decode_per_seq_ms=0, decode_per_kctx_ms=0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
 import yaml
 
 from selector.deployment import Deployment, InstanceSpec, Route, StageRoute

@@ -2,7 +2,6 @@
 serving the tiny random Llama the tests build (nothing downloaded)."""
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
