@@ -78,10 +78,17 @@ class Seq:
     def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None, *,
                  cached: int = 0, kv_from: Hashable | None = None, park: Hashable | None = None, final: bool = True,
                  marks: Sequence[int] = (), background: bool = False) -> None:
-        self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
+        self.id = id                # (one attribute a line: a tuple assignment of 4 builds a tuple)
+        self.prompt = prompt
+        self.output = output
+        self.owner = owner
         self.background = background
-        self.cached, self.kv_from, self.park, self.final = cached, kv_from, park, final
-        self.marks, self.mark_i = tuple(marks), 0
+        self.cached = cached
+        self.kv_from = kv_from
+        self.park = park
+        self.final = final
+        self.marks = marks if marks.__class__ is tuple else tuple(marks)
+        self.mark_i = 0
         self.arrival_s = arrival_s
         self.sched_s = self.first_s = self.done_s = NAN
         self.state = WAITING
