@@ -78,17 +78,11 @@ class Seq:
     def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None, *,
                  cached: int = 0, kv_from: Hashable | None = None, park: Hashable | None = None, final: bool = True,
                  marks: Sequence[int] = (), background: bool = False) -> None:
-        self.id = id                # (one attribute a line: a tuple assignment of 4 builds a tuple)
-        self.prompt = prompt
-        self.output = output
-        self.owner = owner
-        self.background = background
-        self.cached = cached
-        self.kv_from = kv_from
-        self.park = park
-        self.final = final
+        self.id, self.prompt, self.output = id, prompt, output   # (3 at most: 4 build a tuple)
+        self.owner, self.background = owner, background
+        self.cached, self.kv_from, self.park = cached, kv_from, park
+        self.final, self.mark_i = final, 0
         self.marks = marks if marks.__class__ is tuple else tuple(marks)
-        self.mark_i = 0
         self.arrival_s = arrival_s
         self.sched_s = self.first_s = self.done_s = NAN
         self.state = WAITING
