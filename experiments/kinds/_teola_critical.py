@@ -103,7 +103,7 @@ def explain(sp_row: Any, per: pd.DataFrame, dispatch_s: float, teola: str = "teo
            f"Mean critical path per query (seed 0): Teola {t_load:.3f} s, {best} {b_load:.3f} s at {rate:g} req/s; "
            f"one query alone {t_one:.3f} s and {b_one:.3f} s. Queueing and contention add "
            f"{t_load - t_one:+.3f} s to Teola's path and {b_load - b_one:+.3f} s to the baseline's. Engine calls on the "
-           f"path (decodes excluded): {calls[teola]:.1f} and {calls[best]:.1f}, {dispatch_s * 1000:.0f} ms dispatch "
+           f"path (decodes excluded): {calls[teola]:.1f} and {calls[best]:.1f}, {dispatch_s * 1000:g} ms dispatch "
            f"each.", "",
            f"| part | Teola, one query (s) | Teola at {rate:g} req/s (s) | {best}, one query (s) | "
            f"{best} at {rate:g} req/s (s) | difference at the rate (s) |", "|---|---|---|---|---|---|"]

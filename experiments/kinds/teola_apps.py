@@ -11,7 +11,7 @@ and spread over seeds, the rate regime by the saturation rule), ``ablation.parqu
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ from experiments.kinds import _teola_report as report
 from orchestrator import BASELINES, get_scheme, load_app, simulate
 from flowmaker.names import check_distinct
 from orchestrator.apps import AppSpec, check_apps
-from orchestrator.engines import load_engine_spec, profiler_llm_instances, share_cores
+from orchestrator.engines import build_instances, load_engine_spec, per_word, profiler_llm_instances, share_cores
 from orchestrator.guided import choose_passes
 from orchestrator.schemes import ALL, Scheme, only_scheme
 from orchestrator.passes import GraphCache, passes_named
@@ -50,6 +50,9 @@ class AppOverride(BaseModel):
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     engines: dict[str, str] = Field(default_factory=dict, description="engine name -> configs/engines spec")
     doc_tokens_choices: tuple[int, ...] | None = Field(None, description="() : every query has `query.doc_tokens`")
+    tokens_per_word: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict, description=(
+        "engine name -> its tokenizer's tokens per workload token (a word): its profile re-indexed by words "
+        "(orchestrator.engines.factory.per_word), a measured ratio on the workload's real text"))
 
 
 class Params(BaseModel):
@@ -128,15 +131,16 @@ def _app(p: Params, name: str) -> AppSpec:
                         f"known: {', '.join(sorted(names))}")
     comps = tuple(replace(c, params={**c.params, **o.params.get(c.name, {})}) for c in app.components)
     query = QueryConfig.model_validate({**app.query.model_dump(), **o.query})
-    if set(o.engines) - set(app.engines):
-        raise UserError(f"app_overrides.{name}.engines: unknown engines {sorted(set(o.engines) - set(app.engines))}; "
-                        f"known: {', '.join(sorted(app.engines))}")
+    for field in ("engines", "tokens_per_word"):
+        if set(getattr(o, field)) - set(app.engines):
+            raise UserError(f"app_overrides.{name}.{field}: unknown engines "
+                            f"{sorted(set(getattr(o, field)) - set(app.engines))}; known: {', '.join(sorted(app.engines))}")
     engines = {k: b.model_copy(update={"spec": o.engines.get(k, b.spec)}) for k, b in app.engines.items()}
     docs = app.doc_tokens_choices if o.doc_tokens_choices is None else o.doc_tokens_choices
     return app.model_copy(update={"query": query, "components": comps, "engines": engines, "doc_tokens_choices": docs})
 
 
-def _engines(app, scheme, p: Params):
+def _engines(app, scheme, p: Params, app_name: str | None = None):
     over, cache = {}, scheme.prefix_caching and p.engine_prefix_cache
     if p.llm_latency == "profiler":
         for name, b in app.engines.items():
@@ -146,6 +150,11 @@ def _engines(app, scheme, p: Params):
                 cfg = spec.engine.model_copy(update={"prefix_caching": cache})
                 over[name] = profiler_llm_instances(spec.model, p.profiler_gpu, tp=tp, n_instances=b.instances,
                                                     kv_capacity_tokens=cfg.kv_capacity_tokens, config=cfg)
+    o = p.app_overrides.get(app_name or app.name)
+    for name, tpw in (o.tokens_per_word.items() if o else ()):
+        b = app.engines[name]
+        over[name] = build_instances(per_word(load_engine_spec(b.spec), tpw), n_instances=b.instances,
+                                     prefix_caching=cache)
     engines = app.build_engines(prefix_caching=cache, overrides=over)
     if p.cpu_cores is not None:
         share_cores(engines, p.cpu_cores, p.cpu_background)
@@ -209,7 +218,7 @@ def _simulate(p: Params, app_name: str, rate: float, scheme_name: str | Scheme, 
     rng = np.random.default_rng([seed, abs(int(rate * 1000)), len(app_name)])
     cfgs = app.query_configs(n, rng)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n)) if n > 1 else np.zeros(1)
-    engines = _engines(app, scheme, p)
+    engines = _engines(app, scheme, p, app_name)
     res = simulate(app.template(), cfgs, arrivals, engines, scheme=scheme, seed=seed,
                    dispatch_overhead_s=p.dispatch_overhead_s, max_batch={**p.engine_max_batch, **(cap or {})} or None,
                    traces=traces)
@@ -271,7 +280,7 @@ def _decompose_reps(p: Params, app_name: str) -> dict[tuple[str, ...], tuple[str
     """Each pass subset -> the subset that runs for it (identical optimised graphs on every
     query configuration of the app run once)."""
     app = _app(p, app_name)
-    engines = _engines(app, get_scheme("teola"), p)
+    engines = _engines(app, get_scheme("teola"), p, app_name)
     ctx, cache, tpl = pass_context(engines), GraphCache(), app.template()
     cfgs = [app.query.model_copy(update={"doc_tokens": int(d)}) for d in app.doc_tokens_choices] or [app.query]
     return by_pass.classes(lambda s: [cache.get(tpl, c, passes_named(s), ctx) for c in cfgs])

@@ -8,6 +8,9 @@ running every (rate, app) block with the schemes in an order rotated by one per 
 (interleaved, so slow phases of the shared machine do not fall on one scheme), the same Poisson
 arrivals for every scheme of a block. Each block records the load average (``os.getloadavg``)
 before and after it and its wall time. ``queries.parquet``: one row per query; ``blocks.parquet``;
+``calls.parquet``: every engine invocation of the blocks with its ready, dispatch, start, end and
+completion times and its batch's thread CPU time (summary.md tabulates them per primitive kind for
+Teola and the best baselines: ``_teola_real_calls``);
 ``summary.parquet`` / ``summary.md``: per (app, rate, scheme) the mean over repeats of each
 repeat's mean latency with its range, Teola's speedup over the best baseline with the range of the
 per-repeat ratios, and the rate's regime (``saturated`` when the best baseline's mean exceeds
@@ -31,6 +34,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
+from experiments.kinds import _teola_real_calls as real_calls
 from flowmaker.entry import UserError
 from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
@@ -101,8 +105,9 @@ def app_for_corpus(app_name: str, n_chunks: int, params: Params):
 
 
 def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: str, seed: int,
-             rate_rps: float = 1.0, ce_dir: str | None = None) -> list[dict]:
-    """One (app, scheme) at ``rate_rps``: fresh real engines, the queries in real time; one row per query."""
+             rate_rps: float = 1.0, ce_dir: str | None = None, calls: list[dict] | None = None) -> list[dict]:
+    """One (app, scheme) at ``rate_rps``: fresh real engines, the queries in real time; one row per
+    query. ``calls``, if given, receives one row per engine invocation (``RealtimeReport.calls``)."""
     import torch
 
     from orchestrator.engines.real.factory import build_real_engines, close_engines
@@ -132,6 +137,8 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
                                payloads=payloads, timeout_s=params.timeout_s)
         finally:
             close_engines(engines)
+    if calls is not None:
+        calls += [dict(c, app=app_name, scheme=scheme, rate_rps=rate_rps) for c in rep.calls]
     rows = []
     for r in rep.results:
         ans = str(next(iter(r.outputs.values())))
@@ -302,12 +309,13 @@ def block_cell(rep: int, rate: float, app: str, order: list[str], params: Params
     average before and after and the block's wall time."""
     import time
     _warm(app, params, llm_dir, pg_url, seed, ce)
-    before, tb = _load(), time.perf_counter()
-    rows = [dict(r, repeat=rep) for s in order for r in run_cell(app, s, params, llm_dir, pg_url, seed + rep, rate, ce)]
+    before, tb, calls = _load(), time.perf_counter(), []
+    rows = [dict(r, repeat=rep) for s in order
+            for r in run_cell(app, s, params, llm_dir, pg_url, seed + rep, rate, ce, calls)]
     block = {"repeat": rep, "rate_rps": rate, "app": app, "order": " ".join(order),
              "wall_s": time.perf_counter() - tb, "load_before": before, "load_after": _load()}
     print(f"block {rep} {rate:g} {app}: {block['wall_s']:.1f} s, load {block['load_after']}", flush=True)
-    return {"queries": pd.DataFrame(rows), "block": pd.DataFrame([block])}
+    return {"queries": pd.DataFrame(rows), "block": pd.DataFrame([block]), "calls": pd.DataFrame(calls).assign(repeat=rep)}
 
 
 def run(params: Params, ctx: RunContext) -> None:
@@ -338,15 +346,18 @@ def run(params: Params, ctx: RunContext) -> None:
                  for a in params.apps]
     blocks = _blocks(params)
     block_cells = [Cell(f"block-{rep}-{a}-{rate:g}", block_cell, (rep, rate, a, order, *shared, ctx.seed, ce),
-                        tables=("queries", "block"), label=f"block {rep} {a} {rate:g}")
+                        tables=("queries", "block", "calls"), label=f"block {rep} {a} {rate:g}")
                    for rep, rate, a, order in blocks]
     res = run_cells(ctx, iso_cells + block_cells, desc="teola real blocks", max_parallel=1)
     iso = pd.concat(res[:len(iso_cells)], ignore_index=True)
     df = pd.concat([r["queries"] for r in res[len(iso_cells):]], ignore_index=True)
     bl = pd.concat([r["block"] for r in res[len(iso_cells):]], ignore_index=True)
+    calls = pd.concat([r["calls"] for r in res[len(iso_cells):]], ignore_index=True)
     summary = summarise(df, params.schemes, iso, params.saturation)
-    for name, d in [("queries", df), ("isolated", iso), ("blocks", bl), ("summary", summary)]:
+    for name, d in [("queries", df), ("isolated", iso), ("blocks", bl), ("summary", summary), ("calls", calls)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", d)
     md = markdown(summary, bl, params, time.perf_counter() - t0, float(bl.wall_s.sum()))
+    if len(calls):
+        md += "\n".join(real_calls.markdown(calls, summary)) + "\n"
     atomic_write_text(ctx.run_dir / "summary.md", md)
     print(md)

@@ -7,7 +7,7 @@ from flowmaker.lazy import lazy_exports
 _EXPORTS = {
     "BatchResult": "base", "Engine": "base", "EngineError": "base", "Invocation": "base",
     "InvocationOutput": "base", "PendingBatch": "base",
-    "build_instances": "factory", "llm_instances": "factory", "load_engine_spec": "factory",
+    "build_instances": "factory", "per_word": "factory", "llm_instances": "factory", "load_engine_spec": "factory",
     "profiler_llm_instances": "factory", "share_cores": "factory", "LLMCore": "llm_core", "Seq": "llm_seq", "StepTime": "llm_timing",
     "BatchProfile": "profiles", "LinearLLMProfile": "profiles", "LinearProfile": "profiles",
     "TableProfile": "profiles", "max_efficient_batch": "profiles",

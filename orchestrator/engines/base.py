@@ -47,8 +47,13 @@ class InvocationOutput:
 
 @dataclass(frozen=True)
 class BatchResult:
+    """``duration_s``: the batch's time on its instance. Real engines also give ``cpu_s``, the CPU
+    time of the thread that ran it (a server process's own CPU, e.g. PostgreSQL's, not counted), and
+    ``ended_at``, ``time.perf_counter()`` when it ended (what a wall-clock host times its hand-back by)."""
     outputs: tuple[InvocationOutput, ...]
     duration_s: float
+    cpu_s: float | None = None
+    ended_at: float | None = None
 
 
 class PendingBatch:

@@ -29,7 +29,7 @@ class _Frozen(BaseModel):
 class TableSpec(_Frozen):
     type: Literal["table"]
     batch_sizes: tuple[int, ...]
-    tokens: tuple[int, ...]
+    tokens: tuple[float, ...]
     latency_ms: tuple[tuple[float, ...], ...]
 
     def build(self) -> TableProfile:
@@ -126,6 +126,26 @@ def load_engine_spec(name_or_path: str | Path) -> EngineSpec | LLMSpec:
     path = named_yaml(name_or_path, ENGINE_DIR, "engine spec")
     raw = load_spec(path, None, "engine spec")
     return load_spec(path, LLMSpec if raw.get("kind") == "llm" else EngineSpec, "engine spec")
+
+
+def per_word(spec: EngineSpec | LLMSpec, tokens_per_word: float) -> EngineSpec | LLMSpec:
+    """``spec`` with its profile indexed by the workload's tokens (``ops.n_tokens``: words) where the
+    engine's tokenizer makes ``tokens_per_word`` of its own tokens of each: a table's token axis and
+    ``ref_tokens_per_item`` divided by it, a per-token cost multiplied by it (an LLM's attention term,
+    quadratic in tokens, by its square). Exact for the linear and tabulated profiles: only the unit of
+    their token axis changes."""
+    if tokens_per_word <= 0:
+        raise ValueError(f"tokens_per_word must be positive, got {tokens_per_word}")
+    s = float(tokens_per_word)
+    if isinstance(spec, LLMSpec):
+        p = spec.profile
+        return spec.model_copy(update={"profile": p.model_copy(update={
+            "prefill_per_token_ms": p.prefill_per_token_ms * s, "prefill_attn_ms": p.prefill_attn_ms * s * s,
+            "decode_per_kctx_ms": p.decode_per_kctx_ms * s})})
+    profiles = {k: (v.model_copy(update={"tokens": tuple(t / s for t in v.tokens)}) if isinstance(v, TableSpec)
+                    else v.model_copy(update={"per_ktoken_ms": v.per_ktoken_ms * s}))
+                for k, v in spec.profiles.items()}
+    return spec.model_copy(update={"profiles": profiles, "ref_tokens_per_item": spec.ref_tokens_per_item / s})
 
 
 def build_instances(spec: EngineSpec | LLMSpec, *, n_instances: int = 1,

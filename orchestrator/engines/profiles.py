@@ -23,7 +23,7 @@ class TableProfile:
     Linear interpolation in tokens (clamped at the ends, never below 0) and in batch (linear
     extrapolation beyond the largest batch from the last segment)."""
     batch_sizes: tuple[int, ...]
-    tokens: tuple[int, ...]
+    tokens: tuple[float, ...]
     latency_ms: tuple[tuple[float, ...], ...]
 
     def __post_init__(self) -> None:

@@ -22,6 +22,15 @@ from orchestrator.runtime.events import Event, Simulator
 from profiler.engine import EngineConfig
 
 
+def _items(inv: Invocation) -> int:
+    """Items a non-LLM invocation computes: a reranking scores each distinct candidate once (the
+    candidates of several searches overlap; ``ops.flatten_candidates`` drops the repeats, as the
+    real reranker and LlamaIndex's fusion retriever do), every other kind its ``n_items``."""
+    if inv.kind == Kind.RERANKING:
+        return len(ops.flatten_candidates(inv.inputs["candidates"]))
+    return inv.n_items
+
+
 def _item_tokens(inv: Invocation) -> float:
     """Mean tokens per item of a non-LLM invocation (what its profile is indexed by)."""
     if inv.kind == Kind.EMBEDDING:
@@ -90,8 +99,8 @@ class SimEngine(Engine):
             by_kind.setdefault(inv.kind, []).append(inv)
         dur = 0.0
         for kind, invs in by_kind.items():
-            items = sum(i.n_items for i in invs)
-            tok = sum(_item_tokens(i) * i.n_items for i in invs) / max(1, items)
+            items = sum(_items(i) for i in invs)
+            tok = sum(_item_tokens(i) * _items(i) for i in invs) / max(1, items)
             dur += self.profiles[kind].batch_s(items, tok)
         return dur
 

@@ -66,6 +66,7 @@ class EngineHost:
                                           on_piece=self._piece)
         self._lock = threading.RLock()
         self._keys: dict[str, tuple[int, str]] = {}
+        self.calls: list[dict] = []       # one per invocation run (``RealtimeReport.calls``)
 
     def max_batch(self) -> int:
         return self.sched.max_batch
@@ -92,17 +93,18 @@ class EngineHost:
             if self.sched.pending and len(self.sched.dead) == len(self.sched.instances):
                 self._fail_pending()
                 return
-            for st in self.sched.dispatch(self.clock()):
+            now = self.clock()
+            for st in self.sched.dispatch(now):
                 for p in st.batch:
                     self._keys[p.payload.key] = (p.qid, p.node_id)
-                threading.Thread(target=self._await, args=(st,), daemon=True,
+                threading.Thread(target=self._await, args=(st, now), daemon=True,
                                  name=f"await-{self.name}").start()
 
     def _piece(self, key: str, i: int, value: Any) -> None:
         qid, nid = self._keys[key]
         self.sink(("piece", qid, nid, i, value))
 
-    def _await(self, st: Launch) -> None:
+    def _await(self, st: Launch, dispatch_s: float) -> None:
         inst = self.sched.instances[st.instance]
         t0 = time.perf_counter()
         try:
@@ -110,6 +112,7 @@ class EngineHost:
             if not hasattr(st.pending, "add_done_callback"):   # simulated: live its modelled time
                 self._replay(st, res, t0)
             else:
+                self._record(st, res, dispatch_s)
                 for p, out in zip(st.batch, res.outputs):
                     self.sink(("done", p.qid, p.node_id, out.value))
         except Exception as exc:  # noqa: BLE001 - any engine failure fails its queries, not the run
@@ -123,6 +126,16 @@ class EngineHost:
                     self._keys.pop(p.payload.key, None)
                 self.sched.free(st.instance, sum(p.size for p in st.batch))
             self.dispatch()
+
+    def _record(self, st: Launch, res: Any, dispatch_s: float) -> None:
+        """One row per invocation of a real batch: when it was ready and dispatched, when its batch
+        started and ended on the instance (its clock), the batch's thread CPU time."""
+        end = self.clock() if res.ended_at is None else res.ended_at - time.perf_counter() + self.clock()
+        for p in st.batch:
+            self.calls.append({"engine": self.name, "instance": st.instance, "qid": p.qid, "node_id": p.node_id,
+                               "kind": p.payload.kind.name, "batch": len(st.batch), "ready_s": p.ready_s,
+                               "dispatch_s": dispatch_s, "start_s": end - res.duration_s, "end_s": end,
+                               "cpu_s": res.cpu_s})
 
     def _replay(self, st: Launch, res: Any, t0: float) -> None:
         events = []
@@ -152,11 +165,17 @@ class EngineHost:
 class RealtimeReport:
     """``outcomes``: one :class:`RequestResult` per query in query order, finished or failed
     (latencies in wall-clock seconds); ``dead_instances``: engine instances that died;
-    ``wall_s``: the whole run; ``batches``: per engine, batches run per instance."""
+    ``wall_s``: the whole run; ``batches``: per engine, batches run per instance; ``calls``: per
+    invocation a real engine ran (in-process hosts), its ``engine``, ``instance``, ``qid``,
+    ``node_id``, ``kind``, ``batch`` (invocations in its batch), and on the run's clock ``ready_s``
+    (enqueued), ``dispatch_s`` (its batch launched), ``start_s`` / ``end_s`` (the batch on the
+    instance), ``done_s`` (the graph scheduler completed the node), and ``cpu_s`` (the batch's
+    thread CPU time): dispatch and hand-back costs apart from compute."""
     outcomes: list[RequestResult]
     dead_instances: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     batches: dict[str, list[int]] = field(default_factory=dict)
+    calls: list[dict] = field(default_factory=list)
 
     @property
     def results(self) -> list[RequestResult]:
@@ -212,6 +231,8 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     report.wall_s = clock()
     report.outcomes.sort(key=lambda r: r.qid)
     report.batches = {n: list(h.sched.batches) if hasattr(h, "sched") else [] for n, h in hosts.items()}
+    report.calls = [dict(c, done_s=state.queries[c["qid"]].done_s.get(c["node_id"], float("nan")))
+                    for h in hosts.values() if isinstance(h, EngineHost) for c in h.calls]
     return report
 
 

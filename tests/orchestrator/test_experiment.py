@@ -73,3 +73,30 @@ def test_engine_prefix_cache_off_gives_every_scheme_plain_engines():
     assert _engines(app, get_scheme("llamadistpc-to"), on)["llm"][0].prefix_caching
     assert not _engines(app, get_scheme("llamadistpc-to"), off)["llm"][0].prefix_caching
     assert not _engines(app, get_scheme("teola"), on)["llm"][0].prefix_caching
+
+
+def test_tokens_per_word_reindexes_an_engines_profile_by_words():
+    import pytest
+
+    from experiments.kinds.teola_apps import Params, _app, _engines
+    from flowmaker.entry import UserError
+    from orchestrator import get_scheme
+    from orchestrator.engines import load_engine_spec, per_word
+    from orchestrator.primitives import Kind
+    emb = load_engine_spec("all-minilm-l6-v2_cpu")
+    t = emb.profiles[Kind.EMBEDDING]
+    half = per_word(emb, 2.0).profiles[Kind.EMBEDDING]
+    assert half.build().batch_s(4, 16) == pytest.approx(t.build().batch_s(4, 32))    # 16 words = 32 tokens
+    llm = load_engine_spec("tiny-llama_cpu")
+    a, b = llm.profile.build(), per_word(llm, 3.0).profile.build()
+    assert b.step_s(100, 100 * 100, 0, 0) == pytest.approx(a.step_s(300, 300 * 300, 0, 0))
+    assert b.step_s(0, 0, 2, 100) == pytest.approx(a.step_s(0, 0, 2, 300))
+    over = {"naive_rag": {"engines": {"llm": "tiny-llama_cpu", "embedder": "all-minilm-l6-v2_cpu"},
+                          "tokens_per_word": {"llm": 3.0}}}
+    p = Params.model_validate({"app_overrides": over})
+    eng = _engines(_app(p, "naive_rag"), get_scheme("teola"), p, "naive_rag")
+    assert eng["llm"][0].step.step_s(100, 0, 0, 0) == pytest.approx(a.step_s(300, 0, 0, 0))
+    with pytest.raises(UserError, match="tokens_per_word: unknown engines"):
+        _app(Params.model_validate({"app_overrides": {"naive_rag": {"tokens_per_word": {"nope": 2.0}}}}), "naive_rag")
+    with pytest.raises(ValueError):
+        Params.model_validate({"app_overrides": {"naive_rag": {"tokens_per_word": {"llm": 0}}}})

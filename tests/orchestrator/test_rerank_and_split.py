@@ -30,6 +30,18 @@ def test_merging_partial_rerankings_equals_one_reranking():
         assert ops.aggregate(scored, "topk", top_n=top_n) == ops.rerank("q", parts, top_n)
 
 
+def test_a_simulated_reranking_is_priced_by_the_distinct_candidates_it_scores():
+    from orchestrator.engines import build_instances
+    from orchestrator.engines.base import Invocation
+    rr = build_instances(load_engine_spec("cross-encoder-minilm_cpu"))[0]
+    a, b = [f"a{i} x y" for i in range(6)], [f"b{i} x y" for i in range(6)]
+    inv = lambda cands: Invocation("r", Kind.RERANKING, {"query": "q w", "candidates": cands}, {"top_n": 3}, None, 18)
+    # three searches that found the same six chunks: six pairs scored, as the real reranker scores them
+    assert rr.estimate_s([inv([a, a, a])]) == pytest.approx(rr.estimate_s([inv([a])]))
+    assert rr.estimate_s([inv([a, b, a])]) == pytest.approx(rr.estimate_s([inv([a + b])]))
+    assert rr.estimate_s([inv([a, b])]) > rr.estimate_s([inv([a])])
+
+
 def test_rerank_pipelining_reranks_each_expanded_query_and_merges_top_k():
     app = load_app("advanced_rag")
     ctx = pass_context(app.build_engines())

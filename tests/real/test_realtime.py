@@ -87,7 +87,12 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     assert len(b) == 2 and b.order.iloc[0] != b.order.iloc[1] and b.load_before.str.count("/").eq(2).all()
     assert "| naive_rag | 20 |" in (run_dir / "summary.md").read_text()
     cells = sorted((run_dir / "cells").glob("*.parquet"))      # experiments.executor cells: resumable
-    assert len(cells) == 2 + 2 * 2                              # isolated per app; (queries, block) per block
+    assert len(cells) == 2 + 2 * 3                              # isolated per app; (queries, block, calls) per block
+    c = pd.read_parquet(run_dir / "calls.parquet")               # every engine call of the blocks, timed
+    assert set(c.scheme) == {"teola", "llamadist-po"} and {"EMBEDDING", "DECODING", "RERANKING"} <= set(c.kind)
+    assert (c.ready_s <= c.dispatch_s).all() and (c.dispatch_s <= c.start_s + 1e-3).all()
+    assert (c.start_s <= c.end_s).all() and (c.end_s <= c.done_s + 1e-3).all() and (c.cpu_s >= 0).all()
+    assert "Per-call costs" in (run_dir / "summary.md").read_text()
     stamp = {c: c.stat().st_mtime_ns for c in cells}
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--run-id", run_dir.name, "--no-progress"]) == 0
     assert {c: c.stat().st_mtime_ns for c in cells} == stamp

@@ -59,10 +59,16 @@ def test_cross_encoder_stand_in_scores_pairs_jointly_and_deterministically(tmp_p
     d = build_minilm_cross_encoder(tmp_path / "ce")
     assert build_minilm_cross_encoder(tmp_path / "ce") == d                    # built once, then reused
     rr = EmbeddingReranker(name="rr#0", cross_encoder_dir=d)
-    s1 = rr._scores("when does the ferry leave?", DOC_A)
-    s2 = rr._scores("when does the ferry leave?", list(reversed(DOC_A)))
-    s3 = rr._scores("why are plants green?", DOC_A)
+    q1, q2 = "when does the ferry leave?", "why are plants green?"
+    s1 = rr._scores([(q1, t) for t in DOC_A])
+    s2 = rr._scores([(q1, t) for t in reversed(DOC_A)])
+    s3 = rr._scores([(q2, t) for t in DOC_A])
+    both = rr.submit([Invocation(f"r{i}", Kind.RERANKING, {"query": q, "candidates": [DOC_A]}, {"top_n": 2})
+                      for i, q in enumerate((q1, q2))]).result(timeout=120).outputs
+    alone = [rr.submit([Invocation("r", Kind.RERANKING, {"query": q, "candidates": [DOC_A]}, {"top_n": 2})])
+             .result(timeout=120).outputs[0] for q in (q1, q2)]
     rr.close()
+    assert [o.value for o in both] == [o.value for o in alone]      # one forward for the batch, split back per query
     assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(s1, reversed(s2)))   # per pair, not per batch
     assert len(set(s1)) == len(DOC_A)
     assert s1 != s3                                                            # the query is read with each candidate

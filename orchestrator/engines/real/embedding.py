@@ -130,23 +130,31 @@ class EmbeddingReranker(WorkerEngine):
         self.cross_encoder_dir = str(cross_encoder_dir) if cross_encoder_dir else None
 
     def warm(self) -> None:
-        self._scores("warm up", ["a", "b"])
+        self._scores([("warm up", "a"), ("warm up", "b")])
 
-    def _scores(self, query: str, flat: list[str]) -> list[float]:
+    def _scores(self, pairs: list[tuple[str, str]]) -> list[float]:
+        """One score per (query, candidate) pair, all in one forward pass (cross-encoder) or one
+        encode (bi-encoder), whatever the pairs' queries."""
+        if not pairs:
+            return []
         if self.cross_encoder_dir:
             ce = _load_cross_encoder(self.cross_encoder_dir)
-            return [float(s) for s in ce.predict([(query, t) for t in flat], batch_size=max(1, len(flat)),
-                                                 show_progress_bar=False)]
-        vecs = _encode(load_sentence_model(self.model_dir), [query] + flat)
-        q = vecs[0]
-        return [sum(a * b for a, b in zip(q, v)) for v in vecs[1:]]
+            return [float(s) for s in ce.predict(pairs, batch_size=len(pairs), show_progress_bar=False)]
+        queries = list(dict.fromkeys(q for q, _ in pairs))
+        vecs = _encode(load_sentence_model(self.model_dir), queries + [t for _, t in pairs])
+        qv = dict(zip(queries, vecs))
+        return [sum(a * b for a, b in zip(qv[q], v)) for (q, _), v in zip(pairs, vecs[len(queries):])]
 
     def _run(self, batch: list[Invocation], t0: float, on_piece: PieceCallback | None) -> list[InvocationOutput]:
+        """Every invocation's (query, candidate) pairs scored together: a batch of rerankings costs
+        one model call, as the batch a simulated reranker is timed for (``SimEngine``)."""
         import time
-        outs = []
-        for inv in batch:
-            flat = flatten_candidates(inv.inputs["candidates"])
-            scores = self._scores(str(inv.inputs["query"]), flat)
-            outs.append(ranked(scores, flat, int(inv.params["top_n"]), scored=bool(inv.params.get("scored"))))
+        flats = [flatten_candidates(inv.inputs["candidates"]) for inv in batch]
+        pairs = [(str(inv.inputs["query"]), t) for inv, flat in zip(batch, flats) for t in flat]
+        scores, outs, lo = self._scores(pairs), [], 0
+        for inv, flat in zip(batch, flats):
+            outs.append(ranked(scores[lo:lo + len(flat)], flat, int(inv.params["top_n"]),
+                               scored=bool(inv.params.get("scored"))))
+            lo += len(flat)
         done = time.perf_counter() - t0
         return [InvocationOutput(v, done) for v in outs]

@@ -41,9 +41,10 @@ class BatchWorker:
     def run(self, fn: Callable[[float], Sequence[InvocationOutput]]) -> FuturePendingBatch:
         """Run ``fn(t0)`` (``t0``: perf_counter at batch start, for ``done_s`` offsets)."""
         def job() -> BatchResult:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             outs = tuple(fn(t0))
-            return BatchResult(outs, time.perf_counter() - t0)
+            end = time.perf_counter()
+            return BatchResult(outs, end - t0, time.thread_time() - c0, end)
         return FuturePendingBatch(self._pool.submit(job))
 
     def shutdown(self) -> None:
