@@ -82,7 +82,7 @@ class _Recording(ClusterSim):
         self.finished: list = []
 
     def _done(self, call, now):
-        self.finished.append((call, call.owner.stage))     # the stage it served (the request moves on)
+        self.finished.append((call, self.stage_of(call)))     # the stage it served (the request moves on)
         return super()._done(call, now)
 
 
@@ -119,7 +119,7 @@ class Samples:
 def simulate(cfg: LoopConfig, step: Any, insts, tasks, wl: Workload) -> Samples:
     sim = _Recording(gpu=cfg.gpu, instances=insts, tasks=tasks, engine=ENGINE, step_override=step)
     res = sim.run(wl)
-    calls = [{"request": c.owner.i, "stage_index": stage, "queue_s": c.sched_s - c.arrival_s,
+    calls = [{"request": sim.request_of(c), "stage_index": stage, "queue_s": c.sched_s - c.arrival_s,
               "ttft_s": c.first_s - c.arrival_s, "tpot_s": (c.done_s - c.first_s) / (c.output - 1) if c.output > 1
               else None, "e2e_s": c.done_s - c.arrival_s} for c, stage in sim.finished if not c.failed]
     e2e = res["done_s"] - wl.arrival_s

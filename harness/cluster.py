@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -123,6 +123,13 @@ class SimStage:
         p, o = round(self.prompt_tokens * prompt_scale), round(self.output_tokens * output_scale)
         return (p if p > 1 else 1), (o if o > 1 else 1)
 
+    def size_columns(self, prompt_scale: np.ndarray, output_scale: np.ndarray) -> tuple[list[int], list[int]]:
+        """:meth:`sizes` of every request at once (the same rounding, half to even)."""
+        def col(tokens: int, scale: np.ndarray) -> list[int]:
+            return np.maximum(np.rint(tokens * np.asarray(scale, dtype=float)), 1).astype(np.int64).tolist()
+
+        return col(self.prompt_tokens, prompt_scale), col(self.output_tokens, output_scale)
+
 
 @dataclass(frozen=True)
 class SimTask:
@@ -147,11 +154,17 @@ class Workload:
         return len(self.arrival_s)
 
 
-class _Req:
-    __slots__ = ("i", "task", "stage", "left", "acc_ok", "diff", "ps", "os")
+#: what every call of a stage shares: the stage, the instances its calls go to (None: several
+#: routes, picked per request) and whether their model meets the accuracy SLO, each request's
+#: call sizes (prompt, output tokens; ``SimStage.sizes``)
+_StagePlan = tuple[SimStage, "list[LLMCore] | None", bool, list[int], list[int]]
 
-    def __init__(self, i: int, task: SimTask, diff: float, ps: float, os: float) -> None:
-        self.i, self.task, self.diff, self.ps, self.os = i, task, diff, ps, os
+
+class _Req:
+    __slots__ = ("i", "task", "stage", "left", "acc_ok")
+
+    def __init__(self, i: int, task: SimTask) -> None:
+        self.i, self.task = i, task
         self.stage = 0
         self.left = 0
         self.acc_ok = True
@@ -181,6 +194,7 @@ class ClusterSim:
         self._colo = Colocation() if colocation else None   # off: GPU busy time is still kept
         self._gpu, self._step = gpu, step_override
         self.instances: dict[str, LLMCore] = {}
+        self._plans: dict[int, _StagePlan] = {}     # by id(stage), the stage kept in it (_plan)
         for spec in instances:
             self.add_instance(spec)
         self._groups: dict[tuple[str, ...], list[LLMCore]] = {}
@@ -192,6 +206,7 @@ class ClusterSim:
         self.router: Router = router or LeastOutstanding()
         self.calls: list[Seq] | None = [] if keep_calls else None
         self._next_call = 0
+        self._least = isinstance(self.router, LeastOutstanding)   # it picks the only instance of a group
 
     # ---- request flow -----------------------------------------------------------------
     def run(self, workload: Workload) -> dict[str, np.ndarray]:
@@ -219,10 +234,12 @@ class ClusterSim:
         self.done_s = np.full(n, np.nan)
         self.failed = np.zeros(n, dtype=bool)
         self.acc_ok = np.ones(n, dtype=bool)
-        # the workload's columns as Python numbers (one request's values read per arrival)
+        # the workload's columns as Python numbers (one request's values read per arrival; call
+        # sizes: per stage, _plan)
         self._task, self._diff = workload.task.astype(np.int64).tolist(), workload.difficulty.astype(float).tolist()
-        self._ps, self._os = workload.prompt_scale.astype(float).tolist(), workload.output_scale.astype(float).tolist()
         self._arrival: list[float] = workload.arrival_s.astype(float).tolist()
+        self._miss: set[int] = set()        # one-call requests whose route misses the accuracy SLO
+        self._plans.clear()                 # their size columns are this workload's
 
     def _start(self) -> None:
         """Put the first arrival on the loop (a closed loop, ``harness.load``, sends instead)."""
@@ -233,31 +250,77 @@ class ClusterSim:
         """The workload's arrival times (``core.Arrivals`` reads them; Python floats: one read per arrival)."""
         return self._arrival
 
-    def arrive_one(self, i: int, now: float) -> list[Event] | None:
+    def arrive_one(self, i: int, now: float) -> Iterable[Event] | None:
         """Request ``i`` arrives (``core.Arrivals`` calls this for every request of an instant)."""
         task = self.tasks[self._task[i]]
         if not task.placed:
             self.failed[i] = True
             self.acc_ok[i] = False
             return None
-        req = _Req(i, task, self._diff[i], self._ps[i], self._os[i])
-        req.left = task.stages[0].calls
-        return self._issue(req, now)
+        stages = task.stages
+        if len(stages) == 1 and stages[0].calls == 1:     # one call: no request object (_done)
+            return self._call(stages[0], i, i, now)
+        req = _Req(i, task)
+        req.left = stages[0].calls
+        return self._call(stages[0], i, req, now)
 
-    def _issue(self, req: _Req, now: float):
-        st = req.task.stages[req.stage]
-        ids, ok = st.route(req.diff)
+    def _call(self, st: SimStage, i: int, owner: _Req | int, now: float) -> Iterable[Event] | None:
+        """Issue one call of request ``i`` at stage ``st``; its owner: the request object, or
+        for a one-call request its index (an accuracy miss then noted in ``_miss``)."""
+        plan = self._plans.get(id(st)) or self._plan(st)
+        group, ok = plan[1], plan[2]
+        if group is None:                   # several routes: by the request's difficulty
+            ids, ok = st.route(self._diff[i])
+            group = self._groups[ids]
         if not ok:
-            req.acc_ok = False
+            if isinstance(owner, int):
+                self._miss.add(i)
+            else:
+                owner.acc_ok = False
         self._next_call += 1
-        prompt, output = st.sizes(req.ps, req.os)
-        call = Seq(self._next_call, prompt, output, now, req)
+        call = Seq(self._next_call, plan[3][i], plan[4][i], now, owner)
         if self.calls is not None:
             self.calls.append(call)
-        return self.router.pick(self._groups[ids], call).submit(call, now)
+        if len(group) == 1 and self._least:     # the router's pick, known
+            return group[0].submit(call, now)
+        return self.router.pick(group, call).submit(call, now)
 
-    def _done(self, call: Seq, now: float) -> list[Event] | None:
-        req: _Req = call.owner              # type: ignore[assignment] - every call's owner is its request
+    def _plan(self, st: SimStage) -> _StagePlan:
+        """What every call of stage ``st`` shares (:data:`_StagePlan`), worked out at its first call
+        (the size columns in one pass over the workload, as ``SimStage.sizes`` rounds them)."""
+        if len(st.routes) == 1:
+            ids, ok = st.route(0.0)
+            group: list[LLMCore] | None = self._groups[ids]
+        else:
+            group, ok = None, True
+        prompt, output = st.size_columns(self.w.prompt_scale, self.w.output_scale)
+        plan = self._plans[id(st)] = (st, group, ok, prompt, output)
+        return plan
+
+    def request_of(self, call: Seq) -> int:
+        """The index of the request ``call`` belongs to."""
+        owner = call.owner
+        return owner if isinstance(owner, int) else self._req(call).i
+
+    def stage_of(self, call: Seq) -> int:
+        """The stage index of its request that ``call`` serves (read before the call is done)."""
+        return 0 if isinstance(call.owner, int) else self._req(call).stage
+
+    @staticmethod
+    def _req(call: Seq) -> _Req:
+        return call.owner               # type: ignore[return-value] - a call's owner not an index is its request
+
+    def _done(self, call: Seq, now: float) -> Iterable[Event] | None:
+        i = call.owner
+        if i.__class__ is int:          # a one-call request: its index
+            if call.state == FAILED:
+                self.failed[i] = True   # type: ignore[index]
+            else:
+                self.done_s[i] = now    # type: ignore[index]
+                if i in self._miss:
+                    self.acc_ok[i] = False      # type: ignore[index]
+            return None
+        req = self._req(call)
         if call.state == FAILED:
             self.failed[req.i] = True
             return None
@@ -270,7 +333,7 @@ class ClusterSim:
                     self.acc_ok[req.i] = False
                 return None
             req.left = req.task.stages[req.stage].calls
-        return self._issue(req, now)
+        return self._call(req.task.stages[req.stage], req.i, req, now)
 
     # ---- summaries --------------------------------------------------------------------
     @property
@@ -289,6 +352,7 @@ class ClusterSim:
             raise ValueError(f"instance {spec.id!r} already exists")
         gs = [self.gpus.get(g) or self.gpus.setdefault(g, GpuSlot(g, until_s=self._busy_until_s))
               for g in spec.gpus] if self._share else []
+        self._plans.clear()
         inst = self.instances[spec.id] = build_core(spec, gpu=self._gpu, engine=self.engine, sink=self._done,
                                                     loop=self.sim, step=self._step, gpus=gs, colocation=self._colo)
         return inst
@@ -296,6 +360,7 @@ class ClusterSim:
     def set_task(self, k: int, task: SimTask) -> None:
         """Task ``k`` follows ``task`` for requests arriving from now on; a request already under
         way keeps the routes it arrived with."""
+        self._plans.clear()
         if task.placed:
             for s in task.stages:
                 for ids in s.groups:
@@ -308,6 +373,7 @@ class ClusterSim:
         if inst.outstanding or inst.busy:
             raise ValueError(f"instance {iid!r} still has {inst.outstanding} call(s)")
         del self.instances[iid]
+        self._plans.clear()
         for ids in [ids for ids in self._groups if iid in ids]:
             del self._groups[ids]
 

@@ -17,6 +17,7 @@ rate over the run. A closed loop cannot overload (at most N requests are ever ou
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ class _Send(Event):
         super().__init__(time)
         self.i, self.source = i, source
 
-    def handle(self, sim: Simulator) -> list[Event] | None:
+    def handle(self, sim: Simulator) -> Iterable[Event] | None:
         return self.source.send(self.i, self.time)
 
 
@@ -69,14 +70,14 @@ class ClosedLoopSim(ClusterSim):
     def arrival_s(self) -> np.ndarray:
         return self._sent
 
-    def send(self, i: int, now: float) -> list[Event] | None:
+    def send(self, i: int, now: float) -> Iterable[Event] | None:
         self._sent[i] = now
         return self.arrive_one(i, now)
 
-    def _done(self, call: Seq, now: float) -> list[Event] | None:
-        req = call.owner
+    def _done(self, call: Seq, now: float) -> Iterable[Event] | None:
+        i = self.request_of(call)
         events = super()._done(call, now)
-        if self.failed[req.i] or self.done_s[req.i] == self.done_s[req.i]:   # the request returned
+        if self.failed[i] or self.done_s[i] == self.done_s[i]:   # the request returned
             if self._next < len(self._sent):
                 events = [*(events or ()), _Send(now, self._next, self)]
                 self._next += 1

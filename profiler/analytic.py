@@ -122,8 +122,11 @@ class StepModel:
     def _layer_s(self, tokens: float, tokens2: float, prefill_tokens: float, decode_batch: int,
                  decode_ctx: float) -> float:
         t = self.elem_fixed_s + tokens * self.elem_s_per_token
-        for g in self.dense_gemms:
-            t += g.time(tokens)
+        rows = tokens > 1
+        for g in self.dense_gemms:      # t += g.time(tokens), inlined (the step model's hot loop)
+            c = tokens * g.flop_s_per_token
+            m = (g.weight_s * g.spill if rows else g.weight_s) + tokens * g.act_s_per_token
+            t += (c + (1.0 - g.overlap) * m if c >= m else m + (1.0 - g.overlap) * c) + g.overhead_s
         if self.expert_gemms:
             t = self._add_experts(t, tokens)
         if prefill_tokens > 0:

@@ -5,7 +5,8 @@
 code trace, padded with two round-robin replicas, vllm-v1 with a small cache and a long-prefill cap
 under Poisson load, vllm in a closed loop, sarathi with a small cache: preemptions in the last
 three), each instance's iterations and preemptions, and the per-request done times and event
-counts of the ``bench_sim`` cluster case and of a 16-GPU ``sim_scaling`` fleet for 300 s.
+counts of the ``bench_sim`` cluster case and of a 16-GPU ``sim_scaling`` fleet for 300 s; every run's
+instance busy times (``LLMCore.busy_s``; the cluster runs' GPU busy times too).
 ``compare A.npz B.npz``: every array byte for byte; exit 1 on any difference.
 
 Run ``dump`` from each checkout (``cd CHECKOUT && PYTHONPATH=. python
@@ -46,6 +47,7 @@ def dump(path: str) -> None:
         for k in ("arrival_s", "sched_s", "first_s", "done_s", "failed"):
             out[f"{name}/{k}"] = r.table[k]
         out[f"{name}/iters"] = np.array([i.iterations for i in r.instances] + [i.preemptions for i in r.instances])
+        out[f"{name}/busy_s"] = np.array([i.busy_s for i in r.instances])
         print(name, f"{r.summary['wall_s']:.2f} s", r.summary["events"], "events", flush=True)
     run = hc.ClusterSim.run
     for name, case in (("cluster", bench_sim.cluster),
@@ -55,6 +57,8 @@ def dump(path: str) -> None:
             res = run(self, work)
             out[f"{name}/done_s"], out[f"{name}/failed"] = res["done_s"].copy(), res["failed"].copy()
             out[f"{name}/events"] = np.array([self.events])
+            out[f"{name}/busy_s"] = np.array([i.busy_s for i in self.instances.values()]
+                                             + list(self.gpu_busy_s.values()))
             return res
         hc.ClusterSim.run = keep
         try:

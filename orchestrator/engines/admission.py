@@ -139,13 +139,11 @@ class VllmV0:
         for c in chain(reversed(requeued), queue) if requeued else queue:
             if k >= seats:
                 break
-            if c.state == WAITING:
-                n, nb = c.eff, v.new_blocks(c)
-            else:                   # preempted by this plan: its whole context again
-                n = v.recompute_tokens(c)
-                nb = v.blocks(n)
+            waiting = c.state == WAITING    # else preempted by this plan: its whole context again
+            n = c.eff if waiting else v.recompute_tokens(c)
             if k and ((k + 1) * (n if n > longest else longest) > limit if padded else tokens + n > limit):
                 break
+            nb = v.new_blocks(c) if waiting else v.blocks(n)    # (after the budget: it often ends the pass)
             if free - nb < watermark:
                 break
             free -= nb
@@ -215,8 +213,10 @@ class Sarathi:
         tokens, free, seats = acc
         watermark = v.watermark
         for c in chain(reversed(requeued), queue) if requeued else queue:
+            if tokens >= budget or seats <= 0:
+                break
             eff, nb = _prefill_cost(v, c)
-            if tokens >= budget or seats <= 0 or free - nb < watermark:
+            if free - nb < watermark:
                 break
             free -= nb
             seats -= 1

@@ -42,6 +42,15 @@ class LLMCore(QuietStretches, Event):
     (``time``: when the running iteration ends; :meth:`handle` ends it)."""
 
     priority = P_DONE
+    # every attribute of the core and of its state (PagedKV, QuietStretches: their slots are here, one
+    # layout with Event's ``time``): read as slots, not through an instance dict of ~50 keys
+    __slots__ = ("name", "config", "max_batch", "max_batch_tokens", "block_size", "total_blocks", "watermark",
+                 "free", "waiting", "prefilling", "running", "ready", "background", "parked", "on_piece",
+                 "buckets", "finish_keys", "mark_buckets", "preemptions", "groups", "dit", "ctx_sum",
+                 "step", "sink", "loop", "policy", "_quiet_decode", "gpus", "colocation", "chunks", "n_decode",
+                 "busy", "kicked", "outstanding", "iter_start", "iterations", "rejected", "completed",
+                 "prefill_iterations", "busy_s", "tokens", "_decode_coef", "_prefill_memo", "_me", "coast",
+                 "_repeats", "_run", "_entry", "_solo")
 
     def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
                  policy: Policy | None = None, on_piece: PieceSink | None = None,

@@ -78,10 +78,11 @@ class Seq:
     def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None, *,
                  cached: int = 0, kv_from: Hashable | None = None, park: Hashable | None = None, final: bool = True,
                  marks: Sequence[int] = (), background: bool = False) -> None:
-        self.id, self.prompt, self.output, self.owner = id, prompt, output, owner
-        self.background = background
-        self.cached, self.kv_from, self.park, self.final = cached, kv_from, park, final
-        self.marks, self.mark_i = tuple(marks), 0
+        self.id, self.prompt, self.output = id, prompt, output   # (3 at most: 4 build a tuple)
+        self.owner, self.background = owner, background
+        self.cached, self.kv_from, self.park = cached, kv_from, park
+        self.final, self.mark_i = final, 0
+        self.marks = marks if marks.__class__ is tuple else tuple(marks)
         self.arrival_s = arrival_s
         self.sched_s = self.first_s = self.done_s = NAN
         self.state = WAITING
@@ -107,7 +108,9 @@ PieceSink = Callable[[Seq, int, float], "Iterable[Event] | None"]
 
 class PagedKV:
     """KV blocks and queues of one core (``kv_tokens`` of cache, ``config``'s block size,
-    watermark and batch limits)."""
+    watermark and batch limits). Its attributes are slots of the core (``LLMCore.__slots__``)."""
+
+    __slots__ = ()
 
     def __init__(self, name: str, kv_tokens: int, config: EngineConfig, on_piece: PieceSink | None = None) -> None:
         bs = config.block_size
@@ -275,6 +278,8 @@ class QuietStretches(PagedKV):
     """The KV and batch state (:class:`PagedKV`) plus the iteration clock a stretch advances; the
     core (``LLMCore``) sets every attribute below."""
 
+    __slots__ = ()
+
     time: float                                  # the end of the iteration in flight (or of the stretch)
     iter_start: float
     busy_s: float
@@ -347,11 +352,17 @@ class QuietStretches(PagedKV):
             if len(gpus) == 1 and gpus[0].since == start and done[-1] < gpus[0].until_s:
                 g = gpus[0]                     # its busy time runs with the core's: the same lengths
                 gpu_busy = g.busy_s
-                for t in done:
-                    d = t - start
-                    busy += d
-                    gpu_busy += d
-                    start = t
+                if gpu_busy == busy:            # (alone on it from the start) the same sums too: one loop
+                    for t in done:
+                        busy += t - start
+                        start = t
+                    gpu_busy = busy
+                else:
+                    for t in done:
+                        d = t - start
+                        busy += d
+                        gpu_busy += d
+                        start = t
                 g.since, g.busy_s = start, gpu_busy
                 gpus = ()
             else:

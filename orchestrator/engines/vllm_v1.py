@@ -94,8 +94,10 @@ class VllmV1:
         a request was left waiting."""
         tokens, free, seats = acc
         for c in queue:
+            if tokens >= budget or seats <= 0:
+                return tokens, free, seats, True
             nb = v.new_blocks(c)
-            if tokens >= budget or seats <= 0 or free < nb:
+            if free < nb:
                 return tokens, free, seats, True
             m = min(c.eff, threshold, budget - tokens)
             chunks.append((c, m))

@@ -46,16 +46,16 @@ class Arrivals(Event):
     index whose time equals this event's, then schedules the next instant. Simultaneous arrivals
     thus reach their instances together (and can share a first batch), and the heap holds one
     pending arrival at a time (this event, moved on to the next instant). ``source.arrival_s`` is
-    sorted ascending."""
+    sorted ascending and read once, when the event is made."""
 
-    __slots__ = ("i", "source")
+    __slots__ = ("i", "source", "times")
 
     def __init__(self, time: float, i: int, source: Any) -> None:
         self.time, self.i, self.source = time, i, source
+        self.times = source.arrival_s
 
     def handle(self, sim: Simulator) -> list[Event]:
-        source, now = self.source, self.time
-        a = source.arrival_s
+        source, now, a = self.source, self.time, self.times
         n, i, events = len(a), self.i, []
         while i < n and a[i] == now:
             new = source.arrive_one(i, now)
