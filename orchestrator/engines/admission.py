@@ -87,7 +87,8 @@ class VllmV0:
             # admission is retried only when the queue head or the free blocks changed
             if head is not self._head or free > self._free or not running:
                 # a pass admits nothing when the head has no seat or blocks (what _admit finds first)
-                if running < v.max_batch and free - v.new_blocks(head) >= v.watermark:
+                if (running < v.max_batch                # v.new_blocks(head), inlined: most iterations
+                        and free - (-(-(head.have + head.eff) // v.block_size) - head.held) >= v.watermark):
                     chunks = self._prefill(v, (), free, running)
                     if chunks:
                         return IterationPlan((), False, chunks)
@@ -134,7 +135,7 @@ class VllmV0:
         or seats, or leave fewer free blocks than the watermark, ends it."""
         tokens, longest, free = acc
         seats = v.max_batch - running
-        limit, watermark, padded = v.max_batch_tokens, v.watermark, self.padded
+        limit, watermark, padded, bs = v.max_batch_tokens, v.watermark, self.padded, v.block_size
         k = len(chunks)
         for c in chain(reversed(requeued), queue) if requeued else queue:
             if k >= seats:
@@ -143,7 +144,8 @@ class VllmV0:
             n = c.eff if waiting else v.recompute_tokens(c)
             if k and ((k + 1) * (n if n > longest else longest) > limit if padded else tokens + n > limit):
                 break
-            nb = v.new_blocks(c) if waiting else v.blocks(n)    # (after the budget: it often ends the pass)
+            # new_blocks(c) or blocks(n), inlined (after the budget: it often ends the pass)
+            nb = -(-(c.have + n) // bs) - c.held if waiting else -(-n // bs)
             if free - nb < watermark:
                 break
             free -= nb
