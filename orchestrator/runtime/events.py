@@ -19,7 +19,7 @@ end of its iteration in flight when something reaches it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from itertools import count
 from typing import Any, Protocol
@@ -48,15 +48,22 @@ class Arrivals(Event):
     pending arrival at a time (this event, moved on to the next instant). ``source.arrival_s`` is
     sorted ascending and read once, when the event is made."""
 
-    __slots__ = ("i", "source", "times")
+    __slots__ = ("i", "source", "times", "_me")
 
     def __init__(self, time: float, i: int, source: Any) -> None:
         self.time, self.i, self.source = time, i, source
         self.times = source.arrival_s
+        self._me = (self,)
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Simulator) -> Sequence[Event]:
         source, now, a = self.source, self.time, self.times
-        n, i, events = len(a), self.i, []
+        n, i = len(a), self.i
+        new = source.arrive_one(i, now)         # (the arrival at this event's time)
+        i += 1
+        if not new and i < n and a[i] != now:   # most instants: one arrival, no event caused
+            self.time, self.i = float(a[i]), i
+            return self._me
+        events = list(new) if new else []
         while i < n and a[i] == now:
             new = source.arrive_one(i, now)
             if new:
