@@ -75,27 +75,32 @@ class Seq:
                  "arrival_s", "sched_s", "first_s", "done_s", "state", "gen", "have", "held", "eff",
                  "filled", "tokens0", "ctx0", "join", "finish", "preemptions", "owner", "background")
 
-    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None, *,
+    def __init__(self, id: int, prompt: int, output: int, arrival_s: float = NAN, owner: object = None,
                  cached: int = 0, kv_from: Hashable | None = None, park: Hashable | None = None, final: bool = True,
                  marks: Sequence[int] = (), background: bool = False) -> None:
-        self.id, self.prompt, self.output = id, prompt, output   # (3 at most: 4 build a tuple)
-        self.owner, self.background = owner, background
-        self.cached, self.kv_from, self.park = cached, kv_from, park
-        self.final, self.mark_i = final, 0
+        # (defaults positional, not keyword-only: a call that omits keyword-only parameters looks
+        # each one up in a dict; one assignment per statement or one value to many: no tuples)
+        self.id = id
+        self.prompt = prompt
+        self.output = output
+        self.owner = owner
+        self.background = background
+        self.cached = cached
+        self.kv_from = kv_from
+        self.park = park
+        self.final = final
         self.marks = marks if marks.__class__ is tuple else tuple(marks)
         self.arrival_s = arrival_s
         self.sched_s = self.first_s = self.done_s = NAN
         self.state = WAITING
-        self.gen = 0          # output tokens generated so far
+        # output tokens generated so far; KV blocks it owns before admission (a parked prefix); of
+        # `eff`, the tokens already prefilled (chunked prefill); KV tokens when it joined the decode
+        # pool ... at this decode-iteration index; marks reported
+        self.gen = self.held = self.filled = self.ctx0 = self.join = self.mark_i = self.preemptions = 0
         self.have = cached    # context tokens whose KV exists when admitted
-        self.held = 0         # KV blocks it owns before admission (a parked prefix)
         self.eff = prompt     # tokens the next prefill must process
-        self.filled = 0       # of `eff`, already prefilled (chunked prefill)
         self.tokens0 = cached + prompt   # its context before generating (set again on kv_from)
-        self.ctx0 = 0         # KV tokens when it joined the decode pool ...
-        self.join = 0         # ... at this decode-iteration index
         self.finish = -1      # decode-iteration index of its last token
-        self.preemptions = 0
 
     @property
     def failed(self) -> bool:
