@@ -58,6 +58,14 @@ class _Gemm:
     overhead_s: float
     overlap: float = 1.0
     spill: float = 1.0  # weight-time multiplier when more than one row (weights beyond cache)
+    # derived, for StepModel._layer_s: the weight time of a multi-row GEMM and the share of the
+    # shorter of compute and memory time not overlapped (the doubles it computed at every call)
+    weight_rows_s: float = field(init=False, repr=False, compare=False)
+    serial: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weight_rows_s", self.weight_s * self.spill)
+        object.__setattr__(self, "serial", 1.0 - self.overlap)
 
     def time(self, tokens: float) -> float:
         w = self.weight_s * (self.spill if tokens > 1 else 1.0)
@@ -125,8 +133,8 @@ class StepModel:
         rows = tokens > 1
         for g in self.dense_gemms:      # t += g.time(tokens), inlined (the step model's hot loop)
             c = tokens * g.flop_s_per_token
-            m = (g.weight_s * g.spill if rows else g.weight_s) + tokens * g.act_s_per_token
-            t += (c + (1.0 - g.overlap) * m if c >= m else m + (1.0 - g.overlap) * c) + g.overhead_s
+            m = (g.weight_rows_s if rows else g.weight_s) + tokens * g.act_s_per_token
+            t += (c + g.serial * m if c >= m else m + g.serial * c) + g.overhead_s
         if self.expert_gemms:
             t = self._add_experts(t, tokens)
         if prefill_tokens > 0:
