@@ -330,7 +330,11 @@ class QuietStretches(PagedKV):
         a, b = coef
         t = self.time
         ends = [t]
-        for c in range(self.ctx_sum + n, self.ctx_sum + n * m + 1, n):
+        # the batch's context at each start as a float (exact: an integer below 2**53), so b * c
+        # is a float product, as b * the int was (which converts it); range(m): small cached ints
+        c, fn = float(self.ctx_sum), float(n)
+        for _ in range(m):
+            c += fn
             t = t + (a + b * c)
             ends.append(t)
         loop = self.loop
