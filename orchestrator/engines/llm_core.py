@@ -239,7 +239,9 @@ class LLMCore(QuietStretches, Event):
             if not 0 < m <= s.eff - filled:
                 raise RuntimeError(f"{self.name}: plan prefills {m} tokens of sequence {s.id}")
             done = s.have + filled
-            attn += float(done + m) ** 2 - float(done) ** 2
+            # (done + m)^2 - done^2 with products: the doubles ** 2 gave (both exact below 2**26 tokens)
+            end, start = float(done + m), float(done)
+            attn += end * end - start * start
             tokens += m
             finishing += filled + m == s.eff
         if self.free < 0:
