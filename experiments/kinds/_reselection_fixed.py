@@ -103,8 +103,8 @@ def _retries(decisions: pd.DataFrame | None, seed: int) -> list[str]:
     out = [f"- {FIXED[1]}'s {len(d)} infeasible re-selections: {by} (the back-off, docs/reselection.md); by task: "
            f"{tasks}"]
     if "block" in d.columns:
-        blocks = d.block.fillna("").replace({"room": "room-bound (a plan on the emptied cluster)",
-                                             "rate": "rate-bound (none even there)", "never": "never feasible"})
+        blocks = d.block.fillna("").replace({"room": "room-bound (a plan on the emptied or the bare cluster)",
+                                             "rate": "rate-bound (a plan on neither)", "never": "never feasible"})
         out.append("- blocks they left: " + ", ".join(f"{n} {k}" for k, n in blocks.value_counts().items()))
         never = sorted(set(d.task[d.block == "never"]))
         out.append(f"- never feasible under this policy (no plan at the least rate on the empty cluster, nothing to "
@@ -113,9 +113,9 @@ def _retries(decisions: pd.DataFrame | None, seed: int) -> list[str]:
 
 
 def _probes(a: pd.Series) -> list[str]:
-    """What the back-off's feasibility probes cost (selections on the emptied cluster)."""
+    """What the back-off's feasibility probes cost (selections on the emptied and the bare cluster)."""
     if "probe_s" not in a.index or pd.isna(a.probe_s):
         return []
-    return [f"- the back-off's feasibility probes: {a.probes:.0f} probes on the emptied cluster (each the "
-            f"selections of one re-selection), "
+    return [f"- the back-off's feasibility probes: {a.probes:.0f} probes (each the selections of one re-selection "
+            f"on the bare or the emptied cluster, cached), "
             f"{a.probe_s:.1f} s, against {a.select_s:.1f} s in the re-selections themselves"]

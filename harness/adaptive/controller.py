@@ -31,8 +31,8 @@ what other tasks already put on reused instances deducted):
 **Back-off** (``harness.adaptive.backoff``): a re-selection that finds no plan for target ``t``
 *blocks* the task at ``t``: no rule re-selects it for a target ``>= t * (1 - drift_down)`` until the
 cluster offers more room (room-bound; each failed try doubles the wait from ``up_gap_s``) or, when
-the emptied cluster has no plan either (rate-bound), the instances it may reuse change and that
-cluster then has one; a lower target only if it has one for it (never: blocked for good). An SLO
+neither the emptied cluster (the instances it may reuse kept) nor the bare one has a plan
+(rate-bound), the instances it may reuse change and a probe then finds one; a lower target only if it has one for it (never: blocked for good). An SLO
 move that finds no plan or only the serving plan blocks the SLO rule until ``r_s`` moves by
 ``drift_down``.
 

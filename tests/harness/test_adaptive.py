@@ -319,19 +319,27 @@ class PerTask(Scripted):
         return int(round(sum(self.rates[k](t) for t in ts) * 0.01))
 
 
+def _a_frees_room_for_b(b_rate, until_s: float):
+    """Tasks ``a`` and ``b`` on 3 GPUs of 20 GB: ``a`` at 1.8 rps until t = 150 s, then 0.3 (its
+    moves down free room); ``b`` at ``b_rate(t)``. Returns the controller after ``until_s``,
+    ``b``'s decisions after the first deployment and ``a``'s moves."""
+    back = PerTask([lambda t: 1.8 if t < 150 else 0.3, b_rate])
+    cluster = Cluster(gpus=tuple(Gpu(id=g, mem_gb=20.0, used_gb=0.0) for g in range(3)))
+    ctl = Controller([TaskModel(problem(n), {"w": [(100, 10)]}) for n in ("a", "b")], cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=CFG.model_copy(update={"cooldown_s": 30}))
+    ctl.deploy([1.8, 0.5])
+    _run(ctl, until_s)
+    b = [d for d in ctl.decisions if d["task"] == "b" and d["reason"] != "initial"]
+    a_moves = [d for d in ctl.decisions if d["task"] == "a" and d["outcome"] in ("update", "migrate")]
+    return ctl, b, a_moves
+
+
 def test_a_blocked_task_is_retried_when_another_task_frees_room_not_before():
     """Issue 25: on 3 GPUs of 20 GB (two instances each, one replica of a stage per GPU), ``b``
     cannot grow to three replicas while ``a`` holds two; however long its load stays high it is
     not re-selected again until ``a`` changes the cluster (a move down that lowers what it puts on
     its instances, then one that releases one), and it is placed once ``a`` releases."""
-    back = PerTask([lambda t: 1.8 if t < 150 else 0.3, lambda t: 0.5 if t < 20 else 2.5])
-    cluster = Cluster(gpus=tuple(Gpu(id=g, mem_gb=20.0, used_gb=0.0) for g in range(3)))
-    ctl = Controller([TaskModel(problem(n), {"w": [(100, 10)]}) for n in ("a", "b")], cluster,
-                     get_solver("flowmaker"), back, gpu="a6000", config=CFG.model_copy(update={"cooldown_s": 30}))
-    ctl.deploy([1.8, 0.5])
-    _run(ctl, 400)
-    b = [d for d in ctl.decisions if d["task"] == "b" and d["reason"] != "initial"]
-    a_moves = [d for d in ctl.decisions if d["task"] == "a" and d["outcome"] in ("update", "migrate")]
+    ctl, b, a_moves = _a_frees_room_for_b(lambda t: 0.5 if t < 20 else 2.5, 400)
     blocked = [d for d in b if d["outcome"] == "infeasible"]
     assert blocked and blocked[0]["t_s"] < 60 and a_moves and a_moves[0]["t_s"] >= 150
     assert not [d for d in b if blocked[0]["t_s"] < d["t_s"] < a_moves[0]["t_s"]]     # quiet for 100+ s
@@ -347,15 +355,8 @@ def test_a_rate_bound_block_ignores_freed_room_and_a_lower_target_the_empty_clus
     to reuse), so ``a``'s moves down, which free memory and start instances, do not retry it, nor
     does its load falling to 30 rps (below the blocked target by drift_down, still more than the
     empty cluster carries); at 1 rps it is tried again and placed."""
-    back = PerTask([lambda t: 1.8 if t < 150 else 0.3, lambda t: 0.5 if t < 20 else (50.0 if t < 300 else
-                                                                                       (30.0 if t < 500 else 1.0))])
-    cluster = Cluster(gpus=tuple(Gpu(id=g, mem_gb=20.0, used_gb=0.0) for g in range(3)))
-    ctl = Controller([TaskModel(problem(n), {"w": [(100, 10)]}) for n in ("a", "b")], cluster,
-                     get_solver("flowmaker"), back, gpu="a6000", config=CFG.model_copy(update={"cooldown_s": 30}))
-    ctl.deploy([1.8, 0.5])
-    _run(ctl, 700)
-    b = [d for d in ctl.decisions if d["task"] == "b" and d["reason"] != "initial"]
-    a_moves = [d for d in ctl.decisions if d["task"] == "a" and d["outcome"] in ("update", "migrate")]
+    _, b, a_moves = _a_frees_room_for_b(lambda t: 0.5 if t < 20 else (50.0 if t < 300 else (30.0 if t < 500 else 1.0)),
+                                        700)
     assert any(d["draining"] for d in a_moves if d["outcome"] == "migrate" and d["t_s"] < 500)   # a freed room
     assert [(d["outcome"], d["block"]) for d in b if d["outcome"] == "infeasible"] == [("infeasible", "rate")]
     later = [d for d in b if d["outcome"] != "infeasible"]
