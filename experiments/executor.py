@@ -152,6 +152,7 @@ def _kill_pool(pool: Any) -> None:
     """Stop a pool now: queued cells dropped, running ones killed (their results are lost; the
     cells stay unfinished). ``ProcessPoolExecutor`` gained ``kill_workers`` in Python 3.14."""
     procs = list(getattr(pool, "_processes", {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         try:
@@ -160,6 +161,11 @@ def _kill_pool(pool: Any) -> None:
             pass
     for p in procs:
         p.join(timeout=5)
+    if manager is not None:
+        # the pool's manager thread closes its wake-up pipe once it sees the workers gone; CPython
+        # 3.11's exit hook checks that pipe, then writes to it, so a close between the two printed
+        # "Exception ignored ... Bad file descriptor" after the one-line message (test_signals)
+        manager.join(timeout=5)
 
 
 def _worker_init(parent_pid: int) -> None:
