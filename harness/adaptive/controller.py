@@ -32,9 +32,9 @@ what other tasks already put on reused instances deducted):
 *blocks* the task at ``t``: no rule re-selects it for a target ``>= t * (1 - drift_down)`` until the
 cluster offers more room (room-bound; each failed try doubles the wait from ``up_gap_s``) or, when
 neither the emptied cluster (the instances it may reuse kept) nor the bare one has a plan
-(rate-bound), the instances it may reuse change and a probe then finds one; a lower target only if it has one for it (never: blocked for good). An SLO
-move that finds no plan or only the serving plan blocks the SLO rule until ``r_s`` moves by
-``drift_down``.
+(rate-bound), the instances it may reuse change and a probe then finds one; a lower target only
+if a probe finds a plan for it (never-feasible: blocked for good). An SLO move that finds no plan
+or only the serving plan blocks the SLO rule until ``r_s`` moves by ``drift_down``.
 
 Each re-selection runs the selector on the task's full problem and (``rescale``) within the
 serving variant; a move down (and an adaptive first deployment) also once per bound of
