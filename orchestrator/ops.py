@@ -122,6 +122,12 @@ def flatten_candidates(candidates: Sequence[Any]) -> list[str]:
     return flat
 
 
+def unscored(candidates: Sequence[Any], seen: Sequence[str] | set[str]) -> list[str]:
+    """The candidates (:func:`flatten_candidates`) not in ``seen``: what a part of a pipelined
+    reranking still has to score when earlier parts of the same query scored ``seen``."""
+    return [t for t in flatten_candidates(candidates) if t not in seen]
+
+
 def ranked(scores: Sequence[float], texts: Sequence[str], top_n: int, *, scored: bool = False) -> list:
     """The ``top_n`` texts by descending score (ties by text); with ``scored`` each as a
     ``[score, text]`` pair, what a top-k merge of several rerankings needs (Ayo's reranker returns

@@ -177,7 +177,14 @@ class RerankPipelining(Pass):
     ``_split_pipeline``, ``Reranking-sub-i`` and an ``AggMode.TOP_K`` aggregator). A reranker
     scores each (query, candidate) pair alone, so the overall top-n is the top-n of the parts'
     scored top-n lists (``ops.merge_top``): each part is reranked as soon as its candidates
-    arrive (one per expanded query), outputs identical to one reranking of them all."""
+    arrive (one per expanded query), outputs identical to one reranking of them all.
+
+    Beyond Ayo (whose ``Reranking-sub-i`` re-score what an earlier part scored): the parts share
+    ``params['score_once']`` (the reranking they replace), and the graph scheduler sends each part
+    only the candidates no earlier part of the same query was sent (``ops.unscored``,
+    ``SimState.ready``), so together they score each distinct candidate once, as the one reranking
+    does. Same output: a skipped candidate has the score the earlier part gave it (same query,
+    pointwise scores), and if it missed that part's top-n it misses the overall top-n."""
     name = "rerank_pipeline"
 
     def apply(self, g: Graph, ctx: PassContext) -> Graph:
@@ -199,7 +206,7 @@ class RerankPipelining(Pass):
         sizes = list(agg.params["part_sizes"])
         per_item = r.n_items // max(1, sum(sizes))
         parts = [r.evolve(id=f"{r.id}/p{j}", inputs={**r.inputs, "candidates": part},
-                          params={**r.params, "scored": True}, n_items=per_item * size)
+                          params={**r.params, "scored": True, "score_once": r.id}, n_items=per_item * size)
                  for j, (part, size) in enumerate(zip(agg.inputs["parts"], sizes))]
         split_with_aggregate(ed, r, parts, sizes, merge={"mode": "topk", "top_n": r.params["top_n"]})
         if not ed.children(agg.id) and agg.id not in ed.outputs:

@@ -56,6 +56,7 @@ class QueryRun:
     finish_s: float | None = None
     error: str | None = None
     done_s: dict[str, float] = field(default_factory=dict)   # node id -> when it completed (critical paths)
+    sent: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (score_once, query) -> candidates sent
 
 
 class SimState:
@@ -113,12 +114,26 @@ class SimState:
             return self.complete(q, nid, ops.condition(inputs["x"]))
         if n.engine not in self.schedulers:
             raise KeyError(f"node {nid} needs engine {n.engine!r}; known: {', '.join(sorted(self.schedulers))}")
+        if n.kind == Kind.RERANKING and n.params.get("score_once"):
+            inputs = self.score_once(q, n.params["score_once"], inputs)
+            if not inputs["candidates"]:            # an earlier part has every candidate
+                return self.complete(q, nid, [])
         kv = f"{q.qid}/{n.params['kv_chain']}" if n.kind in LLM_KINDS else None
         inv = Invocation(f"{q.qid}/{nid}", n.kind, inputs, n.params, kv, n.n_items)
         size = 1 if n.kind in LLM_KINDS else n.n_items
         self.schedulers[n.engine].enqueue(Pending(q.qid, q.arrival_s, self.now, self.next_seq(),
                                                   q.graph.depth[nid], size, nid, inv))
         return self.request_dispatch()
+
+    @staticmethod
+    def score_once(q: QueryRun, group: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A part of a pipelined reranking (``RerankPipelining``) gets only the candidates no
+        earlier part of its group and query was sent; they count as sent from now on, so parts
+        dispatched in one batch do not score a candidate twice either."""
+        sent = q.sent.setdefault((group, ops.as_text(inputs["query"])), set())
+        new = ops.unscored(inputs["candidates"], sent)
+        sent.update(new)
+        return {**inputs, "candidates": new}
 
     def request_dispatch(self) -> list:
         """One :class:`Dispatch` at this instant once work became ready or capacity freed up."""

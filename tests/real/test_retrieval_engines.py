@@ -105,3 +105,45 @@ def test_staged_ingestions_concatenate_into_one_index(embedder, pg_url):
     (q,) = _vecs(embedder, ["when does the ferry leave?"])
     assert db.search(q, index, 1) == [[DOC_A[3]]]
     db.close()
+
+
+def test_real_reranker_scores_each_distinct_candidate_of_a_pipelined_reranking_once(monkeypatch):
+    """Teola's partial rerankings of advanced RAG on the real (bi-encoder) reranker, the other
+    engines simulated: with ``score_once`` each query's pairs are its searches' distinct hits,
+    without it every hit of every search; the answers are the same."""
+    import numpy as np
+    from orchestrator import load_app, ops
+    from orchestrator.engines.real.embedding import EmbeddingReranker
+    from orchestrator.runtime.realtime import run_realtime
+    from orchestrator.runtime.sim import SimState
+
+    class Counting(EmbeddingReranker):
+        def _run(self, batch, t0, on_piece):
+            for inv in batch:
+                self.sent.append((int(inv.key.split("/")[0]), ops.flatten_candidates(inv.inputs["candidates"])))
+            return super()._run(batch, t0, on_piece)
+
+    app = load_app("advanced_rag")
+    cfgs = app.query_configs(2, np.random.default_rng(0))
+
+    def run(score_once: bool):
+        with monkeypatch.context() as m:
+            if not score_once:
+                m.setattr(SimState, "score_once", staticmethod(lambda q, group, inputs: inputs))
+            engines = app.build_engines()
+            rr = Counting(name="rr#0")
+            rr.sent = []
+            engines["reranker"] = [rr]
+            rep = run_realtime(app.template(), cfgs, [0.0, 0.0], engines, scheme="teola", seed=3,
+                               time_scale=0.01, timeout_s=120)
+            rr.close()
+        assert not rep.failed
+        return rep, rr.sent
+
+    (rep, sent), (rep0, sent0) = run(True), run(False)
+    assert [r.outputs for r in rep.results] == [r.outputs for r in rep0.results]
+    for qid in (0, 1):
+        found = [c for q, c in sent0 if q == qid]
+        assert len(found) == 3 and len(ops.flatten_candidates(found)) < sum(map(len, found))
+        got = [t for q, c in sent if q == qid for t in c]
+        assert sorted(got) == sorted(ops.flatten_candidates(found))       # each distinct hit once
