@@ -168,8 +168,8 @@ class SimLLMEngine(Engine):
         self._target: LLMTarget | None = None
 
     def _new_core(self, shared: SharedCores | None = None) -> LLMCore:
-        kw = dict(name=self.name, step=self.step, kv_tokens=self.kv_capacity_tokens, config=self.config,
-                  sink=self._seq_done, on_piece=self._seq_piece)
+        kw = {"name": self.name, "step": self.step, "kv_tokens": self.kv_capacity_tokens, "config": self.config,
+              "sink": self._seq_done, "on_piece": self._seq_piece}
         return LLMCore(**kw) if shared is None else SharedCoresLLMCore(shared=shared, **kw)
 
     def share_cpu(self, shared: SharedCores) -> None:
