@@ -104,8 +104,11 @@ class Params(BaseModel):
     engine_max_batch: dict[str, int] = Field(default_factory=dict, description="per engine name, the max batch "
                                              "(items in flight per instance) every cell uses, as a real deployment sets it")
     cpu_cores: int | None = Field(None, ge=1, description="every engine instance on this many shared CPU cores "
-                                  "(processor sharing, orchestrator.engines.llm_timing.SharedCores); None: each its own")
+                                  "(processor sharing, orchestrator.engines.cpu_sharing.SharedCores); None: each its own")
     cpu_background: float = Field(0.0, ge=0, description="with cpu_cores: runnable tasks of other programs on the cores")
+    cpu_same_process: float = Field(0.0, ge=0, description="with cpu_cores: the engines run in one process, and each "
+                                    "further execution running at once slows every one by this fraction beyond the "
+                                    "cores (the interpreter lock; SharedCores.same_process)")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -115,6 +118,8 @@ class Params(BaseModel):
         any cell runs; their names are distinct."""
         if self.cpu_background and self.cpu_cores is None:
             raise ValueError("cpu_background: needs cpu_cores (the cores the other programs share)")
+        if self.cpu_same_process and self.cpu_cores is None:
+            raise ValueError("cpu_same_process: needs cpu_cores (the cores the process's engines share)")
         check_distinct(self.apps, "apps")
         check_apps([*self.apps, self.ablation_app, *self.batch_cap_rates, *(self.decompose_apps or ())])
         return self
@@ -157,7 +162,7 @@ def _engines(app, scheme, p: Params, app_name: str | None = None):
                                      prefix_caching=cache)
     engines = app.build_engines(prefix_caching=cache, overrides=over)
     if p.cpu_cores is not None:
-        share_cores(engines, p.cpu_cores, p.cpu_background)
+        share_cores(engines, p.cpu_cores, p.cpu_background, p.cpu_same_process)
     return engines
 
 

@@ -260,34 +260,9 @@ class Controller:
                                "outcome": "abandoned"})
 
     def rate_capacity(self, v: Version) -> float:
-        """The request rate ``v`` can carry by the selector's capacity rows: for every instance it
-        routes to, ``(1 - what other tasks put there) / (its utilisation per request/s)``, where a
-        route of ``n`` instances taking ``share`` of a stage of ``calls`` calls gives each
-        ``share * calls / (n * capacity_rps)`` per request/s; the least over its instances."""
-        p = self.tasks[v.k].problem
-        cap = self._caps[v.k]
-        per_rps: dict[str, float] = {}
-        for st in v.deployment.stages:
-            for r in st.routes:
-                if not r.instances or r.share <= 0:
-                    continue
-                for iid in r.instances:
-                    spec = self._spec(iid)
-                    c = cap.get((v.deployment.workflow, st.stage, spec.model, spec.tp, spec.pp))
-                    if c is None:
-                        return 0.0
-                    per_rps[iid] = per_rps.get(iid, 0.0) + r.share * st.calls / (len(r.instances) * c)
-        out = math.inf
-        for iid, u in per_rps.items():
-            h = self.ledger.held.get(iid)
-            others = sum(x for w, x in h.users.items() if self.ledger.task_of(w) != p.task.name) if h else \
-                next((i.utilization for i in self.ledger.outside if i.id == iid), 0.0)
-            out = min(out, max(0.0, 1.0 - others) / u)
-        return out
-
-    def _spec(self, iid: str):
-        h = self.ledger.held.get(iid)
-        return h.spec if h is not None else next(i for i in self.ledger.outside if i.id == iid)
+        """The request rate ``v`` can carry by the selector's capacity rows
+        (:meth:`~harness.adaptive.ledger.Ledger.rate_capacity`)."""
+        return self.ledger.rate_capacity(v, self._caps[v.k])
 
     def startup_s(self, spec: InstanceSpec) -> float:
         """Modelled start-up: fixed part plus the weights read at ``load_gb_per_s``."""
@@ -308,7 +283,7 @@ class Controller:
         if variant is not None:
             wf = variant.deployment.workflow
             opts = {(st.stage, s.model, s.tp, s.pp) for st in variant.deployment.stages
-                    for s in map(self._spec, st.instance_ids)}
+                    for s in map(self.ledger.spec, st.instance_ids)}
             update["workflows"] = tuple(w for w in p.workflows if w.name == wf)
             update["perf"] = tuple(r for r in p.perf if r.workflow == wf and (r.stage, r.model, r.tp, r.pp) in opts)
         if max_gpus is not None:

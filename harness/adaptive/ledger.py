@@ -125,6 +125,37 @@ class Ledger:
     def task_of(self, version: str) -> str:
         return self.versions[version].task
 
+    def spec(self, iid: str) -> InstanceSpec | Instance:
+        """Instance ``iid``: a held one's spec, or the pre-existing instance."""
+        h = self.held.get(iid)
+        return h.spec if h is not None else next(i for i in self.outside if i.id == iid)
+
+    def rate_capacity(self, v: Version, caps: dict[tuple, float]) -> float:
+        """The request rate version ``v`` can carry by the selector's capacity rows ``caps``
+        (``(workflow, stage, model, tp, pp) -> capacity_rps``): for every instance it routes to,
+        ``(1 - what other tasks put there) / (its utilisation per request/s)``, where a route of
+        ``n`` instances taking ``share`` of a stage of ``calls`` calls gives each
+        ``share * calls / (n * capacity_rps)`` per request/s; the least over its instances
+        (0 when a row is missing)."""
+        per_rps: dict[str, float] = {}
+        for st in v.deployment.stages:
+            for r in st.routes:
+                if not r.instances or r.share <= 0:
+                    continue
+                for iid in r.instances:
+                    spec = self.spec(iid)
+                    c = caps.get((v.deployment.workflow, st.stage, spec.model, spec.tp, spec.pp))
+                    if c is None:
+                        return 0.0
+                    per_rps[iid] = per_rps.get(iid, 0.0) + r.share * st.calls / (len(r.instances) * c)
+        out = float("inf")
+        for iid, u in per_rps.items():
+            h = self.held.get(iid)
+            others = sum(x for w, x in h.users.items() if self.task_of(w) != v.task) if h else \
+                next((i.utilization for i in self.outside if i.id == iid), 0.0)
+            out = min(out, max(0.0, 1.0 - others) / u)
+        return out
+
     def used_gb(self) -> dict[int, float]:
         used = {g: s.used_gb for g, s in self.gpus.items()}
         for h in self.held.values():

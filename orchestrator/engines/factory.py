@@ -12,7 +12,8 @@ from flowmaker.inputs import InputError, load_mapping
 from flowmaker.names import name_problem
 
 from orchestrator.engines.base import Engine
-from orchestrator.engines.llm_timing import GpuSlot, SharedCores, StepTime
+from orchestrator.engines.cpu_sharing import SharedCores
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import LinearLLMProfile, LinearProfile, TableProfile
 from orchestrator.engines.sim import AYO_ENGINE, DEFAULT_KV_TOKENS, SimLLMEngine, SimEngine
 from orchestrator.primitives import Kind
@@ -175,15 +176,18 @@ def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_
                          n_instances=n_instances, kv_capacity_tokens=kv_capacity_tokens, config=config)
 
 
-def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int, background: float = 0.0) -> None:
+def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int, background: float = 0.0,
+                same_process: float = 0.0) -> SharedCores:
     """Put every simulated instance of ``engines`` (fresh, before any work) on ``cores`` shared CPU
-    cores beside ``background`` runnable tasks of other programs (``llm_timing.SharedCores``:
-    processor sharing, the factor fixed at each execution's start); an instance that cannot share
+    cores beside ``background`` runnable tasks of other programs, all in one process whose executions
+    cost each other ``same_process`` beyond the cores (``cpu_sharing.SharedCores``: processor sharing,
+    re-timed whenever an execution starts or ends); returns the cores. An instance that cannot share
     (a real engine) is a ValueError."""
-    cpu, sharing = GpuSlot(0), SharedCores(cores, background)
+    shared = SharedCores(cores, background, same_process)
     for name, insts in engines.items():
         for inst in insts:
             share = getattr(inst, "share_cpu", None)
             if share is None:
                 raise ValueError(f"engine {name!r}: {type(inst).__name__} cannot share simulated CPU cores")
-            share(cpu, sharing)
+            share(shared)
+    return shared

@@ -299,7 +299,7 @@ class LLMCore(QuietStretches, Event):
                 if g.busy > most:
                     most = g.busy
             c = self.colocation
-            if c is not None and (most > 1 or c.slows_alone):   # alone on its GPUs: full speed (GPUs)
+            if c is not None and most > 1:      # alone on its GPUs: full speed
                 dur *= c.factor(self.gpus)
         self.busy = True
         self.iter_start = now

@@ -1,7 +1,6 @@
 """How long one iteration of the LLM core (``orchestrator.engines.llm_core``) takes: the step
 time model it is given (:class:`StepTime`) and how instances sharing a GPU slow each other
-(:class:`GpuSlot`, :class:`Colocation`), or engines of every kind sharing a few CPU cores
-(:class:`SharedCores`)."""
+(:class:`GpuSlot`, :class:`Colocation`). Engines sharing a few CPU cores: ``cpu_sharing``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,34 +45,9 @@ class Colocation:
 
     Approximation: the factor is fixed when the iteration starts, so an instance that
     starts first is slowed from its next iteration on (iterations last milliseconds). An
-    instance alone on its GPUs (every ``busy`` 1) runs at full speed: the core does not ask
-    unless ``slows_alone``."""
-
-    #: whether an execution alone on its slots is slowed too (a core asks for its factor then)
-    slows_alone = False
+    instance alone on its GPUs (every ``busy`` 1) runs at full speed: the core does not ask."""
 
     def factor(self, gpus: Sequence[GpuSlot]) -> float:
         if len(gpus) == 1:
             return float(gpus[0].busy)
         return float(max(g.busy for g in gpus))
-
-
-class SharedCores(Colocation):
-    """Processor sharing on ``cores`` CPU cores, one :class:`GpuSlot` standing for them all: an
-    execution (an LLM iteration, a non-LLM engine's batch) that starts while ``k`` executions (itself
-    included) run on them, beside ``background`` runnable tasks of other programs, takes
-    ``max(1, (k + background) / cores)`` times as long.
-
-    Approximation (:class:`Colocation`'s): the factor is fixed when the execution starts; one that
-    starts first is not slowed by those that start after it, and is not sped up when others end."""
-
-    def __init__(self, cores: int, background: float = 0.0) -> None:
-        if cores < 1:
-            raise ValueError(f"cores: {cores} (at least 1)")
-        if background < 0:
-            raise ValueError(f"background: {background} (at least 0)")
-        self.cores, self.background = cores, background
-        self.slows_alone = background + 1 > cores
-
-    def factor(self, gpus: Sequence[GpuSlot]) -> float:
-        return max(1.0, (max(g.busy for g in gpus) + self.background) / self.cores)

@@ -14,7 +14,8 @@ from orchestrator.engines.base import (BatchResult, Engine, EngineError, Invocat
                                        InvocationOutput, PendingBatch, PieceCallback, check_kinds)
 from orchestrator.engines.llm_core import LLMCore
 from orchestrator.engines.llm_seq import Seq
-from orchestrator.engines.llm_timing import Colocation, GpuSlot, StepTime
+from orchestrator.engines.cpu_sharing import SharedCores, SharedCoresLLMCore
+from orchestrator.engines.llm_timing import StepTime
 from orchestrator.engines.profiles import BatchProfile, max_efficient_batch
 from orchestrator.jsonstream import stream_pieces
 from orchestrator.primitives import Kind, PREFILL_KINDS
@@ -68,27 +69,19 @@ class SimEngine(Engine):
         self.serves = frozenset(self.profiles)
         self._ref_tokens, self._limit = ref_tokens, batch_limit
         self._max_batch: int | None = None
-        self._cpu: tuple[GpuSlot, Colocation] | None = None
+        #: the CPU cores it shares (:meth:`share_cpu`); None: its own
+        self.shared: SharedCores | None = None
 
-    def share_cpu(self, cpu: GpuSlot, sharing: Colocation) -> None:
-        """Run on the cores ``cpu`` stands for, shared with the engines given the same slot: a batch
-        counts in ``cpu.busy`` from :meth:`submit` until :meth:`release_cpu`, and takes
-        ``sharing.factor`` times its profiled time (fixed when it starts)."""
-        self._cpu = (cpu, sharing)
-
-    def release_cpu(self) -> None:
-        """A batch :meth:`submit` started ended (the runtime's instance-free event)."""
-        if self._cpu is not None:
-            self._cpu[0].busy -= 1
+    def share_cpu(self, shared: SharedCores) -> None:
+        """Run on the CPU cores ``shared``, beside the engines given the same cores: :meth:`submit`
+        still gives a batch's time alone, and the discrete-event runtime runs that much work on the
+        cores (``SharedCores.start``), where it ends later while other executions run."""
+        self.shared = shared
 
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         check_kinds(self, batch)
         dur = self.estimate_s(batch)
-        if self._cpu is not None:
-            cpu, sharing = self._cpu
-            cpu.busy += 1
-            dur *= sharing.factor((cpu,))
         outs = tuple(InvocationOutput(_run(i), dur) for i in batch)
         return PendingBatch(BatchResult(outs, dur))
 
@@ -174,16 +167,17 @@ class SimLLMEngine(Engine):
         self._next = 0
         self._target: LLMTarget | None = None
 
-    def _new_core(self, gpus: Sequence[GpuSlot] = (), colocation: Colocation | None = None) -> LLMCore:
-        return LLMCore(name=self.name, step=self.step, kv_tokens=self.kv_capacity_tokens, config=self.config,
-                       sink=self._seq_done, on_piece=self._seq_piece, gpus=gpus, colocation=colocation)
+    def _new_core(self, shared: SharedCores | None = None) -> LLMCore:
+        kw = {"name": self.name, "step": self.step, "kv_tokens": self.kv_capacity_tokens, "config": self.config,
+              "sink": self._seq_done, "on_piece": self._seq_piece}
+        return LLMCore(**kw) if shared is None else SharedCoresLLMCore(shared=shared, **kw)
 
-    def share_cpu(self, cpu: GpuSlot, sharing: Colocation) -> None:
-        """Run on the cores ``cpu`` stands for (``SimEngine.share_cpu``): each iteration counts in
-        ``cpu.busy`` while it runs and takes ``sharing.factor`` times its step time. Before any work."""
+    def share_cpu(self, shared: SharedCores) -> None:
+        """Run on the CPU cores ``shared`` (``SimEngine.share_cpu``): each iteration is its step time
+        of work on them (``SharedCoresLLMCore``). Before any work."""
         if self.core.outstanding:
             raise RuntimeError(f"{self.name}: share_cpu after work arrived")
-        self.core = self._new_core((cpu,), sharing)
+        self.core = self._new_core(shared)
 
     @property
     def prefix_caching(self) -> bool:
@@ -323,6 +317,8 @@ class SimLLMEngine(Engine):
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         """Run ``batch`` alone on the core (class docstring); offsets from its start."""
+        if isinstance(self.core, SharedCoresLLMCore):
+            raise EngineError(f"{self.name}: on shared CPU cores only the discrete-event runtime times it")
         rec = _Recorder()
         outer, self._target = self._target, rec
         outer_loop, loop = self.core.loop, Simulator()

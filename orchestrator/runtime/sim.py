@@ -7,7 +7,8 @@ their in-degree reaches 0. Once every event of an instant that makes work ready 
 :class:`Dispatch` event lets the engine schedulers form batches; a batch for a simulated LLM
 instance is handed to its engine core (``SimLLMEngine.enqueue``), whose iterations run on the
 same loop and report finished primitives back here (:class:`_LLMTarget`); other engines'
-batches are timed at once (``submit``).
+batches are timed at once (``submit``), or, on shared CPU cores, run there as work from their
+start (:class:`CoresBatch`, ``orchestrator.engines.cpu_sharing``).
 """
 from __future__ import annotations
 
@@ -211,6 +212,11 @@ class SimState:
                         out.append(Enqueue(start, name, la.instance, invs))
                     continue
                 result = la.pending.result()      # simulated: resolved at submit
+                items = sum(p.size for p in la.batch)
+                shared = getattr(sch.instances[la.instance], "shared", None)
+                if shared is not None:            # on shared CPU cores: it ends when its work is done there
+                    out.append(CoresBatch(start, name, la.instance, la.batch, result, items))
+                    continue
                 for p, res in zip(la.batch, result.outputs):
                     q = self.queries[p.qid]
                     out.append(NodeDone(start + res.done_s, p.qid, p.node_id, res.value))
@@ -218,7 +224,6 @@ class SimState:
                         pid = f"{p.node_id}/piece{i}"
                         if pid in q.graph.nodes:
                             out.append(NodeDone(start + off, p.qid, pid, val))
-                items = sum(p.size for p in la.batch)
                 out.append(InstanceFree(start + result.duration_s, name, la.instance, items))
         return out
 
@@ -303,10 +308,35 @@ class InstanceFree(Event):
         self.engine, self.instance, self.items = engine, instance, items
 
     def handle(self, sim: Simulator) -> list:
-        release = getattr(sim.state.schedulers[self.engine].instances[self.instance], "release_cpu", None)
-        if release is not None:          # a batch on shared CPU cores ends (SimEngine.share_cpu)
-            release()
         return sim.state.freed(self.engine, self.instance, self.items)
+
+
+class CoresBatch(Event):
+    """A non-LLM batch on shared CPU cores (``SimEngine.share_cpu``) starts after the dispatch
+    overhead: its time alone is work on the cores (``SharedCores``); when that work is done its
+    outputs (every one ends with the batch) and its instance's slot are handed back."""
+    __slots__ = ("engine", "instance", "batch", "result", "items")
+    priority = P_DONE
+
+    def __init__(self, time: float, engine: str, instance: int, batch: tuple, result: Any, items: int) -> None:
+        super().__init__(time)
+        self.engine, self.instance, self.batch, self.result, self.items = engine, instance, batch, result, items
+
+    def handle(self, sim: Simulator) -> list:
+        inst = sim.state.schedulers[self.engine].instances[self.instance]
+        return inst.shared.start(self.time, self.result.duration_s, self._done)
+
+    def _done(self, now: float, sim: Simulator) -> list:
+        out: list = []
+        for p, res in zip(self.batch, self.result.outputs):
+            q = sim.state.queries[p.qid]
+            out.append(NodeDone(now, p.qid, p.node_id, res.value))
+            for i, (_, val) in enumerate(res.pieces):
+                pid = f"{p.node_id}/piece{i}"
+                if pid in q.graph.nodes:
+                    out.append(NodeDone(now, p.qid, pid, val))
+        out.append(InstanceFree(now, self.engine, self.instance, self.items))
+        return out
 
 
 class Dispatch(Event):

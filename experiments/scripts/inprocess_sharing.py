@@ -1,0 +1,147 @@
+"""How the real CPU engines slow each other when they run at once IN ONE PROCESS, as in
+``teola_real_cpu`` (every engine on its own worker thread of one Python process), measured apart from
+any run (issue 26): is it more than fair sharing of the machine's cores (the interpreter lock)?
+
+Each pair times a *victim* batch (through its engine's own ``submit``: wall ``duration_s`` and the
+CPU of its thread ``cpu_s``) under three conditions, rotated per round: ``alone``; beside an
+*aggressor* batch repeated without pause on another engine instance's worker thread of this process
+(``thread``); beside the same aggressor loop in a child process (``process``, the control: it
+shares the cores, not the interpreter). Both aggressors are loaded once per pair and idle (waiting
+on an event, the interpreter lock released) outside their condition. Two executions on 2 cores: fair sharing predicts the same
+wall in ``thread`` as in ``process``. Batches are the real run's: MiniLM on 8 of the guide's
+paragraphs (Teola's first index batch), the tiny Llama's 4 partial prefills of 3 paragraphs each
+(~450 tokens, Teola's naive-RAG leaf prefixes) and a 16-token decode after a prompt of one paragraph,
+torch at 1 thread. Prints per pair and condition the median wall and CPU (ms) and the ratios to
+``alone``, and the load average before and after.
+
+    PYTHONPATH=. python experiments/scripts/inprocess_sharing.py [ROUNDS]
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.kinds.teola_real_cpu import load_corpus
+from orchestrator.engines.base import Invocation
+from orchestrator.primitives import Kind
+
+LLM_DIR = Path(tempfile.gettempdir()) / "flowmaker_tiny_llama"
+PAIRS = (("embed 8", "partial prefills"), ("embed 8", "decode 16"), ("decode 16", "embed 8"),
+         ("partial prefills", "embed 8"), ("embed 8", "embed 8"))
+
+
+class Ops:
+    """The engines of one process (an embedder and a tiny-Llama instance) and the batches they run."""
+
+    def __init__(self) -> None:
+        import torch
+        from orchestrator.engines.real.embedding import SentenceEmbeddingEngine
+        from orchestrator.engines.real.llm import TorchLLMEngine
+        from orchestrator.engines.real.tinyllm import build_tiny_llama
+        torch.set_num_threads(1)
+        self.paras, self.questions = load_corpus("ostvik_guide")
+        self.emb = SentenceEmbeddingEngine(name="minilm", max_batch=16)
+        self.llm = TorchLLMEngine(name="llm", model_dir=build_tiny_llama(LLM_DIR)).load()
+        self.emb.warm()
+        self.llm.warm()
+        self.n = 0
+
+    def run(self, op: str) -> tuple[float, float]:
+        """Run one batch of ``op``; its wall and thread CPU (s)."""
+        self.n += 1
+        r, p = self.n, self.paras
+        if op == "embed 8":
+            invs = [Invocation("e", Kind.EMBEDDING, {"texts": [p[(r + k) % len(p)] for k in range(8)]}, n_items=8)]
+            res = self.emb.submit(invs).result()
+        elif op == "partial prefills":
+            invs = [Invocation(f"p{r}/{j}", Kind.PARTIAL_PREFILLING,
+                               {"segments": (" ".join(p[(r + 3 * j + k) % len(p)] for k in range(3)),)}, {}, f"p{r}/{j}")
+                    for j in range(4)]
+            res = self.llm.submit(invs).result()
+            for inv in invs:                        # nothing continues them: drop their KV
+                self.llm._kv.pop(inv.kv_key, None)
+        elif op == "decode 16":
+            key = f"d{r}"
+            self.llm.submit([Invocation(key, Kind.PREFILLING, {"segments": (p[r % len(p)],)}, {}, key)]).result()
+            res = self.llm.submit([Invocation(f"{key}/d", Kind.DECODING, {}, {"output_tokens": 16, "fmt": "text"},
+                                              key)]).result()
+        else:
+            raise ValueError(op)
+        return res.duration_s, float(res.cpu_s or 0.0)
+
+
+def _loop(op: str, go: Any, stop: Any, started: Any) -> None:
+    ops = Ops()
+    started.set()
+    while not stop.is_set():
+        if go.wait(0.05):
+            ops.run(op)
+
+
+class Aggressor:
+    """``op`` repeated without pause while ``go`` is set, on a thread of this process (its own
+    engines) or in a child process; loaded once per pair."""
+
+    def __init__(self, op: str, where: str) -> None:
+        ctx = mp.get_context("spawn")
+        ev = ctx.Event if where == "process" else threading.Event
+        self.go, self.stop, started = ev(), ev(), ev()
+        args = (op, self.go, self.stop, started)
+        self.worker = (ctx.Process(target=_loop, args=args) if where == "process"
+                       else threading.Thread(target=_loop, args=args, daemon=True))
+        self.worker.start()
+        started.wait()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.worker.join()
+
+
+def measure(ops: Ops, victim: str, aggressor: str, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {}
+    aggs = {"thread": Aggressor(aggressor, "thread"), "process": Aggressor(aggressor, "process")}
+    conds = ["alone", "thread", "process"]
+    try:
+        for r in range(rounds):
+            for cond in conds[r % 3:] + conds[:r % 3]:
+                agg = aggs.get(cond)
+                if agg is not None:
+                    agg.go.set()
+                    time.sleep(0.05)            # its loop is under way
+                for _ in range(4):
+                    out.setdefault(cond, []).append(ops.run(victim))
+                if agg is not None:
+                    agg.go.clear()
+                    time.sleep(0.1)             # its batch in flight ends
+    finally:
+        for agg in aggs.values():
+            agg.close()
+    return out
+
+
+def main(rounds: int = 6) -> None:
+    print(f"load average before: {os.getloadavg()}; cores: {os.cpu_count()}")
+    ops = Ops()
+    for victim, aggressor in PAIRS:
+        t = measure(ops, victim, aggressor, rounds)
+        wall0 = statistics.median(w for w, _ in t["alone"])
+        cpu0 = statistics.median(c for _, c in t["alone"])
+        for cond, xs in t.items():
+            w, c = statistics.median(x for x, _ in xs), statistics.median(y for _, y in xs)
+            q = statistics.quantiles([x for x, _ in xs], n=4) if len(xs) > 1 else [w, w, w]
+            print(f"{victim:16s} beside {aggressor:16s} {cond:7s}: wall {1e3 * w:6.1f} ms [{1e3 * q[0]:.1f}-{1e3 * q[2]:.1f}] "
+                  f"({w / wall0:4.2f}x alone)  cpu {1e3 * c:6.1f} ms ({c / cpu0:4.2f}x)  n={len(xs)}")
+        print(f"  load average now: {os.getloadavg()}", flush=True)
+    ops.emb.close()
+    ops.llm.close()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 6)
