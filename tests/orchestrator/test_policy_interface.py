@@ -3,7 +3,7 @@ returns an immutable plan; only the core applies it, and the core refuses a plan
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import orchestrator.engines.llm_core as llm_core
@@ -48,6 +48,7 @@ class _Spy:
 @settings(max_examples=15, deadline=None)
 @given(reqs=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 400), st.integers(1, 120)), min_size=1, max_size=40),
        blocks=st.integers(30, 120))
+@example(reqs=[(0.0, 361, 120)], blocks=30)     # one request that never fits: no plan at all
 def test_policies_only_read_the_core_and_return_frozen_plans(scheduler, reqs, blocks):
     spies: list[_Spy] = []
 
@@ -69,7 +70,9 @@ def _check_spied(scheduler, reqs, blocks, spies):
     res = simulate(trace, cfg, step=LinearStep())
     for inst in res.instances:
         inst.check()
-    assert len(spies) == 2 and sum(s.plans for s in spies) >= 1
+    assert len(spies) == 2
+    # a request no instance can ever hold fails at once, without a plan (hypothesis found one alone)
+    assert sum(s.plans for s in spies) >= 1 or res.summary["completed"] == 0
     assert sum(s.preempted for s in spies) == res.summary["preemptions"]
     assert res.summary["completed"] + res.summary["failed"] == len(reqs)
 
