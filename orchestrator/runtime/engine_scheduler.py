@@ -18,7 +18,10 @@ placed after every other primitive, only on an instance that would run them soon
 (``takes_background()``: idle, or a prefill pass is due there) and never beside a regular prompt of
 their own query placed in the same round (that prompt is ahead of them on the query's critical
 path: a partial waits for a later input, so joining that pass only delays its own query), where
-the engine core admits them only into what a pass that runs anyway leaves (``Seq.background``). Until then they wait here,
+the engine core admits them only into what a pass that runs anyway leaves (``Seq.background``). On an
+engine whose instances take one batch at a time (the real engines) nothing beside regular work is
+free: a batch's prefills run one after another and its results come back at its end. There a batch
+holds partial prefills only when no regular work can go to that instance. Until then they wait here,
 unpinned. When a partial prefill becomes critical (its full prefill waits only for it) and has
 not started, :meth:`withdraw` takes it back (pending here, or queued on an instance that gives it
 back: the simulated LLM engines), so the graph runtime merges it into its full prefill, one
@@ -152,6 +155,8 @@ class EngineScheduler:
             idle.sort(key=lambda i: (self.balancer.key(self.instances[i], self.executed[i]), i))
             for i in idle:
                 elig = self._eligible(i)
+                # background partials only in a batch of their own (module docstring)
+                elig = [p for p in elig if not self.background(p)] or elig
                 if elig:
                     batch = self.policy.select(elig, capacity=self._room(i))
                     est = getattr(self.instances[i], "estimate_s", None)

@@ -130,3 +130,47 @@ def test_algorithm2_drains_a_buckets_deepest_level_before_the_next_bucket():
     assert [p.node_id for p in sel(pend, capacity=3)] == ["X1", "X2", "Y1"]
     assert [p.node_id for p in sel(pend, capacity=4)] == ["X1", "X2", "Y1", "X3"]
     assert [p.node_id for p in TopologyAware(direction="lowest").select(pend, capacity=2)] == ["X3", "Y1"]
+
+
+class _BatchLLM:
+    """A batch-at-a-time LLM instance (as the real engines are): ``continuous`` False."""
+    kind, continuous, streams = "llm", False, False
+    serves = frozenset({Kind.PREFILLING, Kind.PARTIAL_PREFILLING, Kind.FULL_PREFILLING, Kind.DECODING})
+
+    def __init__(self, name):
+        self.name, self.batches = name, []
+
+    def submit(self, batch, *, now_s=None, on_piece=None):
+        self.batches.append([inv.key for inv in batch])
+        return None
+
+    def max_batch_size(self):
+        return 8
+
+    def occupied_kv_tokens(self):
+        return 0
+
+
+def test_batch_engines_never_put_partial_prefills_beside_regular_work():
+    """A batch-at-a-time instance prefills a batch's prompts one after another and returns them at
+    its end: the critical prefill goes alone, the partials to the other idle instance."""
+    sched = EngineScheduler(name="llm", instances=[_BatchLLM("a"), _BatchLLM("b")], policy=TopologyAware(),
+                            max_batch=8)
+    for k in range(3):
+        sched.enqueue(_pend(Kind.PARTIAL_PREFILLING, f"part{k}", qid=0))
+    sched.enqueue(_pend(Kind.PREFILLING, "expansion", qid=0))
+    launches = sched.dispatch(0.0)
+    batches = sorted([p.payload.key for p in la.batch] for la in launches)
+    assert batches == [["expansion"], ["part0", "part1", "part2"]]
+
+
+def test_batch_engines_hold_partial_prefills_while_regular_work_takes_the_only_instance():
+    sched = EngineScheduler(name="llm", instances=[_BatchLLM("a")], policy=TopologyAware(), max_batch=8)
+    sched.enqueue(_pend(Kind.PARTIAL_PREFILLING, "part", qid=1))
+    sched.enqueue(_pend(Kind.PREFILLING, "expansion", qid=0))
+    (la,) = sched.dispatch(0.0)
+    assert [p.payload.key for p in la.batch] == ["expansion"]
+    assert [p.payload.key for p in sched.pending] == ["part"]
+    sched.free(0, 1)
+    (la,) = sched.dispatch(0.1)                   # the instance is free and nothing regular waits
+    assert [p.payload.key for p in la.batch] == ["part"]
