@@ -100,8 +100,8 @@ def kind_module(kind: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flowmaker.entry import (OneLineParser, add_version, interrupt_status, interrupt_word, one_line,
-                                 setup_logging, show_progress)
+    from flowmaker.entry import (OneLineParser, add_version, one_line, setup_logging, show_progress,
+                                 signalled)
     from flowmaker.inputs import InputError
     from profiler.catalog import CatalogError
     from selector.errors import ProblemError
@@ -168,14 +168,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        where = f"; rerun with --run-id {run_dir.name} to resume" if run_dir is not None else ""
-        print(f"{interrupt_word(exc)}: finished results are kept{where}", file=sys.stderr)
-        return interrupt_status(exc)
+        return _interrupted(exc, run_dir)
+    except Exception:
+        # an interrupt that landed inside a C extension (its import) surfaces as another exception
+        if (sig := signalled()) is None:
+            raise
+        return _interrupted(sig, run_dir)
     finally:
         if lock is not None:
             lock.release()
     print(f"results: {run_dir} (wall time {wall_s:.1f} s, load average {_load()})")
     return 0
+
+
+def _interrupted(exc: KeyboardInterrupt, run_dir: Path | None) -> int:
+    """Ctrl-C or SIGTERM: one line saying how to resume, and the signal's exit status."""
+    from flowmaker.entry import interrupt_status, interrupt_word
+    where = f"; rerun with --run-id {run_dir.name} to resume" if run_dir is not None else ""
+    print(f"{interrupt_word(exc)}: finished results are kept{where}", file=sys.stderr)
+    return interrupt_status(exc)
 
 
 def _cpu_s() -> float:

@@ -170,6 +170,12 @@ def interrupt_status(exc: BaseException) -> int:
     return EXIT_TERMINATED if _terminated(exc) else EXIT_INTERRUPTED
 
 
+def signalled() -> KeyboardInterrupt | None:
+    """The interrupt this process received (Ctrl-C or SIGTERM) as an exception, or None: for a
+    handler that meets it surfaced as another exception (:class:`_Sigint`)."""
+    return None if _Sigint.seen is None else _Sigint.seen()
+
+
 class _Sigint:
     """Ctrl-C raises KeyboardInterrupt as usual, SIGTERM :class:`Terminated`, and either is
     remembered: an interrupt that lands inside a C extension's import surfaces as another

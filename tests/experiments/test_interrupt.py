@@ -105,3 +105,22 @@ def test_benchmarks_ctrl_c_exit_130(name: str, tmp_path) -> None:
                       running, within_s=120)
     assert done.returncode == 130, done
     assert _problem_lines(done.stderr)[-1].startswith("interrupted")
+
+
+def test_an_interrupt_surfacing_as_another_exception_still_says_how_to_resume(tmp_path, monkeypatch, capsys) -> None:
+    """Ctrl-C inside a C extension's import arrives as e.g. ImportError: the runner reports it as
+    an interrupt with its --run-id hint (CI once saw a bare 'interrupted' from the last resort)."""
+    import experiments.run as runner
+    from flowmaker import entry
+
+    def interrupted_import(params, ctx):
+        monkeypatch.setattr(entry._Sigint, "seen", KeyboardInterrupt)
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(runner.kind_module("selector_scaling"), "run", interrupted_import)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("experiment: ctrlc\nkind: selector_scaling\nparams:\n  depths: [1]\n  catalog_sizes: []\n"
+                   "  solvers: [milp]\n  publish: false\n")
+    code = runner.main([str(cfg), "--results", str(tmp_path / "results"), "--run-id", "r", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 130 and "interrupted: finished results are kept; rerun with --run-id r" in err, err
