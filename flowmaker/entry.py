@@ -223,9 +223,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         _stderr_line(f"error: input too large or too deeply nested ({type(exc).__name__})")
         code = EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the last resort: one line, not a traceback
-        if _Sigint.seen is not None:
-            _stderr_line(interrupt_word(_Sigint.seen()))
-            sys.exit(interrupt_status(_Sigint.seen()))
+        if (sig := signalled()) is not None:
+            _stderr_line(interrupt_word(sig))
+            sys.exit(interrupt_status(sig))
         if os.environ.get(DEBUG_ENV):
             raise
         _stderr_line(f"internal error: {one_line(f'{type(exc).__name__}: {exc}')} "
