@@ -109,6 +109,9 @@ class Params(BaseModel):
     cpu_same_process: float = Field(0.0, ge=0, description="with cpu_cores: the engines run in one process, and each "
                                     "further execution running at once slows every one by this fraction beyond the "
                                     "cores (the interpreter lock; SharedCores.same_process)")
+    cpu_same_process_decode: float | None = Field(None, ge=0, description="with cpu_same_process: the same for an LLM "
+                                                  "iteration that only decodes (SharedCores.decode_same_process); "
+                                                  "None: cpu_same_process")
     llm_latency: Literal["table", "profiler"] = "table"
     profiler_gpu: str = Field("a6000", description="stand-in for the paper's RTX 3090 (not in the catalog)")
 
@@ -118,7 +121,7 @@ class Params(BaseModel):
         any cell runs; their names are distinct."""
         if self.cpu_background and self.cpu_cores is None:
             raise ValueError("cpu_background: needs cpu_cores (the cores the other programs share)")
-        if self.cpu_same_process and self.cpu_cores is None:
+        if (self.cpu_same_process or self.cpu_same_process_decode) and self.cpu_cores is None:
             raise ValueError("cpu_same_process: needs cpu_cores (the cores the process's engines share)")
         check_distinct(self.apps, "apps")
         check_apps([*self.apps, self.ablation_app, *self.batch_cap_rates, *(self.decompose_apps or ())])
@@ -162,7 +165,7 @@ def _engines(app, scheme, p: Params, app_name: str | None = None):
                                      prefix_caching=cache)
     engines = app.build_engines(prefix_caching=cache, overrides=over)
     if p.cpu_cores is not None:
-        share_cores(engines, p.cpu_cores, p.cpu_background, p.cpu_same_process)
+        share_cores(engines, p.cpu_cores, p.cpu_background, p.cpu_same_process, p.cpu_same_process_decode)
     return engines
 
 

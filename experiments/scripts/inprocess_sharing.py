@@ -15,11 +15,18 @@ torch at 1 thread. Prints per pair and condition the median wall and CPU (ms) an
 ``alone``, and the load average before and after.
 
     PYTHONPATH=. python experiments/scripts/inprocess_sharing.py [ROUNDS] [pairs|triples|all]
+
+``summarize LOG...`` reads such logs back: per victim group (the decode; every other), the in-process
+cost per other execution of each measurement and their median (``teola_apps``'s ``cpu_same_process_decode``
+and ``cpu_same_process``):
+
+    PYTHONPATH=. python experiments/scripts/inprocess_sharing.py summarize results/bench_nonllm/inprocess_sharing_*.log
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -151,5 +158,37 @@ def main(rounds: int = 6, which: str = "pairs") -> None:
     ops.llm.close()
 
 
+_LINE = re.compile(r"^(?P<victim>.+?)\s+beside (?P<aggs>.+?)\s+(?P<cond>thread|process)\s*: wall\s+(?P<wall>[\d.]+) ms")
+
+
+def per_victim(logs: list[str]) -> dict[str, list[float]]:
+    """From this script's logs, each (victim, aggressors) measurement's in-process cost per other execution,
+    ``(thread wall / process wall - 1) / (k - 1)`` (``k`` executions at once), grouped into ``decode`` (the
+    LLM decode as the victim) and ``other`` (every other victim): ``SharedCores``'s ``decode_same_process``
+    and ``same_process`` are their medians."""
+    walls: dict[tuple[str, str, str, str], float] = {}
+    for log in logs:
+        for line in Path(log).read_text().splitlines():
+            m = _LINE.match(line)
+            if m:
+                walls[(log, m["victim"].strip(), m["aggs"].strip(), m["cond"])] = float(m["wall"])
+    out: dict[str, list[float]] = {"decode": [], "other": []}
+    for (log, victim, aggs, cond), w in sorted(walls.items()):
+        if cond == "thread" and (log, victim, aggs, "process") in walls:
+            k = 2 + aggs.count(" + ")
+            out["decode" if victim.startswith("decode") else "other"].append(
+                (w / walls[(log, victim, aggs, "process")] - 1) / (k - 1))
+    return out
+
+
+def summarize(logs: list[str]) -> None:
+    for group, xs in per_victim(logs).items():
+        print(f"{group:6s} victims: in-process cost per other execution, median {statistics.median(xs):.3f} "
+              f"over {len(xs)} measurements: {', '.join(f'{x:.3f}' for x in sorted(xs))}")
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 6, sys.argv[2] if len(sys.argv) > 2 else "pairs")
+    if len(sys.argv) > 1 and sys.argv[1] == "summarize":
+        summarize(sys.argv[2:])
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 6, sys.argv[2] if len(sys.argv) > 2 else "pairs")

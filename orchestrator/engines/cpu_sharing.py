@@ -28,10 +28,10 @@ Done = Callable[[float, Simulator], Iterable[Event] | None]
 
 
 class _Execution:
-    __slots__ = ("left", "done")
+    __slots__ = ("left", "done", "same_process")
 
-    def __init__(self, left: float, done: Done) -> None:
-        self.left, self.done = left, done
+    def __init__(self, left: float, done: Done, same_process: float) -> None:
+        self.left, self.done, self.same_process = left, done, same_process
 
 
 class _End(Event):
@@ -53,29 +53,35 @@ class SharedCores:
     #: remaining work (s) within which executions end together with the earliest one
     EPS_S = 1e-9
 
-    def __init__(self, cores: int, background: float = 0.0, same_process: float = 0.0) -> None:
+    def __init__(self, cores: int, background: float = 0.0, same_process: float = 0.0,
+                 decode_same_process: float | None = None) -> None:
         if cores < 1:
             raise ValueError(f"cores: {cores} (at least 1)")
         if background < 0:
             raise ValueError(f"background: {background} (at least 0)")
-        if same_process < 0:
-            raise ValueError(f"same_process: {same_process} (at least 0)")
-        self.cores, self.background, self.same_process = cores, background, same_process
+        decode = same_process if decode_same_process is None else decode_same_process
+        if min(same_process, decode) < 0:
+            raise ValueError(f"same_process: {same_process}, decode_same_process: {decode} (at least 0)")
+        self.cores, self.background = cores, background
+        self.same_process, self.decode_same_process = same_process, decode
         self.running: list[_Execution] = []     # in start order (ends at one instant: that order)
         self._t = 0.0                           # when every ``left`` was last brought up to date
         self._version = 0
 
-    def factor(self, k: int) -> float:
-        """How many times longer than alone work takes while ``k`` executions run."""
-        return max(1.0, (k + self.background) / self.cores) * (1.0 + self.same_process * max(0, k - 1))
+    def factor(self, k: int, same_process: float | None = None) -> float:
+        """How many times longer than alone work takes while ``k`` executions run, for an execution
+        that the others of its process cost ``same_process`` each (default: the cores' own)."""
+        s = self.same_process if same_process is None else same_process
+        return max(1.0, (k + self.background) / self.cores) * (1.0 + s * max(0, k - 1))
 
-    def start(self, now: float, work_s: float, done: Done) -> list[Event]:
-        """Start ``work_s`` seconds of work at ``now``; ``done`` is called when it ends. Returns the
-        cores' new end event (for the loop that runs them)."""
+    def start(self, now: float, work_s: float, done: Done, *, decode: bool = False) -> list[Event]:
+        """Start ``work_s`` seconds of work at ``now`` (``decode``: an LLM iteration that only
+        decodes); ``done`` is called when it ends. Returns the cores' new end event (for the loop
+        that runs them)."""
         if work_s < 0:
             raise ValueError(f"work_s: {work_s} (at least 0)")
         self._advance(now)
-        self.running.append(_Execution(work_s, done))
+        self.running.append(_Execution(work_s, done, self.decode_same_process if decode else self.same_process))
         return [self._next_end()]
 
     def end(self, event: _End, sim: Simulator) -> list[Event] | None:
@@ -85,9 +91,11 @@ class SharedCores:
             return None                         # made before the last start or end: stale
         now = event.time
         self._advance(now)
-        first = min(e.left for e in self.running)
-        ended = [e for e in self.running if e.left <= first + self.EPS_S]
-        self.running = [e for e in self.running if e.left > first + self.EPS_S]
+        k = len(self.running)
+        wall = [e.left * self.factor(k, e.same_process) for e in self.running]     # left at the current rates
+        first = min(wall)
+        ended = [e for e, w in zip(self.running, wall) if w <= first + self.EPS_S]
+        self.running = [e for e, w in zip(self.running, wall) if w > first + self.EPS_S]
         self._version += 1                      # the rate changed: any end made before is stale
         out: list[Event] = []
         for e in ended:
@@ -100,15 +108,16 @@ class SharedCores:
         if now < self._t:
             raise ValueError(f"shared cores: time {now} s is before their clock ({self._t} s)")
         if self.running and now > self._t:
-            step = (now - self._t) / self.factor(len(self.running))
+            k, dt = len(self.running), now - self._t
             for e in self.running:
-                e.left -= step
+                e.left -= dt / self.factor(k, e.same_process)
         self._t = now
 
     def _next_end(self) -> _End:
         self._version += 1
-        first = max(0.0, min(e.left for e in self.running))
-        return _End(self._t + first * self.factor(len(self.running)), self, self._version)
+        k = len(self.running)
+        first = max(0.0, min(e.left * self.factor(k, e.same_process) for e in self.running))
+        return _End(self._t + first, self, self._version)
 
 
 class SharedCoresLLMCore(LLMCore):
@@ -127,7 +136,7 @@ class SharedCoresLLMCore(LLMCore):
             return events
         assert events, "an LLMCore that starts an iteration returns its end event"
         work = self.time - now                  # the iteration's step time (its core alone)
-        ends = self.shared.start(now, work, self._iteration_done)
+        ends = self.shared.start(now, work, self._iteration_done, decode=not self.chunks)
         return list(events[:-1]) + ends         # the core's own end event (last) replaced
 
     def _iteration_done(self, now: float, sim: Simulator) -> Iterable[Event] | None:

@@ -177,13 +177,14 @@ def profiler_llm_instances(model: str, gpu: str, *, tp: int = 1, pp: int = 1, n_
 
 
 def share_cores(engines: Mapping[str, Sequence[Engine]], cores: int, background: float = 0.0,
-                same_process: float = 0.0) -> SharedCores:
+                same_process: float = 0.0, decode_same_process: float | None = None) -> SharedCores:
     """Put every simulated instance of ``engines`` (fresh, before any work) on ``cores`` shared CPU
     cores beside ``background`` runnable tasks of other programs, all in one process whose executions
-    cost each other ``same_process`` beyond the cores (``cpu_sharing.SharedCores``: processor sharing,
-    re-timed whenever an execution starts or ends); returns the cores. An instance that cannot share
-    (a real engine) is a ValueError."""
-    shared = SharedCores(cores, background, same_process)
+    cost each other ``same_process`` beyond the cores (``decode_same_process`` an LLM iteration that
+    only decodes; None: the same) (``cpu_sharing.SharedCores``: processor sharing, re-timed whenever
+    an execution starts or ends); returns the cores. An instance that cannot share (a real engine) is
+    a ValueError."""
+    shared = SharedCores(cores, background, same_process, decode_same_process)
     for name, insts in engines.items():
         for inst in insts:
             share = getattr(inst, "share_cpu", None)

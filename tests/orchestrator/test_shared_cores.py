@@ -21,7 +21,8 @@ class _Start(Event):
         self.cores, self.work, self.name, self.ends = cores, work, name, ends
 
     def handle(self, sim: Simulator) -> list[Event]:
-        return self.cores.start(self.time, self.work, self._done)
+        # an execution named "decode..." is an LLM iteration that only decodes
+        return self.cores.start(self.time, self.work, self._done, decode=self.name.startswith("decode"))
 
     def _done(self, now: float, sim: Simulator) -> None:
         self.ends[self.name] = now
@@ -54,6 +55,19 @@ def test_executions_of_one_process_cost_each_other_beyond_the_cores():
     assert [one_process.factor(k) for k in (1, 2, 3)] == [1.0, 1.5, 3.0]     # 3: 1.5 (cores) x 2 (lock)
     # two on two cores: 1.5x each while both run; a's 0.3 s end at 0.45 (b did 0.3), b's 0.7 left alone: 1.15
     assert _ends(one_process, [("a", 0.0, 0.3), ("b", 0.0, 1.0)]) == pytest.approx({"a": 0.45, "b": 1.15})
+
+
+def test_a_decode_iteration_pays_its_own_in_process_cost_the_others_theirs():
+    cores = SharedCores(2, same_process=0.5, decode_same_process=1.0)
+    assert cores.factor(2) == 1.5 and cores.factor(2, 1.0) == 2.0
+    # both 0.3 s of work from 0: the batch runs at 1/1.5 and ends at 0.45, the decode at 1/2 has done
+    # 0.225 by then; its 0.075 left alone: 0.525
+    assert _ends(cores, [("batch", 0.0, 0.3), ("decode", 0.0, 0.3)]) == pytest.approx({"batch": 0.45, "decode": 0.525})
+    # without a decode-specific cost a decode is like any execution
+    plain = SharedCores(2, same_process=0.5)
+    assert _ends(plain, [("batch", 0.0, 0.3), ("decode", 0.0, 0.3)]) == pytest.approx({"batch": 0.45, "decode": 0.45})
+    with pytest.raises(ValueError, match="decode_same_process"):
+        SharedCores(2, decode_same_process=-0.1)
 
 
 def test_an_execution_that_started_first_is_slowed_by_one_that_starts_later():
@@ -102,6 +116,19 @@ def test_an_llm_iteration_in_flight_is_slowed_by_a_batch_that_starts_after_it():
     loop.run()
     assert done == pytest.approx({1: 1.5}) and ends == pytest.approx({"batch": 2.0})
     assert core.busy_s == pytest.approx(1.5) and not core.busy
+
+
+def test_an_llm_core_times_its_decode_iterations_with_the_decode_cost():
+    # 2 cores, a long batch beside: the prefill iteration pays nothing beyond its core, the decode
+    # iteration after it (the sequence's second token) the decode's in-process cost, 2x
+    cores, loop, done = SharedCores(2, same_process=0.0, decode_same_process=1.0), Simulator(), {}
+    core = SharedCoresLLMCore(shared=cores, name="c", step=_ConstStep(), kv_tokens=1600, loop=loop,
+                              sink=lambda s, now: done.__setitem__(s.id, now), config=EngineConfig())
+    ends: dict[str, float] = {}
+    core.submit(Seq(1, 16, 2), 0.0)
+    loop.push(_Start(0.0, cores, 10.0, "batch", ends))
+    loop.run()
+    assert done == pytest.approx({1: 3.0}) and ends == pytest.approx({"batch": 10.0})
 
 
 def _latencies(cores: int | None, n: int = 4, background: float = 0.0) -> list[float]:
