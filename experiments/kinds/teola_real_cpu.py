@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from experiments.kinds import _teola_real_calls as real_calls
+from experiments.kinds import _teola_real_direction as direction
 from flowmaker.entry import UserError
 from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
@@ -70,12 +71,10 @@ class Params(BaseModel):
     reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
-    simulation_vs_best: dict[str, float | dict[float, float]] = Field(
-        default_factory=dict, description="per app, the simulation's Teola / best-baseline speedup, one for every rate "
-                                          "or one per rate (its source named in the config and in `simulation_source`), "
-                                          "set beside the real run's direction in summary.md")
-    simulation_source: str = Field("the GPU-engine simulation, `results/teola_apps`",
-                                   description="which simulation `simulation_vs_best` comes from (summary.md names it)")
+    simulation: str | None = Field(
+        "teola_real_cpu_sim", description="the simulation of this deployment, a teola_apps experiment config (by "
+                                          "name or path), run when the summary is written: its direction beside the "
+                                          "real run's per (app, rate, baseline) in summary.md; None: no comparison")
     runtime: Literal["inprocess", "ray"] = Field(
         "inprocess", description="how a cell runs its engines: in this process, or as Ray actors (run_ray); where the "
                                  "cells run is the config's top-level runtime (experiments.executor)")
@@ -210,39 +209,6 @@ def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | Non
     return pd.DataFrame(rows)
 
 
-def _side(x: float, lo: float, hi: float) -> str:
-    """Which way a speedup points over the repeats: ``faster`` / ``slower`` when every repeat agrees."""
-    return "faster" if lo > 1 else "slower" if hi < 1 else ("mixed, mean faster" if x >= 1 else "mixed, mean slower")
-
-
-def _simulated(sim: float | dict[float, float] | None, rate: float) -> float | None:
-    """The simulation's speedup at ``rate``: one for every rate, or the one listed for it (None if not)."""
-    if not isinstance(sim, dict):
-        return sim
-    return next((v for r, v in sim.items() if abs(r - rate) < 1e-9), None)
-
-
-def _directions(summary: pd.DataFrame, params: Params) -> list[str]:
-    """Per unsaturated (app, rate): which way Teola's speedup over the best baseline points over the
-    repeats, beside the simulation's (``params.simulation_vs_best``)."""
-    out = ["", "Direction per unsaturated (app, rate): Teola against the best baseline over the repeats, beside the "
-               f"simulation's speedup (`params.simulation_vs_best`, {params.simulation_source}):", ""]
-    for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
-        b = g.iloc[0]
-        if b.saturated:
-            continue
-        real = _side(b.teola_vs_best, b.teola_vs_best_min, b.teola_vs_best_max)
-        sim = _simulated(params.simulation_vs_best.get(app), rate)
-        verdict = "" if sim is None else (
-            f"; simulation {sim:.2f}x ({'faster' if sim >= 1 else 'slower'}): " +
-            ("agrees" if real.split(",")[0] == ("faster" if sim >= 1 else "slower") else
-             ("agrees in the mean, not in every repeat" if real.endswith("faster" if sim >= 1 else "slower")
-              else "disagrees in the mean, mixed over the repeats") if real.startswith("mixed") else "disagrees"))
-        out.append(f"- {app} at {rate:g} req/s: {b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-"
-                   f"{b.teola_vs_best_max:.2f}] against {b.best_baseline}, {real}{verdict}")
-    return out
-
-
 def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s: float, blocks_s: float) -> str:
     t = params.schemes[0]
     lines = ["# Teola on real engines (CPU, wall clock)", "",
@@ -265,7 +231,6 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
         lines.append(f"| {app} | {rate:g} | {'saturated' if b.saturated else 'unsaturated'} | {b.best_baseline} | "
                      f"{r.loc[b.best_baseline].mean_latency_s:.3f} | {r.loc[t].mean_latency_s:.3f} | "
                      f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | {same} |")
-    lines += _directions(summary, params)
     lines += ["", "| app | rate (req/s) | scheme | mean (s) | [range over repeats] | p99 (s) | Teola's speedup over it |",
               "|---|---|---|---|---|---|---|"]
     for r in summary.itertuples():
@@ -278,6 +243,9 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
     for r in blocks.itertuples():
         lines.append(f"| {r.repeat} | {r.rate_rps:g} | {r.app} | {r.order} | {r.wall_s:.1f} | {r.load_before} | "
                      f"{r.load_after} |")
+    if params.simulation is not None:
+        lines += direction.markdown(summary, direction.simulate(params.simulation, params.rates_rps, params.schemes),
+                                    f"`{params.simulation}`")
     return "\n".join(lines) + "\n"
 
 
