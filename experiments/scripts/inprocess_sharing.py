@@ -181,14 +181,15 @@ def per_victim(logs: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def summarize(logs: list[str]) -> None:
-    for group, xs in per_victim(logs).items():
-        print(f"{group:6s} victims: in-process cost per other execution, median {statistics.median(xs):.3f} "
-              f"over {len(xs)} measurements: {', '.join(f'{x:.3f}' for x in sorted(xs))}")
+def summarize(logs: list[str]) -> list[str]:
+    """One line per victim group: the median and every measurement (``summarize`` on the command line)."""
+    return [f"{group:6s} victims: in-process cost per other execution, median {statistics.median(xs):.3f} "
+            f"over {len(xs)} measurements: {', '.join(f'{x:.3f}' for x in sorted(xs))}"
+            for group, xs in per_victim(logs).items()]
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "summarize":
-        summarize(sys.argv[2:])
+        print("\n".join(summarize(sys.argv[2:])))
     else:
         main(int(sys.argv[1]) if len(sys.argv) > 1 else 6, sys.argv[2] if len(sys.argv) > 2 else "pairs")
