@@ -50,7 +50,7 @@ class _End(Event):
 class SharedCores:
     """``cores`` CPU cores shared by every execution started on them (module docstring)."""
 
-    #: remaining work (s) within which executions end together with the earliest one
+    #: remaining time (s, at the current rates) within which executions end together with the earliest one
     EPS_S = 1e-9
 
     def __init__(self, cores: int, background: float = 0.0, same_process: float = 0.0,
