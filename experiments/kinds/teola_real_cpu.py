@@ -70,6 +70,9 @@ class Params(BaseModel):
     embed_max_batch: int = Field(8, ge=1, description="the embedder's max efficient batch (drives stage decomposition)")
     reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
+    cpu_cores: int | None = Field(
+        None, ge=1, description="the CPU cores the in-process engines share (Teola's background work starts only while "
+                                "one is free: engine_scheduler.CoreBudget); None: the cores this process may run on")
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
     simulation: str | None = Field(
         "teola_real_cpu_sim", description="the simulation of this deployment, a teola_apps experiment config (by "
@@ -80,6 +83,11 @@ class Params(BaseModel):
                                  "cells run is the config's top-level runtime (experiments.executor)")
     ray_address: str | None = None
     timeout_s: float = Field(600.0, gt=0)
+
+
+def cpu_cores(params: Params) -> int:
+    """The CPU cores the in-process engines share: ``params.cpu_cores`` or those this process may use."""
+    return params.cpu_cores or len(os.sched_getaffinity(0))
 
 
 def load_corpus(name: str) -> tuple[list[str], list[str]]:
@@ -133,7 +141,7 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
                                      cross_encoder_dir=ce_dir)
         try:
             rep = run_realtime(app.template(), [app.query] * params.n_queries, arrivals, engines, scheme=scheme,
-                               payloads=payloads, timeout_s=params.timeout_s)
+                               payloads=payloads, timeout_s=params.timeout_s, cpu_cores=cpu_cores(params))
         finally:
             close_engines(engines)
     if calls is not None:

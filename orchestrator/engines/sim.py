@@ -78,6 +78,11 @@ class SimEngine(Engine):
         cores (``SharedCores.start``), where it ends later while other executions run."""
         self.shared = shared
 
+    @property
+    def cpu_cores(self) -> int | None:
+        """How many CPU cores it shares with other engines (:meth:`share_cpu`); None: its own."""
+        return None if self.shared is None else self.shared.cores
+
     def submit(self, batch: Sequence[Invocation], *, now_s: float | None = None,
                on_piece: PieceCallback | None = None) -> PendingBatch:
         check_kinds(self, batch)
@@ -178,6 +183,12 @@ class SimLLMEngine(Engine):
         if self.core.outstanding:
             raise RuntimeError(f"{self.name}: share_cpu after work arrived")
         self.core = self._new_core(shared)
+
+    @property
+    def cpu_cores(self) -> int | None:
+        """How many CPU cores it shares with other engines (:meth:`share_cpu`); None: its own."""
+        shared = getattr(self.core, "shared", None)
+        return None if shared is None else shared.cores
 
     @property
     def prefix_caching(self) -> bool:

@@ -11,7 +11,7 @@ from orchestrator.engines.base import Engine
 from orchestrator.ops import words
 from orchestrator.passes import GraphCache, passes_named
 from orchestrator.rewrite import Pass, PassContext, worthwhile_prefix_tokens
-from orchestrator.runtime.engine_scheduler import EngineScheduler
+from orchestrator.runtime.engine_scheduler import CoreBudget, EngineScheduler
 from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, run_events
 from orchestrator.schemes import Scheme, get_scheme
 from orchestrator.template import QueryConfig, Template
@@ -87,6 +87,13 @@ def prepare(template: Template, query_configs: Sequence[QueryConfig], arrivals_s
                     cache or GraphCache(), batching)
 
 
+def shared_cores(engines: Mapping[str, Sequence[Engine]]) -> int | None:
+    """The CPU cores the instances of ``engines`` share (``factory.share_cores``); None where
+    they share none."""
+    return next((c for insts in engines.values() for e in insts
+                 if (c := getattr(e, "cpu_cores", None)) is not None), None)
+
+
 def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_s: Sequence[float],
              engines: Mapping[str, Sequence[Engine]], *, scheme: Scheme | str = "teola",
              batching: BatchingPolicy | None = None, seed: int = 0,
@@ -110,6 +117,9 @@ def simulate(template: Template, query_configs: Sequence[QueryConfig], arrivals_
     runs = prep.runs(ctx)
     scheds = {name: EngineScheduler(name=name, instances=inst, policy=prep.policy(), max_batch=ctx.max_batch[name])
               for name, inst in engines.items()}
+    cores = shared_cores(engines)
+    if cores is not None:
+        CoreBudget(cores, list(scheds.values()))
     state = SimState(schedulers=scheds, dispatch_overhead_s=dispatch_overhead_s)
     results = run_events(state, runs)
     if traces is not None:

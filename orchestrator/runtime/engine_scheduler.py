@@ -22,7 +22,15 @@ the engine core admits them only into what a pass that runs anyway leaves (``Seq
 engine whose instances take one batch at a time (the real engines) nothing beside regular work is
 free: a batch's prefills run one after another and its results come back at its end. There a batch
 holds partial prefills only when no regular work can go to that instance. Until then they wait here,
-unpinned. When a partial prefill becomes critical (its full prefill waits only for it) and has
+unpinned.
+
+Shared CPU cores (:class:`CoreBudget`: the simulated CPU deployment, the real engines of one
+process). An idle instance starts work only while fewer instances are busy than there are cores
+(work for a busy iteration-level instance joins a pass that runs anyway): an execution beside
+the cores' others slows them all, the critical path's among them, where it would otherwise wait
+for a core. The runtimes place the oldest waiting work first and every engine's regular work
+before any background work (two dispatch passes). A partial prefill never joins a regular pass
+there (no pass is free on shared cores) and starts only on an idle instance with a free core. When a partial prefill becomes critical (its full prefill waits only for it) and has
 not started, :meth:`withdraw` takes it back (pending here, or queued on an instance that gives it
 back: the simulated LLM engines), so the graph runtime merges it into its full prefill, one
 prompt placed like any new one (the least-loaded instance), instead of pinning the full prefill
@@ -43,6 +51,23 @@ from orchestrator.engines.base import Engine, Invocation, PendingBatch, PieceCal
 from orchestrator.primitives import Kind, PREFILL_KINDS
 
 _KV_BOUND = (Kind.FULL_PREFILLING, Kind.DECODING)
+
+
+class CoreBudget:
+    """``cores`` CPU cores under every instance of ``schedulers``: a core is free while fewer of
+    those instances are busy (work in flight) than there are cores (module docstring)."""
+
+    def __init__(self, cores: int, schedulers: Sequence["EngineScheduler"]) -> None:
+        if cores < 1:
+            raise ValueError(f"cores: {cores} (at least 1)")
+        self.cores, self.schedulers = cores, list(schedulers)
+        for s in self.schedulers:
+            s.cores = self
+
+    def free(self, extra_busy: int = 0) -> bool:
+        """Whether a core is free with ``extra_busy`` more instances busy than the schedulers count."""
+        busy = sum(1 for s in self.schedulers for n in s.inflight if n > 0)
+        return busy + extra_busy < self.cores
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,7 @@ class EngineScheduler:
         self.critical: set[str] = set()         # partial prefills promoted while pending here
         self.drives_iterations = drives_iterations
         self.on_piece = on_piece
+        self.cores: CoreBudget | None = None   # set by CoreBudget: the CPU cores this engine shares
 
     def enqueue(self, p: Pending) -> None:
         self.pending.append(p)
@@ -140,23 +166,30 @@ class EngineScheduler:
             out.append(p)
         return out
 
-    def dispatch(self, now_s: float) -> list[Launch]:
-        """Start work on instances while it can be placed (module docstring)."""
+    def dispatch(self, now_s: float, *, background: bool = True) -> list[Launch]:
+        """Start work on instances while it can be placed (module docstring); ``background``
+        False: regular work only (the first of the runtimes' passes over shared cores)."""
         if not self.pending:
             return []
         if self.instances[0].continuous:
-            return self._dispatch_primitives(now_s)
-        return self._dispatch_batches(now_s)
+            return self._dispatch_primitives(now_s, background)
+        return self._dispatch_batches(now_s, background)
 
-    def _dispatch_batches(self, now_s: float) -> list[Launch]:
+    def _core_free(self, placed: dict[int, list[Pending]] | None = None) -> bool:
+        if self.cores is None:
+            return True
+        return self.cores.free(sum(1 for i in placed or () if self.inflight[i] == 0))
+
+    def _dispatch_batches(self, now_s: float, background: bool = True) -> list[Launch]:
         launches: list[Launch] = []
-        while self.pending:
+        while self.pending and self._core_free():     # a batch takes a core of its own
             idle = [i for i in range(len(self.instances)) if self._room(i) > 0]
             idle.sort(key=lambda i: (self.balancer.key(self.instances[i], self.executed[i]), i))
             for i in idle:
                 elig = self._eligible(i)
-                # background partials only in a batch of their own (module docstring)
-                elig = [p for p in elig if not self.background(p)] or elig
+                # background partials only in a batch of their own, on shared cores only while
+                # one is free (module docstring)
+                elig = [p for p in elig if not self.background(p)] or (elig if background else [])
                 if elig:
                     batch = self.policy.select(elig, capacity=self._room(i))
                     est = getattr(self.instances[i], "estimate_s", None)
@@ -168,25 +201,27 @@ class EngineScheduler:
                 break
         return launches
 
-    def _dispatch_primitives(self, now_s: float) -> list[Launch]:
+    def _dispatch_primitives(self, now_s: float, background: bool = True) -> list[Launch]:
         live = [i for i in range(len(self.instances)) if i not in getattr(self, "dead", ())]
         load = {i: self._load(i) for i in live}
         placed: dict[int, list[Pending]] = {}
         fg = [p for p in self.pending if not self.background(p)]
         for p in fg:
-            if self._continues(p) and self._affinity[p.payload.kv_key] in load:
-                self._place(p, self._affinity[p.payload.kv_key], placed, {}, load)
+            if (self._continues(p) and (i := self._affinity[p.payload.kv_key]) in load
+                    and self._may_start(i, placed)):
+                self._place(p, i, placed, {}, load)
         room = {i: r for i in live if (r := self._room(i) - sum(q.size for q in placed.get(i, ()))) > 0}
         fg = [p for p in fg if not self._continues(p)]
+        room = {i: r for i, r in room.items() if self._may_start(i, placed)}
         while fg and room:
             batch = self.policy.select(fg, capacity=sum(room.values()))
             chosen = {id(p) for p in batch}
             fg = [p for p in fg if id(p) not in chosen]
             for p in batch:
-                i = self._target(p, room, load)
+                i = self._target(p, room, load, placed)
                 if i is not None:
                     self._place(p, i, placed, room, load)
-        for p in sorted((p for p in self.pending if self.background(p)), key=lambda p: (p.ready_s, p.seq)):
+        for p in sorted((p for p in self.pending if background and self.background(p)), key=lambda p: (p.ready_s, p.seq)):
             cand = [i for i in room if self._takes_background(i, placed) and not self._own_query(p, placed.get(i, ()))]
             if cand:
                 self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)
@@ -201,12 +236,19 @@ class EngineScheduler:
         fn = getattr(inst, "load_tokens", None)
         return float(fn() if fn is not None else inst.occupied_kv_tokens())
 
-    def _target(self, p: Pending, room: dict[int, int], load: dict[int, float]) -> int | None:
+    def _target(self, p: Pending, room: dict[int, int], load: dict[int, float],
+                placed: dict[int, list[Pending]]) -> int | None:
         inv: Invocation = p.payload
+        ok = [i for i in room if self._may_start(i, placed)]
         if inv.kind in _KV_BOUND and inv.kv_key in self._affinity:
             i = self._affinity[inv.kv_key]
-            return i if i in room else None
-        return min(room, key=lambda i: (load[i], i))
+            return i if i in ok else None
+        return min(ok, key=lambda i: (load[i], i), default=None)
+
+    def _may_start(self, i: int, placed: dict[int, list[Pending]]) -> bool:
+        """Whether work may go to instance ``i`` now: it is busy already (its pass runs anyway),
+        or it has a core (``CoreBudget``; always without one)."""
+        return self.cores is None or self.inflight[i] > 0 or i in placed or self._core_free(placed)
 
     def _own_query(self, p: Pending, batch: Sequence[Pending]) -> bool:
         """Whether ``batch`` holds regular work of ``p``'s query: a partial prefill waits for a
@@ -215,6 +257,8 @@ class EngineScheduler:
         return any(q.qid == p.qid and not self.background(q) for q in batch)
 
     def _takes_background(self, i: int, placed: dict[int, list[Pending]]) -> bool:
+        if self.cores is not None:   # shared cores: no pass is free, an idle instance only with a free core
+            return self.inflight[i] == 0 and i not in placed and self._core_free(placed)
         if any(p.payload.kind in PREFILL_KINDS for p in placed.get(i, ())):
             return True          # a prefill pass is due there anyway
         fn = getattr(self.instances[i], "takes_background", None)

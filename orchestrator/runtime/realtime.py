@@ -32,8 +32,8 @@ from orchestrator.engines.base import Engine, EngineDeadError
 from orchestrator.passes import GraphCache
 from orchestrator.rewrite import PassContext
 from orchestrator.runtime.api import prepare
-from orchestrator.runtime.engine_scheduler import EngineScheduler, Launch
-from orchestrator.runtime.sim import QueryRun, RequestResult, SimState
+from orchestrator.runtime.engine_scheduler import CoreBudget, EngineScheduler, Launch
+from orchestrator.runtime.sim import QueryRun, RequestResult, SimState, oldest_pending
 from orchestrator.schemes import Scheme
 from orchestrator.template import QueryConfig, Template
 
@@ -56,7 +56,8 @@ class EngineHost:
     """One engine: its scheduler and instances, thread-safe. ``enqueue`` buffers; ``dispatch``
     starts batches; each batch is awaited on its own thread, which reports to ``sink``:
     ``("done", qid, node_id, value)``, ``("piece", qid, node_id, i, value)``,
-    ``("failed", qids, reason)``, ``("dead", instance_name)``. ``time_scale`` stretches the
+    ``("failed", qids, reason)``, ``("dead", instance_name)``, and on shared cores
+    ``("freed", engine)`` when a batch's core is free. ``time_scale`` stretches the
     modelled durations of simulated instances (real ones take the time they take)."""
 
     def __init__(self, *, name: str, instances: Sequence[Engine], policy: BatchingPolicy,
@@ -88,13 +89,14 @@ class EngineHost:
                 self.sched.critical.add(key)
         return []
 
-    def dispatch(self) -> None:
+    def dispatch(self, background: bool = True) -> None:
+        """Start what can start (``background`` False: regular work only, ``EngineScheduler.dispatch``)."""
         with self._lock:
             if self.sched.pending and len(self.sched.dead) == len(self.sched.instances):
                 self._fail_pending()
                 return
             now = self.clock()
-            for st in self.sched.dispatch(now):
+            for st in self.sched.dispatch(now, background=background):
                 for p in st.batch:
                     self._keys[p.payload.key] = (p.qid, p.node_id)
                 threading.Thread(target=self._await, args=(st, now), daemon=True,
@@ -125,7 +127,10 @@ class EngineHost:
                 for p in st.batch:
                     self._keys.pop(p.payload.key, None)
                 self.sched.free(st.instance, sum(p.size for p in st.batch))
-            self.dispatch()
+            if self.sched.cores is None:
+                self.dispatch()
+            else:                   # a core is free: the loop places work on every host (_WallState)
+                self.sink(("freed", self.name))
 
     def _record(self, st: Launch, res: Any, dispatch_s: float) -> None:
         """One row per invocation of a real batch: when it was ready and dispatched, when its batch
@@ -192,8 +197,17 @@ class RealtimeReport:
 class _WallState(SimState):
     """The graph scheduler with the wall clock; engine schedulers are hosts fed by events."""
 
+    cores_shared = False
+
     def dispatch(self) -> list:
-        for host in self.schedulers.values():
+        """Every host starts what it can; over shared CPU cores (``run_realtime``'s ``cpu_cores``)
+        every host first starts its regular work, then background work where a core is free."""
+        hosts = list(self.schedulers.values())
+        if self.cores_shared:            # the oldest waiting work gets the next free core
+            hosts.sort(key=lambda h: oldest_pending(h.sched))
+            for host in hosts:
+                host.dispatch(background=False)
+        for host in hosts:
             host.dispatch()
         return []
 
@@ -206,13 +220,15 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
                  batching: BatchingPolicy | None = None, seed: int = 0,
                  payloads: Sequence[Mapping[str, Any]] | None = None, cache: GraphCache | None = None,
                  time_scale: float = 1.0, timeout_s: float = 600.0,
-                 host_factory: HostFactory | None = None) -> RealtimeReport:
+                 host_factory: HostFactory | None = None, cpu_cores: int | None = None) -> RealtimeReport:
     """Run queries like :func:`orchestrator.runtime.simulate`, in real time: query ``i`` arrives
     ``arrivals_s[i]`` seconds after the start. Same graphs (passes by ``scheme``), same engine
     scheduling. ``host_factory(name=, instances=, policy=, max_batch=, sink=, clock=,
     time_scale=)`` makes each engine's host (default :class:`EngineHost`, in process; the Ray
     runtime passes one that runs it in an actor). Queries still running after ``timeout_s``
-    count as failed."""
+    count as failed. ``cpu_cores``: the engines (in-process hosts) share that many CPU cores, so
+    background work starts only while one is free (``engine_scheduler.CoreBudget``); None: each
+    instance has its own."""
     prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
                    payloads=payloads, cache=cache)
     factory = host_factory or EngineHost
@@ -225,6 +241,9 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     # a host's max batch is its instances' (asked of the actor where it runs in one)
     runs = prep.runs(PassContext({n: h.max_batch() for n, h in hosts.items()}))
     state = _WallState(schedulers=hosts, dispatch_overhead_s=0.0)
+    if cpu_cores is not None:
+        CoreBudget(cpu_cores, [h.sched for h in hosts.values() if isinstance(h, EngineHost)])
+        state.cores_shared = True
     report = RealtimeReport(outcomes=state.results)
     start[0] = time.perf_counter()          # time zero: hosts built, graphs optimised
     _loop(state, runs, events, clock, report, hosts, timeout_s)
@@ -277,6 +296,8 @@ def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: C
 
 def _handle(state: _WallState, ev: tuple, report: RealtimeReport, hosts: Mapping[str, Any]) -> None:
     kind = ev[0]
+    if kind == "freed":             # the loop's dispatch after its events places work on the freed core
+        return
     if kind == "dead":
         report.dead_instances.append(ev[1])
         return

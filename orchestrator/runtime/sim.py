@@ -144,8 +144,11 @@ class SimState:
         return [Dispatch(self.now)]
 
     def freed(self, engine: str, instance: int, items: int) -> list:
-        self.schedulers[engine].free(instance, items)
-        return self.request_dispatch() if self.schedulers[engine].pending else []
+        sch = self.schedulers[engine]
+        sch.free(instance, items)
+        # on shared cores the freed core may take any engine's waiting work
+        waiting = [sch] if sch.cores is None else self.schedulers.values()
+        return self.request_dispatch() if any(s.pending for s in waiting) else []
 
     def complete(self, q: QueryRun, nid: str, value: Any) -> list:
         if nid in q.store:
@@ -196,11 +199,18 @@ class SimState:
 
     def dispatch(self) -> list:
         """Place pending work (engine schedulers): batches for LLM engine cores are handed over
-        after the dispatch overhead; other batches are timed at once."""
+        after the dispatch overhead; other batches are timed at once. Where the engines share CPU
+        cores (``EngineScheduler.cores``) every engine places its regular work before any places
+        background work (``engine_scheduler`` module docstring)."""
         out: list = []
         self._dispatch_at = None
-        for name, sch in self.schedulers.items():
-            for la in sch.dispatch(self.now):
+        order = list(self.schedulers.items())
+        shared = any(getattr(sch, "cores", None) is not None for _, sch in order)
+        if shared:                    # the oldest waiting work first, regular work before background
+            order.sort(key=lambda kv: oldest_pending(kv[1]))
+        passes = ((name, sch, bg) for bg in ((False, True) if shared else (True,)) for name, sch in order)
+        for name, sch, bg in passes:
+            for la in sch.dispatch(self.now, background=bg):
                 start = self.now + self._overhead(la.batch)
                 if la.pending is None:
                     invs = tuple(p.payload for p in la.batch)
@@ -234,6 +244,12 @@ class SimState:
         if all(isinstance(p.payload, Invocation) and p.payload.kind == Kind.DECODING for p in batch):
             return 0.0
         return self.overhead_s
+
+
+def oldest_pending(sched: EngineScheduler) -> tuple[float, int]:
+    """When the oldest work waiting at ``sched`` became ready (and its order), for placing the
+    oldest first on shared cores; (inf, 0) when nothing waits."""
+    return min(((p.ready_s, p.seq) for p in sched.pending), default=(float("inf"), 0))
 
 
 class _LLMTarget:

@@ -140,12 +140,16 @@ def _latencies(cores: int | None, n: int = 4, background: float = 0.0) -> list[f
     return [r.latency_s for r in res]
 
 
-def test_enough_cores_change_nothing_and_fewer_slow_queries_down():
-    own = _latencies(None)
-    assert _latencies(10_000) == pytest.approx(own, rel=1e-12)      # never more than k <= cores at once
+def test_more_cores_than_work_change_nothing_and_fewer_slow_queries_down():
+    # on shared cores no pass is free (a partial prefill runs alone on an idle instance, not inside a
+    # regular pass as on a GPU: engine_scheduler, "Shared CPU cores"), so the unshared run differs a little
+    own, many = _latencies(None), _latencies(10_000)
+    assert _latencies(100) == pytest.approx(many, rel=1e-12)        # never more than k <= cores at once
+    assert many == pytest.approx(own, rel=0.05)
     one, two = _latencies(1), _latencies(2)
-    assert all(x >= y - 1e-9 for x, y in zip(two, own))
-    assert sum(one) > sum(two) > sum(own)              # 4 simultaneous queries contend for the cores
+    # 4 simultaneous queries contend for one core; with two, the budget also moves work onto busy
+    # instances (a pass that runs anyway), which can beat starting every idle one, so no order there
+    assert sum(one) > 1.5 * max(sum(two), sum(many))
     assert _latencies(1) == one                        # deterministic
 
 

@@ -2,6 +2,7 @@
 simulated spec says what kind of engine it is; this builds the real one of that kind."""
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,20 @@ def build_real_engines(app: Any, *, llm_dir: str | Path, pg_url: str, llm_instan
     for insts in out.values():
         for e in insts:
             e.warm()
+    # As vLLM's engine core does once it is built (vllm/utils/gc_utils.py freeze_gc_heap, called at the
+    # end of EngineCore.__init__): what start-up allocated (weights, tokenizers, clients) is frozen out of
+    # the collector, so a full collection in the middle of a query does not scan it; close_engines undoes it.
+    gc.collect()
+    gc.freeze()
     return out
 
 
 def close_engines(engines: dict[str, list[Engine]]) -> None:
+    """Close every instance and give what :func:`build_real_engines` froze back to the collector."""
     for insts in engines.values():
         for e in insts:
             close = getattr(e, "close", None)
             if close is not None:
                 close()
+    gc.unfreeze()
+    gc.collect()
