@@ -71,8 +71,14 @@ def test_engine_dying_mid_run_fails_its_queries_and_keeps_finished_ones():
     assert all(rep.failed[r.qid] == r.error and r.latency_s >= 0 for r in rep.outcomes if not r.ok)
 
 
-def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
+def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path, monkeypatch):
+    import gc
+
     from experiments.run import main
+    calls = {"freeze": 0, "unfreeze": 0}
+    for name in calls:                  # engines built freeze the start-up heap, closed engines thaw it
+        real = getattr(gc, name)
+        monkeypatch.setattr(gc, name, lambda real=real, name=name: (calls.__setitem__(name, calls[name] + 1), real())[1])
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("experiment: t\nkind: teola_real_cpu\nparams:\n  n_queries: 2\n  rates_rps: {naive_rag: [20], advanced_rag: [20]}\n  repeats: 1\n"
                    "  answer_tokens: 6\n  leaf_tokens: 6\n  schemes: [teola, llamadist-po]\n")
@@ -81,6 +87,7 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path):
     s = pd.read_parquet(run_dir / "summary.parquet")
     assert set(s.app) == {"naive_rag", "advanced_rag"} and (s.failed == 0).all()
     assert s["same_answers_as_teola"].all()
+    assert calls["freeze"] == calls["unfreeze"] > 0 and gc.get_freeze_count() == 0
     q = pd.read_parquet(run_dir / "queries.parquet")
     assert len(q) == 8 and (q.latency_s > 0).all()
     b = pd.read_parquet(run_dir / "blocks.parquet")                # one block per (repeat, rate, app), order rotated
