@@ -57,7 +57,7 @@ class CoreBudget:
     """``cores`` CPU cores under every instance of ``schedulers``: a core is free while fewer of
     those instances are busy (work in flight) than there are cores (module docstring)."""
 
-    def __init__(self, cores: int, schedulers: Sequence["EngineScheduler"]) -> None:
+    def __init__(self, cores: int, schedulers: Sequence[EngineScheduler]) -> None:
         if cores < 1:
             raise ValueError(f"cores: {cores} (at least 1)")
         self.cores, self.schedulers = cores, list(schedulers)

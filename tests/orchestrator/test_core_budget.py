@@ -9,12 +9,11 @@ import pytest
 
 from orchestrator import load_app, simulate
 from orchestrator.batching import Blind, TopologyAware
-from orchestrator.engines import SimLLMEngine
 from orchestrator.engines.factory import share_cores
 from orchestrator.primitives import Kind
 from orchestrator.runtime.engine_scheduler import CoreBudget, EngineScheduler
 from orchestrator.runtime.realtime import run_realtime
-from tests.orchestrator.test_placement import PROF, _BatchLLM, _pend, _Sink
+from tests.orchestrator.test_placement import _BatchLLM, _engines, _pend
 
 
 class _BatchOther(_BatchLLM):
@@ -61,17 +60,8 @@ def test_the_regular_pass_places_no_background_work_even_with_free_cores():
     assert [p.payload.key for p in la.batch] == ["part"]
 
 
-def _sim_llms(n: int) -> list[SimLLMEngine]:
-    out = []
-    for i in range(n):
-        e = SimLLMEngine(name=f"llm#{i}", step=PROF, kv_capacity_tokens=20_000)
-        e.attach(_Sink())
-        out.append(e)
-    return out
-
-
 def test_iteration_level_instances_on_shared_cores_never_add_a_partial_to_a_regular_pass():
-    eng = _sim_llms(1)
+    eng = _engines(1)
     share_cores({"llm": eng}, cores=2)
     sched = EngineScheduler(name="llm", instances=eng, policy=TopologyAware(), max_batch=16)
     CoreBudget(2, [sched])
