@@ -217,16 +217,22 @@ def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | Non
     return pd.DataFrame(rows)
 
 
+def _cores_note(params: Params) -> str:
+    if params.runtime == "ray":
+        return "engines as Ray actors, separate processes (no shared-core budget)"
+    return (f"the in-process engines share {cpu_cores(params)} CPU cores (Teola's runtime starts work on an idle "
+            f"instance only while a core is free: engine_scheduler.CoreBudget; the LlamaDist baselines run each "
+            f"module as it comes)")
+
+
 def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s: float, blocks_s: float) -> str:
     t = params.schemes[0]
     lines = ["# Teola on real engines (CPU, wall clock)", "",
              f"{params.n_queries} queries per cell, rates {params.rates_rps} req/s, {params.n_paragraphs or 'all'} "
              f"paragraphs per document, fetch_k {params.fetch_k or 'as the app'}, {params.repeats} repeats with the "
              f"scheme order rotated per block; reranker: {params.reranker}; {params.llm_instances} tiny-Llama "
-             f"instances; torch threads {params.torch_threads}; the in-process engines share "
-             f"{cpu_cores(params)} CPU cores (Teola's runtime starts work on an idle instance "
-             f"only while a core is free: engine_scheduler.CoreBudget; the LlamaDist baselines run each module "
-             f"as it comes); start-up objects frozen out of the garbage collector, as vLLM's engine core does. "
+             f"instances; torch threads {params.torch_threads}; {_cores_note(params)}; start-up objects frozen "
+             f"out of the garbage collector, as vLLM's engine core does. "
              f"Latency: mean over repeats of each repeat's mean "
              f"[range over repeats]; speedup = best baseline / {t} [range of the per-repeat ratios]. Regime: "
              f"`saturated` when the best baseline's mean exceeds {params.saturation}x the mean latency of its first "
