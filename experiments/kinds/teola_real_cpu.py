@@ -42,6 +42,8 @@ from orchestrator.apps import check_apps
 from profiler.catalog import configs_dir
 
 CORPUS_DIR = configs_dir() / "docs_corpus"
+#: the real embedder's measured engine profile (its cost per batch of the real run's texts; configs/engines/)
+EMBEDDER_PROFILE = "all-minilm-l6-v2-realtext_cpu"
 
 
 SCHEMES = ["teola", "llamadist-po", "llamadist-to", "llamadistpc-po", "llamadistpc-to", "llamadist-open-po",
@@ -67,7 +69,10 @@ class Params(BaseModel):
     llm_instances: int = Field(2, ge=1)
     llm_dtype: str = "float32"
     llm_max_batch: int = Field(8, ge=1)
-    embed_max_batch: int = Field(8, ge=1, description="the embedder's max efficient batch (drives stage decomposition)")
+    embed_max_batch: int | None = Field(
+        None, ge=1, description="the embedder's max efficient batch (drives stage decomposition); None: the knee "
+                                "(orchestrator.engines.profiles.max_efficient_batch) of its measured profile, "
+                                f"configs/engines/{EMBEDDER_PROFILE}.yaml, as the simulation of this run takes it")
     reranker: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"
     torch_threads: int = Field(1, ge=1)
     cpu_cores: int | None = Field(
@@ -83,6 +88,15 @@ class Params(BaseModel):
                                  "cells run is the config's top-level runtime (experiments.executor)")
     ray_address: str | None = None
     timeout_s: float = Field(600.0, gt=0)
+
+
+def embed_max_batch(params: Params) -> int:
+    """``params.embed_max_batch``, or the knee of the real embedder's measured profile (16 for
+    ``all-minilm-l6-v2-realtext_cpu``: 8 to 16 texts still gains 6% in texts per second)."""
+    if params.embed_max_batch is not None:
+        return params.embed_max_batch
+    from orchestrator.engines.factory import build_instances, load_engine_spec
+    return build_instances(load_engine_spec(EMBEDDER_PROFILE))[0].max_batch_size()
 
 
 def cpu_cores(params: Params) -> int:
@@ -131,13 +145,13 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
         from orchestrator.runtime.ray_runtime import run_ray
         factory = dict(app=app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
                        llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                       embed_max_batch=params.embed_max_batch, table=table, cross_encoder_dir=ce_dir)
+                       embed_max_batch=embed_max_batch(params), table=table, cross_encoder_dir=ce_dir)
         rep = run_ray(app.template(), [app.query] * params.n_queries, arrivals, engine_kwargs=factory,
                       scheme=scheme, payloads=payloads, timeout_s=params.timeout_s, torch_threads=params.torch_threads)
     else:
         engines = build_real_engines(app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
                                      llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                                     embed_max_batch=params.embed_max_batch, table=table,
+                                     embed_max_batch=embed_max_batch(params), table=table,
                                      cross_encoder_dir=ce_dir)
         try:
             rep = run_realtime(app.template(), [app.query] * params.n_queries, arrivals, engines, scheme=scheme,
@@ -231,8 +245,9 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
              f"{params.n_queries} queries per cell, rates {params.rates_rps} req/s, {params.n_paragraphs or 'all'} "
              f"paragraphs per document, fetch_k {params.fetch_k or 'as the app'}, {params.repeats} repeats with the "
              f"scheme order rotated per block; reranker: {params.reranker}; {params.llm_instances} tiny-Llama "
-             f"instances; torch threads {params.torch_threads}; {_cores_note(params)}; start-up objects frozen "
-             f"out of the garbage collector, as vLLM's engine core does. "
+             f"instances; embedder max batch {embed_max_batch(params)}; torch threads {params.torch_threads}; "
+             f"{_cores_note(params)}; start-up objects frozen out of the garbage collector, as vLLM's engine core "
+             f"does. "
              f"Latency: mean over repeats of each repeat's mean "
              f"[range over repeats]; speedup = best baseline / {t} [range of the per-repeat ratios]. Regime: "
              f"`saturated` when the best baseline's mean exceeds {params.saturation}x the mean latency of its first "
