@@ -22,7 +22,12 @@ the engine core admits them only into what a pass that runs anyway leaves (``Seq
 engine whose instances take one batch at a time (the real engines) nothing beside regular work is
 free: a batch's prefills run one after another and its results come back at its end. There a batch
 holds partial prefills only when no regular work can go to that instance. Until then they wait here,
-unpinned.
+unpinned. When a partial prefill becomes critical (its full prefill waits only for it) and has
+not started, :meth:`withdraw` takes it back (pending here, or queued on an instance that gives it
+back: the simulated LLM engines), so the graph runtime merges it into its full prefill, one
+prompt placed like any new one (the least-loaded instance), instead of pinning the full prefill
+to the partial's instance behind an extra prefill pass; otherwise :meth:`promote` turns it into
+regular work, here or on its instance.
 
 Shared CPU cores (:class:`CoreBudget`: the simulated CPU deployment, the real engines of one
 process). An idle instance starts work only while fewer instances are busy than there are cores
@@ -30,12 +35,7 @@ process). An idle instance starts work only while fewer instances are busy than 
 the cores' others slows them all, the critical path's among them, where it would otherwise wait
 for a core. The runtimes place the oldest waiting work first and every engine's regular work
 before any background work (two dispatch passes). A partial prefill never joins a regular pass
-there (no pass is free on shared cores) and starts only on an idle instance with a free core. When a partial prefill becomes critical (its full prefill waits only for it) and has
-not started, :meth:`withdraw` takes it back (pending here, or queued on an instance that gives it
-back: the simulated LLM engines), so the graph runtime merges it into its full prefill, one
-prompt placed like any new one (the least-loaded instance), instead of pinning the full prefill
-to the partial's instance behind an extra prefill pass; otherwise :meth:`promote` turns it into
-regular work, here or on its instance.
+there (no pass is free on shared cores) and starts only on an idle instance with a free core.
 
 A launch never waits for its batch: it returns the instance's :class:`PendingBatch` and the
 runtime decides when to take the result (the discrete-event runtime at once, the wall-clock one
@@ -187,8 +187,7 @@ class EngineScheduler:
             idle.sort(key=lambda i: (self.balancer.key(self.instances[i], self.executed[i]), i))
             for i in idle:
                 elig = self._eligible(i)
-                # background partials only in a batch of their own, on shared cores only while
-                # one is free (module docstring)
+                # background partials only in a batch of their own, and none in a regular-only pass
                 elig = [p for p in elig if not self.background(p)] or (elig if background else [])
                 if elig:
                     batch = self.policy.select(elig, capacity=self._room(i))
@@ -221,7 +220,8 @@ class EngineScheduler:
                 i = self._target(p, room, load, placed)
                 if i is not None:
                     self._place(p, i, placed, room, load)
-        for p in sorted((p for p in self.pending if background and self.background(p)), key=lambda p: (p.ready_s, p.seq)):
+        waiting = [p for p in self.pending if self.background(p)] if background else []
+        for p in sorted(waiting, key=lambda p: (p.ready_s, p.seq)):
             cand = [i for i in room if self._takes_background(i, placed) and not self._own_query(p, placed.get(i, ()))]
             if cand:
                 self._place(p, min(cand, key=lambda i: (load[i], i)), placed, room, load)

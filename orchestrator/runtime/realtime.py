@@ -226,9 +226,9 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     scheduling. ``host_factory(name=, instances=, policy=, max_batch=, sink=, clock=,
     time_scale=)`` makes each engine's host (default :class:`EngineHost`, in process; the Ray
     runtime passes one that runs it in an actor). Queries still running after ``timeout_s``
-    count as failed. ``cpu_cores``: the engines (in-process hosts) share that many CPU cores, so
-    background work starts only while one is free (``engine_scheduler.CoreBudget``); None: each
-    instance has its own."""
+    count as failed. ``cpu_cores``: the engines (in-process hosts only) share that many CPU cores,
+    so an idle instance starts work only while one is free (``engine_scheduler.CoreBudget``);
+    None: each instance has its own."""
     prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
                    payloads=payloads, cache=cache)
     factory = host_factory or EngineHost
@@ -242,7 +242,9 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     runs = prep.runs(PassContext({n: h.max_batch() for n, h in hosts.items()}))
     state = _WallState(schedulers=hosts, dispatch_overhead_s=0.0)
     if cpu_cores is not None:
-        CoreBudget(cpu_cores, [h.sched for h in hosts.values() if isinstance(h, EngineHost)])
+        if not all(isinstance(h, EngineHost) for h in hosts.values()):
+            raise ValueError("cpu_cores: only engines hosted in this process can share its cores")
+        CoreBudget(cpu_cores, [h.sched for h in hosts.values()])
         state.cores_shared = True
     report = RealtimeReport(outcomes=state.results)
     start[0] = time.perf_counter()          # time zero: hosts built, graphs optimised

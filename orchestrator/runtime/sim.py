@@ -205,7 +205,7 @@ class SimState:
         out: list = []
         self._dispatch_at = None
         order = list(self.schedulers.items())
-        shared = any(getattr(sch, "cores", None) is not None for _, sch in order)
+        shared = any(sch.cores is not None for _, sch in order)
         if shared:                    # the oldest waiting work first, regular work before background
             order.sort(key=lambda kv: oldest_pending(kv[1]))
         passes = ((name, sch, bg) for bg in ((False, True) if shared else (True,)) for name, sch in order)
