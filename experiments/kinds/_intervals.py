@@ -1,6 +1,7 @@
 """Intervals of the experiment reports: the mean and 95% t half-width over seeds (:func:`ci95`),
 the interval clipped to what the metric can be (a share stays in [0, 1]), printed (:func:`fmt`)
-and drawn (:func:`error_bars`)."""
+and drawn (:func:`error_bars`); a paired bootstrap interval of a ratio of means
+(:func:`ratio_ci95_paired`)."""
 from __future__ import annotations
 
 import math
@@ -44,3 +45,20 @@ def error_bars(stats: list[tuple[float, float]], bounds: tuple[float, float] | N
     ends = np.array([clipped(m, np.nan_to_num(h), bounds) for m, h in stats], dtype=float).reshape(-1, 2)
     m = np.array([s[0] for s in stats], dtype=float)
     return np.vstack([m - ends[:, 0], ends[:, 1] - m])
+
+
+def ratio_ci95_paired(num: np.ndarray, den: np.ndarray, strata: np.ndarray | None = None,
+                      n_boot: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of ``num.mean() / den.mean()`` over paired units (unit ``i``
+    measured ``num[i]`` and ``den[i]``), the units resampled within each stratum (``strata[i]``; e.g.
+    the repeat that ran them), with a fixed seed so a report re-runs to the same interval. NaN for
+    fewer than 2 units."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if len(num) < 2:
+        return float("nan"), float("nan")
+    strata = np.zeros(len(num), dtype=int) if strata is None else np.asarray(strata)
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([rng.choice(np.flatnonzero(strata == s), size=(n_boot, int((strata == s).sum())))
+                          for s in np.unique(strata)], axis=1)
+    ratios = num[idx].mean(axis=1) / den[idx].mean(axis=1)
+    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))

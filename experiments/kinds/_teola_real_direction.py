@@ -10,6 +10,10 @@ orders the schemes as the real engines do.
 
 A real speedup is *resolved* when every repeat's ratio lies on one side of 1 (``faster`` / ``slower``);
 otherwise the repeats straddle 1 and the run cannot tell the direction (``mixed``), whatever its mean.
+Beside the direction, the magnitude: the 95% paired bootstrap interval of the real speedup (queries
+paired by repeat and arrival, ``teola_real_cpu.summarise``) and whether the simulated speedup lies
+inside it (``consistent``): where the simulation predicts a few percent, below what the repeats can
+resolve, a real interval around the simulated value is the evidence the run can give.
 """
 from __future__ import annotations
 
@@ -77,8 +81,9 @@ def table(summary: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
         real = side(r.speedup_mean_latency, r.speedup_min, r.speedup_max)
         rows.append({"app": r.app, "rate_rps": r.rate_rps, "baseline": r.scheme, "best": r.scheme == r.best_baseline,
                      "real": r.speedup_mean_latency, "real_min": r.speedup_min, "real_max": r.speedup_max,
-                     "real_side": real, "simulated": sim_x,
-                     "verdict": "" if np.isnan(sim_x) else verdict(real, sim_x)})
+                     "real_side": real, "simulated": sim_x, "ci_lo": r.speedup_ci_lo, "ci_hi": r.speedup_ci_hi,
+                     "verdict": "" if np.isnan(sim_x) else verdict(real, sim_x),
+                     "consistent": bool(r.speedup_ci_lo <= sim_x <= r.speedup_ci_hi)})
     return pd.DataFrame(rows)
 
 
@@ -91,9 +96,11 @@ def markdown(summary: pd.DataFrame, sim: pd.DataFrame, source: str) -> list[str]
     out += ["Best baseline per unsaturated (app, rate) (resolved: every repeat on one side of 1):", ""]
     for r in tab[tab.best].itertuples():
         out.append(f"- {r.app} at {r.rate_rps:g} req/s: {r.real:.2f}x [{r.real_min:.2f}-{r.real_max:.2f}] against "
-                   f"{r.baseline}, {r.real_side}" + (f"; simulation {r.simulated:.2f}x: {r.verdict}" if r.verdict else ""))
+                   f"{r.baseline}, {r.real_side}; 95% paired interval {_ci(r)}"
+                   + (f"; simulation {r.simulated:.2f}x: {r.verdict}, {_inside(r)}" if r.verdict else ""))
     judged = tab[tab.verdict != ""]
     n = judged.verdict.value_counts()
+    inside = judged[judged.best].consistent
     out += ["", f"Every baseline: of {len(judged)} (app, rate, baseline) pairs with a simulated cell, the run "
                 f"resolves {int(n.get('agrees', 0) + n.get('disagrees', 0))}: the direction agrees in "
                 f"{int(n.get('agrees', 0))} and disagrees in {int(n.get('disagrees', 0))}; "
@@ -101,11 +108,23 @@ def markdown(summary: pd.DataFrame, sim: pd.DataFrame, source: str) -> list[str]
                 f"unresolved (their mean agrees in {int(n.get('unresolved, the mean agrees', 0))}). Simulated "
                 f"speedups of the unresolved pairs: "
                 + (", ".join(f"{x:.2f}x" for x in judged[judged.verdict.str.startswith('unresolved')].simulated)
-                   or "none") + ".", "",
-            "| app | rate (req/s) | baseline | real speedup [per-repeat range] | real | simulated | verdict |",
-            "|---|---|---|---|---|---|---|"]
+                   or "none") + f". The simulated speedup lies inside the real 95% paired interval in "
+                f"{int(judged.consistent.sum())} of {len(judged)} pairs ({int(inside.sum())} of {len(inside)} against "
+                f"the best baseline).", "",
+            "| app | rate (req/s) | baseline | real speedup [per-repeat range] | 95% paired interval | real | "
+            "simulated | verdict | simulated inside the interval |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in tab.itertuples():
         sim_x = "-" if np.isnan(r.simulated) else f"{r.simulated:.2f}x"
         out.append(f"| {r.app} | {r.rate_rps:g} | {r.baseline}{' (best)' if r.best else ''} | {r.real:.2f}x "
-                   f"[{r.real_min:.2f}-{r.real_max:.2f}] | {r.real_side} | {sim_x} | {r.verdict or '-'} |")
+                   f"[{r.real_min:.2f}-{r.real_max:.2f}] | {_ci(r)} | {r.real_side} | {sim_x} | {r.verdict or '-'} | "
+                   f"{('yes' if r.consistent else 'no') if r.verdict else '-'} |")
     return out
+
+
+def _ci(r) -> str:
+    return f"[{r.ci_lo:.2f}-{r.ci_hi:.2f}]" if np.isfinite(r.ci_lo) else "n/a"
+
+
+def _inside(r) -> str:
+    return "inside the real interval" if r.consistent else "outside the real interval"

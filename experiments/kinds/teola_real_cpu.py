@@ -6,14 +6,16 @@ under every baseline on fresh copies of the same engines, in wall-clock time.
 Design (issue 26): first one isolated query per (app, scheme); then ``repeats`` rounds, each
 running every (rate, app) block with the schemes in an order rotated by one per round and block
 (interleaved, so slow phases of the shared machine do not fall on one scheme), the same Poisson
-arrivals for every scheme of a block. Each block records the load average (``os.getloadavg``)
-before and after it and its wall time. ``queries.parquet``: one row per query; ``blocks.parquet``;
+arrivals for every scheme of a block; where no query is in flight and every engine is idle, the wait
+for the next arrival is cut to ``idle_gap_s`` (the queries meet what they would have; the machine's
+idle time buys more queries). Each block records the load average (``os.getloadavg``) before and
+after it, the CPU steal time during it and its wall time. ``queries.parquet``: one row per query; ``blocks.parquet``;
 ``calls.parquet``: every engine invocation of the blocks with its ready, dispatch, start, end and
 completion times and its batch's thread CPU time (summary.md tabulates them per primitive kind for
 Teola and the best baselines: ``_teola_real_calls``);
 ``summary.parquet`` / ``summary.md``: per (app, rate, scheme) the mean over repeats of each
 repeat's mean latency with its range, Teola's speedup over the best baseline with the range of the
-per-repeat ratios, and the rate's regime (``saturated`` when the best baseline's mean exceeds
+per-repeat ratios and a 95% paired bootstrap interval (queries paired by repeat and arrival), and the rate's regime (``saturated`` when the best baseline's mean exceeds
 ``saturation`` x the mean latency of its first query per block, which arrives at idle engines under
 that block's own load: on a shared machine the isolated queries ran at another load). Each block (and each app's isolated queries) is a cell of
 :func:`experiments.executor.run_cells`: the config's top-level ``runtime: ray`` runs it as a Ray
@@ -36,6 +38,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from experiments.kinds import _teola_real_calls as real_calls
 from experiments.kinds import _teola_real_direction as direction
+from experiments.kinds._intervals import ratio_ci95_paired
 from flowmaker.entry import UserError
 from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
@@ -78,6 +81,11 @@ class Params(BaseModel):
     cpu_cores: int | None = Field(
         None, ge=1, description="the CPU cores the in-process engines share (Teola's background work starts only while "
                                 "one is free: engine_scheduler.CoreBudget); None: the cores this process may run on")
+    idle_gap_s: float | None = Field(
+        0.5, gt=0, description="in-process runtime: a wait with no query in flight and every engine idle is cut to "
+                               "this (run_realtime's idle_gap_s): each query still meets idle engines or the same "
+                               "overlap with the next ones, and the machine's idle time goes to more queries; None or "
+                               "the Ray runtime: the arrivals as drawn")
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
     simulation: str | None = Field(
         "teola_real_cpu_sim", description="the simulation of this deployment, a teola_apps experiment config (by "
@@ -155,7 +163,8 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
                                      cross_encoder_dir=ce_dir)
         try:
             rep = run_realtime(app.template(), [app.query] * params.n_queries, arrivals, engines, scheme=scheme,
-                               payloads=payloads, timeout_s=params.timeout_s, cpu_cores=cpu_cores(params))
+                               payloads=payloads, timeout_s=params.timeout_s, cpu_cores=cpu_cores(params),
+                               idle_gap_s=params.idle_gap_s)
         finally:
             close_engines(engines)
     if calls is not None:
@@ -167,10 +176,11 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
                      "latency_s": r.latency_s, "finish_s": r.finish_s, "failed": False, "answer": ans,
                      "answer_sha": hashlib.sha1(ans.encode()).hexdigest()[:12], "makespan_s": rep.wall_s})
     for qid, why in rep.failed.items():
-        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": qid, "arrival_s": float(arrivals[qid]),
+        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": qid, "arrival_s": float("nan"),
                      "latency_s": float("nan"), "finish_s": float("nan"), "failed": True, "answer": why,
                      "answer_sha": "", "makespan_s": rep.wall_s})
-    return rows
+    # arrival_s on the run's clock, after idle cuts; drawn_arrival_s as drawn
+    return [dict(r, drawn_arrival_s=float(arrivals[r["qid"]]), idle_cut_s=rep.idle_cut_s) for r in rows]
 
 
 def _block_order(schemes: list[str], k: int) -> list[str]:
@@ -212,6 +222,7 @@ def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | Non
         # the saturation reference: the best baseline's first query of each block, which arrives at idle
         # engines under that block's own machine load (the isolated queries ran at another load)
         first = float(g[(g.scheme == best) & (g.qid == 0) & ~g.failed].latency_s.mean())
+        ci = {s: _paired_ci(g, s, schemes[0]) for s in schemes}
         for s in schemes:
             d = g[g.scheme == s].sort_values(["repeat", "qid"])
             mine = per.loc[s] / per.loc[schemes[0]]
@@ -223,12 +234,30 @@ def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | Non
                                                                list(d.answer_sha) == list(ref.answer_sha)),
                          "speedup_mean_latency": float(per.loc[s].mean() / per.loc[schemes[0]].mean()),
                          "speedup_min": float(mine.min()), "speedup_max": float(mine.max()),
+                         "speedup_ci_lo": ci[s][0], "speedup_ci_hi": ci[s][1],
                          "best_baseline": best, "teola_vs_best": float(per.loc[best].mean() / per.loc[schemes[0]].mean()),
                          "teola_vs_best_min": float(ratio.min()), "teola_vs_best_max": float(ratio.max()),
                          "best_isolated_s": float("nan") if iso is None else float(iso),
                          "best_first_query_s": first,
                          "saturated": bool(per.loc[best].mean() > saturation * first)})
     return pd.DataFrame(rows)
+
+
+def _idle_note(params: Params) -> str:
+    if params.idle_gap_s is None or params.runtime == "ray":
+        return "the arrivals as drawn"
+    return (f"a wait with no query in flight and every engine idle is cut to {params.idle_gap_s:g} s, the later "
+            f"arrivals moved as much earlier (each query meets what it would have: idle engines or the same overlap "
+            f"with the next ones; `queries.parquet` keeps the drawn arrivals)")
+
+
+def _paired_ci(g: pd.DataFrame, scheme: str, teola: str) -> tuple[float, float]:
+    """95% paired bootstrap interval of ``scheme``'s mean latency over ``teola``'s, the queries paired by
+    (repeat, qid): the same question on the same arrivals in one block; resampled within each repeat."""
+    ok = g[~g.failed].pivot_table(index=["repeat", "qid"], columns="scheme", values="latency_s")
+    pairs = ok[[scheme, teola]].dropna() if {scheme, teola} <= set(ok.columns) else ok.iloc[:0]
+    return ratio_ci95_paired(pairs[scheme].to_numpy(), pairs[teola].to_numpy(),
+                             pairs.index.get_level_values("repeat").to_numpy())
 
 
 def _cores_note(params: Params) -> str:
@@ -247,7 +276,7 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
              f"scheme order rotated per block; reranker: {params.reranker}; {params.llm_instances} tiny-Llama "
              f"instances; embedder max batch {embed_max_batch(params)}; torch threads {params.torch_threads}; "
              f"{_cores_note(params)}; start-up objects frozen out of the garbage collector, as vLLM's engine core "
-             f"does. "
+             f"does; {_idle_note(params)}. "
              f"Latency: mean over repeats of each repeat's mean "
              f"[range over repeats]; speedup = best baseline / {t} [range of the per-repeat ratios]. Regime: "
              f"`saturated` when the best baseline's mean exceeds {params.saturation}x the mean latency of its first "
@@ -256,26 +285,28 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
              f"Wall time of this invocation {wall_s:.0f} s; the blocks' own {blocks_s:.0f} s (a resumed run "
              f"keeps the finished blocks).", "",
              "| app | rate (req/s) | regime | best baseline | its mean (s) | Teola mean (s) | speedup [per-repeat range] | "
-             "same answers |", "|---|---|---|---|---|---|---|---|"]
+             "95% paired interval | same answers |", "|---|---|---|---|---|---|---|---|---|"]
     for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
         r = g.set_index("scheme")
         b = r.iloc[0]
         same = bool(r["same_answers_as_" + t].all())
         lines.append(f"| {app} | {rate:g} | {'saturated' if b.saturated else 'unsaturated'} | {b.best_baseline} | "
                      f"{r.loc[b.best_baseline].mean_latency_s:.3f} | {r.loc[t].mean_latency_s:.3f} | "
-                     f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | {same} |")
+                     f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | "
+                     f"[{r.loc[b.best_baseline].speedup_ci_lo:.2f}-{r.loc[b.best_baseline].speedup_ci_hi:.2f}] | {same} |")
     lines += ["", "| app | rate (req/s) | scheme | mean (s) | [range over repeats] | p99 (s) | Teola's speedup over it |",
               "|---|---|---|---|---|---|---|"]
     for r in summary.itertuples():
         lines.append(f"| {r.app} | {r.rate_rps:g} | {r.scheme} | {r.mean_latency_s:.3f} | [{r.min_repeat_s:.3f}-"
                      f"{r.max_repeat_s:.3f}] | {r.p99_latency_s:.3f} | {r.speedup_mean_latency:.2f}x "
                      f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] |")
-    lines += ["", "Blocks (load average of the shared 2-core machine before and after each block):", "",
-              "| repeat | rate | app | scheme order | wall (s) | load before (1/5/15 min) | load after |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "Blocks (load average of the shared 2-core machine before and after each block; CPU time the "
+                  "hypervisor gave other machines during it, /proc/stat's steal, all cores):", "",
+              "| repeat | rate | app | scheme order | wall (s) | load before (1/5/15 min) | load after | steal (s) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in blocks.itertuples():
         lines.append(f"| {r.repeat} | {r.rate_rps:g} | {r.app} | {r.order} | {r.wall_s:.1f} | {r.load_before} | "
-                     f"{r.load_after} |")
+                     f"{r.load_after} | {getattr(r, 'steal_s', float('nan')):.2f} |")
     if params.simulation is not None:
         lines += direction.markdown(summary, direction.simulate(params.simulation, params.rates_rps, params.schemes),
                                     f"`{params.simulation}`")
@@ -284,6 +315,17 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s
 
 def _load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _steal_s() -> float:
+    """CPU time the hypervisor gave other machines since boot (all cores; /proc/stat's steal), NaN
+    where the kernel does not say."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 
 _WARM: set[str] = set()
@@ -310,11 +352,12 @@ def block_cell(rep: int, rate: float, app: str, order: list[str], params: Params
     average before and after and the block's wall time."""
     import time
     _warm(app, params, llm_dir, pg_url, seed, ce)
-    before, tb, calls = _load(), time.perf_counter(), []
+    before, tb, steal, calls = _load(), time.perf_counter(), _steal_s(), []
     rows = [dict(r, repeat=rep) for s in order
             for r in run_cell(app, s, params, llm_dir, pg_url, seed + rep, rate, ce, calls)]
     block = {"repeat": rep, "rate_rps": rate, "app": app, "order": " ".join(order),
-             "wall_s": time.perf_counter() - tb, "load_before": before, "load_after": _load()}
+             "wall_s": time.perf_counter() - tb, "load_before": before, "load_after": _load(),
+             "steal_s": _steal_s() - steal}
     print(f"block {rep} {rate:g} {app}: {block['wall_s']:.1f} s, load {block['load_after']}", flush=True)
     return {"queries": pd.DataFrame(rows), "block": pd.DataFrame([block]), "calls": pd.DataFrame(calls).assign(repeat=rep)}
 

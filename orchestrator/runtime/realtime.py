@@ -72,6 +72,11 @@ class EngineHost:
     def max_batch(self) -> int:
         return self.sched.max_batch
 
+    def idle(self) -> bool:
+        """Nothing queued and nothing running on any instance."""
+        with self._lock:
+            return not self.sched.pending and not any(self.sched.inflight)
+
     def enqueue(self, p: Pending) -> None:
         with self._lock:
             self.sched.enqueue(p)
@@ -175,12 +180,14 @@ class RealtimeReport:
     ``node_id``, ``kind``, ``batch`` (invocations in its batch), and on the run's clock ``ready_s``
     (enqueued), ``dispatch_s`` (its batch launched), ``start_s`` / ``end_s`` (the batch on the
     instance), ``done_s`` (the graph scheduler completed the node), and ``cpu_s`` (the batch's
-    thread CPU time): dispatch and hand-back costs apart from compute."""
+    thread CPU time): dispatch and hand-back costs apart from compute; ``idle_cut_s``: the idle
+    time ``run_realtime``'s ``idle_gap_s`` cut (the outcomes' arrivals are on the cut clock)."""
     outcomes: list[RequestResult]
     dead_instances: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     batches: dict[str, list[int]] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
+    idle_cut_s: float = 0.0
 
     @property
     def results(self) -> list[RequestResult]:
@@ -220,7 +227,8 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
                  batching: BatchingPolicy | None = None, seed: int = 0,
                  payloads: Sequence[Mapping[str, Any]] | None = None, cache: GraphCache | None = None,
                  time_scale: float = 1.0, timeout_s: float = 600.0,
-                 host_factory: HostFactory | None = None, cpu_cores: int | None = None) -> RealtimeReport:
+                 host_factory: HostFactory | None = None, cpu_cores: int | None = None,
+                 idle_gap_s: float | None = None) -> RealtimeReport:
     """Run queries like :func:`orchestrator.runtime.simulate`, in real time: query ``i`` arrives
     ``arrivals_s[i]`` seconds after the start. Same graphs (passes by ``scheme``), same engine
     scheduling. ``host_factory(name=, instances=, policy=, max_batch=, sink=, clock=,
@@ -228,7 +236,11 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     runtime passes one that runs it in an actor). Queries still running after ``timeout_s``
     count as failed. ``cpu_cores``: the engines (in-process hosts only) share that many CPU cores,
     so an idle instance starts work only while one is free (``engine_scheduler.CoreBudget``);
-    None: each instance has its own."""
+    None: each instance has its own. ``idle_gap_s`` (in-process hosts only): where every started
+    query has finished, every engine is idle and the next arrival is further than this away, the
+    wait is cut to ``idle_gap_s`` and every later arrival moves as much earlier, so each query still
+    finds what it would have (idle engines, or the same overlap with the queries after it) while an
+    idle machine's waiting is not spent; None: arrivals as given."""
     prep = prepare(template, query_configs, arrivals_s, scheme=scheme, batching=batching, seed=seed,
                    payloads=payloads, cache=cache)
     factory = host_factory or EngineHost
@@ -238,17 +250,20 @@ def run_realtime(template: Template, query_configs: Sequence[QueryConfig], arriv
     hosts = {name: factory(name=name, instances=inst, policy=prep.policy(), max_batch=None,
                            sink=events.put, clock=clock, time_scale=time_scale)
              for name, inst in engines.items()}
+    in_process = all(isinstance(h, EngineHost) for h in hosts.values())
+    if cpu_cores is not None and not in_process:
+        raise ValueError("cpu_cores: only engines hosted in this process can share its cores")
+    if idle_gap_s is not None and not in_process:
+        raise ValueError("idle_gap_s: only engines hosted in this process report when they are idle")
     # a host's max batch is its instances' (asked of the actor where it runs in one)
     runs = prep.runs(PassContext({n: h.max_batch() for n, h in hosts.items()}))
     state = _WallState(schedulers=hosts, dispatch_overhead_s=0.0)
     if cpu_cores is not None:
-        if not all(isinstance(h, EngineHost) for h in hosts.values()):
-            raise ValueError("cpu_cores: only engines hosted in this process can share its cores")
         CoreBudget(cpu_cores, [h.sched for h in hosts.values()])
         state.cores_shared = True
     report = RealtimeReport(outcomes=state.results)
     start[0] = time.perf_counter()          # time zero: hosts built, graphs optimised
-    _loop(state, runs, events, clock, report, hosts, timeout_s)
+    _loop(state, runs, events, clock, report, hosts, timeout_s, idle_gap_s)
     report.wall_s = clock()
     report.outcomes.sort(key=lambda r: r.qid)
     report.batches = {n: list(h.sched.batches) if hasattr(h, "sched") else [] for n, h in hosts.items()}
@@ -269,19 +284,26 @@ def drain(q: queue.Queue, timeout_s: float) -> list:
 
 
 def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: Callable[[], float],
-          report: RealtimeReport, hosts: Mapping[str, Any], timeout_s: float) -> None:
+          report: RealtimeReport, hosts: Mapping[str, Any], timeout_s: float,
+          idle_gap_s: float | None = None) -> None:
     arrivals = [(q.arrival_s, q.qid) for q in runs]
     heapq.heapify(arrivals)
     by_id = {q.qid: q for q in runs}
     open_q = set(by_id)
     while open_q:
         now = clock()
+        poll = timeout_s            # an idle cut waits for the last batch's host to free its instance
+        if idle_gap_s is not None and arrivals and not open_q & state.queries.keys():
+            if all(h.idle() for h in hosts.values()):
+                report.idle_cut_s += _cut_idle(arrivals, by_id, arrivals[0][0] - now - idle_gap_s)
+            else:
+                poll = 0.002
         if now > timeout_s:
             state.now = now
             for qid in sorted(open_q):
                 state.fail(by_id[qid], f"timed out after {timeout_s} s")
             break
-        wait = min(arrivals[0][0] - now, timeout_s - now) if arrivals else timeout_s - now
+        wait = min(arrivals[0][0] - now, timeout_s - now, poll) if arrivals else timeout_s - now
         batch = drain(events, max(0.0, wait))
         while arrivals and arrivals[0][0] <= clock():
             _, qid = heapq.heappop(arrivals)
@@ -294,6 +316,16 @@ def _loop(state: _WallState, runs: list[QueryRun], events: queue.Queue, clock: C
             if by_id[q].finish_s is not None:       # finished or failed
                 open_q.discard(q)
         state.dispatch()
+
+
+def _cut_idle(arrivals: list[tuple[float, int]], by_id: Mapping[int, QueryRun], cut_s: float) -> float:
+    """Move every pending arrival ``cut_s`` earlier (none if ``cut_s`` <= 0); the heap keeps its order."""
+    if cut_s <= 0:
+        return 0.0
+    arrivals[:] = [(t - cut_s, qid) for t, qid in arrivals]
+    for _, qid in arrivals:
+        by_id[qid].arrival_s -= cut_s
+    return cut_s
 
 
 def _handle(state: _WallState, ev: tuple, report: RealtimeReport, hosts: Mapping[str, Any]) -> None:

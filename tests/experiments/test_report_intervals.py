@@ -46,3 +46,17 @@ def test_the_goodput_plot_draws_its_bars_within_zero_and_one(tmp_path, monkeypat
     assert (y - yerr[0]).min() >= 0 and (y + yerr[1]).max() <= 1 + 1e-12
     assert np.allclose(cerr[0], cerr[1]) and (cy - cerr[0]).min() < 0                # a cost keeps its interval
     assert (tmp_path / "goodput.png").exists()
+
+
+def test_paired_ratio_interval_covers_the_ratio_and_narrows_with_pairing():
+    from experiments.kinds._intervals import ratio_ci95_paired
+    rng = np.random.default_rng(1)
+    shared = rng.lognormal(0, 0.3, 60)                  # what both schemes of a pair share (the machine's phase)
+    den = shared * rng.lognormal(0, 0.05, 60)
+    num = 1.1 * shared * rng.lognormal(0, 0.05, 60)
+    lo, hi = ratio_ci95_paired(num, den, np.repeat([0, 1, 2], 20))
+    assert lo < num.mean() / den.mean() < hi and lo > 1.0 and hi - lo < 0.1
+    shuffled = ratio_ci95_paired(num, rng.permutation(den))   # the pairing broken: a wider interval
+    assert shuffled[1] - shuffled[0] > 2 * (hi - lo)
+    assert ratio_ci95_paired(num, den) == ratio_ci95_paired(num, den)
+    assert np.isnan(ratio_ci95_paired(num[:1], den[:1])[0])

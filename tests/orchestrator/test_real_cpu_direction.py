@@ -17,9 +17,11 @@ def _summary() -> pd.DataFrame:
     rows = []
     for (app, rate, sat), by in cells.items():
         rows.append({"app": app, "rate_rps": rate, "scheme": "teola", "speedup_mean_latency": 1.0, "speedup_min": 1.0,
-                     "speedup_max": 1.0, "best_baseline": "b", "saturated": sat})
+                     "speedup_max": 1.0, "speedup_ci_lo": 1.0, "speedup_ci_hi": 1.0, "best_baseline": "b",
+                     "saturated": sat})
         rows += [{"app": app, "rate_rps": rate, "scheme": s, "speedup_mean_latency": x, "speedup_min": lo,
-                  "speedup_max": hi, "best_baseline": "b", "saturated": sat} for s, (x, lo, hi) in by.items()]
+                  "speedup_max": hi, "speedup_ci_lo": lo - 0.02, "speedup_ci_hi": hi + 0.02, "best_baseline": "b",
+                  "saturated": sat} for s, (x, lo, hi) in by.items()]
     return pd.DataFrame(rows)
 
 
@@ -39,6 +41,9 @@ def test_every_baseline_gets_a_verdict_and_saturated_cells_none():
     assert tab.loc[("advanced_rag", "b"), "verdict"] == "disagrees"               # 1.01-1.04 vs 0.9
     assert tab.loc[("advanced_rag", "b"), "simulated"] == pytest.approx(0.9)
     assert bool(tab.loc[("naive_rag", "b"), "best"]) and not bool(tab.loc[("naive_rag", "a"), "best"])
+    # the magnitude: is the simulated speedup inside the real interval (per-repeat range widened by 0.02 here)?
+    assert tab.consistent.to_dict() == {("naive_rag", "a"): False, ("naive_rag", "b"): True,
+                                        ("advanced_rag", "a"): False, ("advanced_rag", "b"): False}
 
 
 def test_a_cell_the_simulation_did_not_run_gets_no_verdict_and_the_counts_say_so():
@@ -46,9 +51,10 @@ def test_a_cell_the_simulation_did_not_run_gets_no_verdict_and_the_counts_say_so
     md = "\n".join(direction.markdown(_summary(), sim, "`sim`"))
     assert "of 2 (app, rate, baseline) pairs with a simulated cell, the run resolves 1: the direction agrees in 1 " \
            "and disagrees in 0; 1 are unresolved (their mean agrees in 0)" in md
-    assert "| advanced_rag | 0.1 | a | 0.80x [0.70-0.90] | slower | - | - |" in md
-    assert "- naive_rag at 0.2 req/s: 0.95x [0.88-1.05] against b, mixed, mean slower; simulation 1.02x: " \
-           "unresolved, the mean disagrees" in md
+    assert "| advanced_rag | 0.1 | a | 0.80x [0.70-0.90] | [0.68-0.92] | slower | - | - | - |" in md
+    assert "- naive_rag at 0.2 req/s: 0.95x [0.88-1.05] against b, mixed, mean slower; 95% paired interval " \
+           "[0.86-1.07]; simulation 1.02x: unresolved, the mean disagrees, inside the real interval" in md
+    assert "inside the real 95% paired interval in 1 of 2 pairs (1 of 1 against the best baseline)" in md
 
 
 def test_the_shipped_simulation_runs_for_the_real_run_s_cells_only():

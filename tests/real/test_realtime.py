@@ -90,8 +90,10 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path, monkeypatch):
     assert calls["freeze"] == calls["unfreeze"] > 0 and gc.get_freeze_count() == 0
     q = pd.read_parquet(run_dir / "queries.parquet")
     assert len(q) == 8 and (q.latency_s > 0).all()
+    assert (q.arrival_s <= q.drawn_arrival_s + 1e-9).all() and (q.idle_cut_s >= 0).all()   # idle waits cut only
     b = pd.read_parquet(run_dir / "blocks.parquet")                # one block per (repeat, rate, app), order rotated
     assert len(b) == 2 and b.order.iloc[0] != b.order.iloc[1] and b.load_before.str.count("/").eq(2).all()
+    assert (b.steal_s >= 0).all()
     assert "| naive_rag | 20 |" in (run_dir / "summary.md").read_text()
     cells = sorted((run_dir / "cells").glob("*.parquet"))      # experiments.executor cells: resumable
     assert len(cells) == 2 + 2 * 3                              # isolated per app; (queries, block, calls) per block
@@ -120,3 +122,21 @@ def test_a_host_promotes_a_queued_partial_prefill_and_ignores_a_launched_one():
     host.sched = SimpleNamespace(pending=[SimpleNamespace(payload=SimpleNamespace(key="1/p"))], critical=set())
     assert host.promote("1/p", 0.0) == [] and host.sched.critical == {"1/p"}
     assert host.promote("2/p", 0.0) == [] and host.sched.critical == {"1/p"}
+
+
+def test_idle_gaps_are_cut_and_overlapping_arrivals_keep_their_offsets():
+    app = load_app("naive_rag")
+    cfgs = app.query_configs(3, np.random.default_rng(0))
+    arr = [0.0, 30.0, 30.001]      # an idle half-minute, then two queries at once
+    full = simulate(app.template(), cfgs, arr, app.build_engines(), scheme="teola", seed=3)
+    rep = run_realtime(app.template(), cfgs, arr, app.build_engines(), scheme="teola", seed=3, time_scale=0.01,
+                       timeout_s=60, idle_gap_s=0.05)
+    assert not rep.failed and rep.wall_s < 5
+    first, second, third = rep.outcomes
+    assert 0.04 <= second.arrival_s - first.finish_s < 0.1          # the wait cut to the gap, not more
+    assert third.arrival_s - second.arrival_s == pytest.approx(0.001)
+    assert rep.idle_cut_s == pytest.approx(30.0 - second.arrival_s)
+    assert [r.outputs for r in rep.results] == [r.outputs for r in full]
+    with pytest.raises(ValueError, match="idle_gap_s"):
+        run_realtime(app.template(), cfgs, arr, app.build_engines(), scheme="teola", idle_gap_s=0.05,
+                     host_factory=lambda **kw: object())
