@@ -4,9 +4,12 @@ MiniLM cross-encoder reranker, PostgreSQL + pgvector from pgserver), each app ru
 under every baseline on fresh copies of the same engines, in wall-clock time.
 
 Design (issue 26): first one isolated query per (app, scheme); then ``repeats`` rounds, each
-running every (rate, app) block with the schemes in an order rotated by one per round and block
-(interleaved, so slow phases of the shared machine do not fall on one scheme), the same Poisson
-arrivals for every scheme of a block; where no query is in flight and every engine is idle, the wait
+running every (rate, app) block with the schemes in an order rotated by one per round and block,
+the same Poisson arrivals for every scheme of a block. Within a block (in-process, ``interleave``)
+the schemes take turns per arrival segment, the arrivals between drawn gaps longer than
+``segment_gap_s``, in an order rotated per segment, each scheme on its own engines built once per
+block (randomized multiple interleaved trials, Abedi and Brecht, ICPE 2017: slow phases of the shared
+machine, CPU steal from other tenants included, fall on every scheme alike); where no query is in flight and every engine is idle, the wait
 for the next arrival is cut to ``idle_gap_s`` (the queries meet what they would have; the machine's
 idle time buys more queries). Each block records the load average (``os.getloadavg``) before and
 after it, the CPU steal time during it and its wall time. ``queries.parquet``: one row per query; ``blocks.parquet``;
@@ -26,9 +29,9 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -37,8 +40,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from experiments.context import NameList, RunContext, atomic_write_parquet, atomic_write_text
 from experiments.kinds import _teola_real_calls as real_calls
-from experiments.kinds import _teola_real_direction as direction
-from experiments.kinds._intervals import ratio_ci95_paired
+from experiments.kinds import _teola_real_report as report
 from flowmaker.entry import UserError
 from flowmaker.names import name_problem
 from orchestrator.apps import check_apps
@@ -86,6 +88,13 @@ class Params(BaseModel):
                                "this (run_realtime's idle_gap_s): each query still meets idle engines or the same "
                                "overlap with the next ones, and the machine's idle time goes to more queries; None or "
                                "the Ray runtime: the arrivals as drawn")
+    interleave: bool = Field(
+        True, description="in-process runtime: a block's schemes take turns per arrival segment (runs of arrivals no "
+                          "drawn gap above segment_gap_s separates), the order rotated per segment, each scheme's "
+                          "engines built once per block (randomized multiple interleaved trials); False or Ray: each "
+                          "scheme runs the whole block in turn")
+    segment_gap_s: float = Field(3.0, gt=0, description="a drawn gap longer than this ends a segment (interleave); "
+                                                        "above every unsaturated latency, so engines are idle there")
     pg_url: str | None = Field(None, description="a PostgreSQL+pgvector server; default: an embedded pgserver")
     simulation: str | None = Field(
         "teola_real_cpu_sim", description="the simulation of this deployment, a teola_apps experiment config (by "
@@ -133,6 +142,59 @@ def app_for_corpus(app_name: str, n_chunks: int, params: Params):
     return app.model_copy(update={"query": q, "components": comps, "doc_tokens_choices": ()})
 
 
+@dataclass(frozen=True)
+class Workload:
+    """One (app, seed, rate)'s queries: the app fitted to the corpus, drawn arrivals, payloads."""
+    app_name: str
+    app: Any
+    arrivals: np.ndarray
+    payloads: list[dict]
+
+
+def workload(app_name: str, params: Params, seed: int, rate_rps: float) -> Workload:
+    paragraphs, questions = load_corpus(params.corpus)
+    paragraphs = paragraphs[:params.n_paragraphs] if params.n_paragraphs else paragraphs
+    app = app_for_corpus(app_name, len(paragraphs), params)
+    rng = np.random.default_rng(seed)
+    arrivals = np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate_rps, params.n_queries - 1))])
+    payloads = [{"question": questions[i % len(questions)], "chunks": paragraphs} for i in range(params.n_queries)]
+    return Workload(app_name, app, arrivals, payloads)
+
+
+def _engine_kwargs(w: Workload, scheme: str, params: Params, llm_dir: str, pg_url: str, ce_dir: str | None) -> dict:
+    """``build_real_engines``' arguments: each scheme its own vector table."""
+    return dict(llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances, llm_dtype=params.llm_dtype,
+                llm_max_batch=params.llm_max_batch, embed_max_batch=embed_max_batch(params),
+                table=f"chunks_{w.app_name}_{scheme.replace('-', '_')}", cross_encoder_dir=ce_dir)
+
+
+def _run_in_process(w: Workload, scheme: str, engines: dict, params: Params, span: slice = slice(None)) -> Any:
+    """The queries ``span`` of ``w`` on ``engines`` in real time, the first arriving at 0."""
+    from orchestrator.runtime.realtime import run_realtime
+    arr = w.arrivals[span]
+    return run_realtime(w.app.template(), [w.app.query] * len(arr), arr - arr[0], engines, scheme=scheme,
+                        payloads=w.payloads[span], timeout_s=params.timeout_s, cpu_cores=cpu_cores(params),
+                        idle_gap_s=params.idle_gap_s)
+
+
+def _rows(w: Workload, scheme: str, rate_rps: float, rep: Any, first: int = 0) -> list[dict]:
+    """One row per query of ``rep`` (a ``RealtimeReport`` of the queries from ``first`` on): ``qid``
+    the query's index in ``w``, ``arrival_s`` on the run's clock after idle cuts (plus the drawn
+    arrival of query ``first``), ``drawn_arrival_s`` as drawn."""
+    base = {"app": w.app_name, "scheme": scheme, "rate_rps": rate_rps, "makespan_s": rep.wall_s,
+            "idle_cut_s": rep.idle_cut_s}
+    t0, rows = float(w.arrivals[first]), []
+    for r in rep.results:
+        ans = str(next(iter(r.outputs.values())))
+        rows.append(dict(base, qid=first + r.qid, arrival_s=t0 + r.arrival_s, latency_s=r.latency_s,
+                         finish_s=t0 + r.finish_s, failed=False, answer=ans,
+                         answer_sha=hashlib.sha1(ans.encode()).hexdigest()[:12]))
+    for qid, why in rep.failed.items():
+        rows.append(dict(base, qid=first + qid, arrival_s=float("nan"), latency_s=float("nan"), finish_s=float("nan"),
+                         failed=True, answer=why, answer_sha=""))
+    return [dict(r, drawn_arrival_s=float(w.arrivals[r["qid"]])) for r in rows]
+
+
 def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: str, seed: int,
              rate_rps: float = 1.0, ce_dir: str | None = None, calls: list[dict] | None = None) -> list[dict]:
     """One (app, scheme) at ``rate_rps``: fresh real engines, the queries in real time; one row per
@@ -140,47 +202,57 @@ def run_cell(app_name: str, scheme: str, params: Params, llm_dir: str, pg_url: s
     import torch
 
     from orchestrator.engines.real.factory import build_real_engines, close_engines
-    from orchestrator.runtime.realtime import run_realtime
     torch.set_num_threads(params.torch_threads)
-    paragraphs, questions = load_corpus(params.corpus)
-    paragraphs = paragraphs[:params.n_paragraphs] if params.n_paragraphs else paragraphs
-    app = app_for_corpus(app_name, len(paragraphs), params)
-    rng = np.random.default_rng(seed)
-    arrivals = np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate_rps, params.n_queries - 1))])
-    payloads = [{"question": questions[i % len(questions)], "chunks": paragraphs} for i in range(params.n_queries)]
-    table = f"chunks_{app_name}_{scheme.replace('-', '_')}"
+    w = workload(app_name, params, seed, rate_rps)
+    kw = _engine_kwargs(w, scheme, params, llm_dir, pg_url, ce_dir)
     if params.runtime == "ray":
         from orchestrator.runtime.ray_runtime import run_ray
-        factory = dict(app=app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
-                       llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                       embed_max_batch=embed_max_batch(params), table=table, cross_encoder_dir=ce_dir)
-        rep = run_ray(app.template(), [app.query] * params.n_queries, arrivals, engine_kwargs=factory,
-                      scheme=scheme, payloads=payloads, timeout_s=params.timeout_s, torch_threads=params.torch_threads)
+        rep = run_ray(w.app.template(), [w.app.query] * params.n_queries, w.arrivals, engine_kwargs=dict(kw, app=w.app),
+                      scheme=scheme, payloads=w.payloads, timeout_s=params.timeout_s,
+                      torch_threads=params.torch_threads)
     else:
-        engines = build_real_engines(app, llm_dir=llm_dir, pg_url=pg_url, llm_instances=params.llm_instances,
-                                     llm_dtype=params.llm_dtype, llm_max_batch=params.llm_max_batch,
-                                     embed_max_batch=embed_max_batch(params), table=table,
-                                     cross_encoder_dir=ce_dir)
+        engines = build_real_engines(w.app, **kw)
         try:
-            rep = run_realtime(app.template(), [app.query] * params.n_queries, arrivals, engines, scheme=scheme,
-                               payloads=payloads, timeout_s=params.timeout_s, cpu_cores=cpu_cores(params),
-                               idle_gap_s=params.idle_gap_s)
+            rep = _run_in_process(w, scheme, engines, params)
         finally:
             close_engines(engines)
     if calls is not None:
         calls += [dict(c, app=app_name, scheme=scheme, rate_rps=rate_rps) for c in rep.calls]
-    rows = []
-    for r in rep.results:
-        ans = str(next(iter(r.outputs.values())))
-        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": r.qid, "arrival_s": r.arrival_s,
-                     "latency_s": r.latency_s, "finish_s": r.finish_s, "failed": False, "answer": ans,
-                     "answer_sha": hashlib.sha1(ans.encode()).hexdigest()[:12], "makespan_s": rep.wall_s})
-    for qid, why in rep.failed.items():
-        rows.append({"app": app_name, "scheme": scheme, "rate_rps": rate_rps, "qid": qid, "arrival_s": float("nan"),
-                     "latency_s": float("nan"), "finish_s": float("nan"), "failed": True, "answer": why,
-                     "answer_sha": "", "makespan_s": rep.wall_s})
-    # arrival_s on the run's clock, after idle cuts; drawn_arrival_s as drawn
-    return [dict(r, drawn_arrival_s=float(arrivals[r["qid"]]), idle_cut_s=rep.idle_cut_s) for r in rows]
+    return _rows(w, scheme, rate_rps, rep)
+
+
+def segments(arrivals: np.ndarray, gap_s: float) -> list[slice]:
+    """The runs of ``arrivals`` (sorted) that no drawn gap longer than ``gap_s`` separates."""
+    cuts = [0, *(int(i) + 1 for i in np.flatnonzero(np.diff(arrivals) > gap_s)), len(arrivals)]
+    return [slice(a, b) for a, b in zip(cuts, cuts[1:])]
+
+
+def run_interleaved(app_name: str, order: list[str], params: Params, llm_dir: str, pg_url: str, seed: int,
+                    rate_rps: float, ce_dir: str | None, calls: list[dict]) -> list[dict]:
+    """A block's schemes taking turns per arrival segment (:func:`segments` of ``segment_gap_s``), in
+    ``order`` rotated by one per segment, each scheme on its own engines built once for the block:
+    randomized multiple interleaved trials (Abedi and Brecht, ICPE 2017), so a slow phase of the
+    shared machine falls on every scheme alike. Rows as :func:`run_cell`'s."""
+    import torch
+
+    from orchestrator.engines.real.factory import build_real_engines, close_engines
+    torch.set_num_threads(params.torch_threads)
+    w = workload(app_name, params, seed, rate_rps)
+    engines: dict[str, dict] = {}
+    rows: list[dict] = []
+    try:
+        for s in order:
+            engines[s] = build_real_engines(w.app, **_engine_kwargs(w, s, params, llm_dir, pg_url, ce_dir))
+        for j, span in enumerate(segments(w.arrivals, params.segment_gap_s)):
+            for s in _block_order(order, j):
+                rep = _run_in_process(w, s, engines[s], params, span)
+                calls += [dict(c, app=app_name, scheme=s, rate_rps=rate_rps, qid=span.start + c["qid"])
+                          for c in rep.calls]
+                rows += _rows(w, s, rate_rps, rep, span.start)
+    finally:
+        for e in engines.values():
+            close_engines(e)
+    return rows
 
 
 def _block_order(schemes: list[str], k: int) -> list[str]:
@@ -202,115 +274,6 @@ def _blocks(params: Params) -> list[tuple[int, float, str, list[str]]]:
                 out.append((rep, rate, app, _block_order(params.schemes, k)))
                 k += 1
     return out
-
-
-def summarise(df: pd.DataFrame, schemes: list[str], isolated: pd.DataFrame | None = None,
-              saturation: float = 1.6) -> pd.DataFrame:
-    """Per (app, rate, scheme): mean over repeats of each repeat's mean latency, its range,
-    whether every answer equals the first scheme's, and the speedup of ``schemes[0]`` (Teola)
-    over each scheme and over the best baseline (per-repeat ratio range)."""
-    if "repeat" not in df:
-        df = df.assign(repeat=0)
-    rows = []
-    for (app, rate), g in df.groupby(["app", "rate_rps"], sort=False):
-        per = g[~g.failed].groupby(["scheme", "repeat"]).latency_s.mean().unstack("repeat")
-        ref = g[g.scheme == schemes[0]].sort_values(["repeat", "qid"])
-        base = [s for s in schemes[1:] if s in per.index]
-        best = per.loc[base].mean(axis=1).idxmin() if base else schemes[0]
-        ratio = per.loc[best] / per.loc[schemes[0]]
-        iso = None if isolated is None else isolated[(isolated.app == app) & (isolated.scheme == best)].latency_s.mean()
-        # the saturation reference: the best baseline's first query of each block, which arrives at idle
-        # engines under that block's own machine load (the isolated queries ran at another load)
-        first = float(g[(g.scheme == best) & (g.qid == 0) & ~g.failed].latency_s.mean())
-        ci = {s: _paired_ci(g, s, schemes[0]) for s in schemes}
-        for s in schemes:
-            d = g[g.scheme == s].sort_values(["repeat", "qid"])
-            mine = per.loc[s] / per.loc[schemes[0]]
-            rows.append({"app": app, "rate_rps": rate, "scheme": s, "n_queries": len(d), "failed": int(d.failed.sum()),
-                         "mean_latency_s": float(per.loc[s].mean()), "min_repeat_s": float(per.loc[s].min()),
-                         "max_repeat_s": float(per.loc[s].max()), "p99_latency_s": float(d.latency_s.quantile(0.99)),
-                         "makespan_s": float(d.makespan_s.max()),
-                         "same_answers_as_" + schemes[0]: bool(not d.failed.any() and
-                                                               list(d.answer_sha) == list(ref.answer_sha)),
-                         "speedup_mean_latency": float(per.loc[s].mean() / per.loc[schemes[0]].mean()),
-                         "speedup_min": float(mine.min()), "speedup_max": float(mine.max()),
-                         "speedup_ci_lo": ci[s][0], "speedup_ci_hi": ci[s][1],
-                         "best_baseline": best, "teola_vs_best": float(per.loc[best].mean() / per.loc[schemes[0]].mean()),
-                         "teola_vs_best_min": float(ratio.min()), "teola_vs_best_max": float(ratio.max()),
-                         "best_isolated_s": float("nan") if iso is None else float(iso),
-                         "best_first_query_s": first,
-                         "saturated": bool(per.loc[best].mean() > saturation * first)})
-    return pd.DataFrame(rows)
-
-
-def _idle_note(params: Params) -> str:
-    if params.idle_gap_s is None or params.runtime == "ray":
-        return "the arrivals as drawn"
-    return (f"a wait with no query in flight and every engine idle is cut to {params.idle_gap_s:g} s, the later "
-            f"arrivals moved as much earlier (each query meets what it would have: idle engines or the same overlap "
-            f"with the next ones; `queries.parquet` keeps the drawn arrivals)")
-
-
-def _paired_ci(g: pd.DataFrame, scheme: str, teola: str) -> tuple[float, float]:
-    """95% paired bootstrap interval of ``scheme``'s mean latency over ``teola``'s, the queries paired by
-    (repeat, qid): the same question on the same arrivals in one block; resampled within each repeat."""
-    ok = g[~g.failed].pivot_table(index=["repeat", "qid"], columns="scheme", values="latency_s")
-    pairs = ok[[scheme, teola]].dropna() if {scheme, teola} <= set(ok.columns) else ok.iloc[:0]
-    return ratio_ci95_paired(pairs[scheme].to_numpy(), pairs[teola].to_numpy(),
-                             pairs.index.get_level_values("repeat").to_numpy())
-
-
-def _cores_note(params: Params) -> str:
-    if params.runtime == "ray":
-        return "engines as Ray actors, separate processes (no shared-core budget)"
-    return (f"the in-process engines share {cpu_cores(params)} CPU cores (Teola's runtime starts work on an idle "
-            f"instance only while a core is free: engine_scheduler.CoreBudget; the LlamaDist baselines run each "
-            f"module as it comes)")
-
-
-def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Params, wall_s: float, blocks_s: float) -> str:
-    t = params.schemes[0]
-    lines = ["# Teola on real engines (CPU, wall clock)", "",
-             f"{params.n_queries} queries per cell, rates {params.rates_rps} req/s, {params.n_paragraphs or 'all'} "
-             f"paragraphs per document, fetch_k {params.fetch_k or 'as the app'}, {params.repeats} repeats with the "
-             f"scheme order rotated per block; reranker: {params.reranker}; {params.llm_instances} tiny-Llama "
-             f"instances; embedder max batch {embed_max_batch(params)}; torch threads {params.torch_threads}; "
-             f"{_cores_note(params)}; start-up objects frozen out of the garbage collector, as vLLM's engine core "
-             f"does; {_idle_note(params)}. "
-             f"Latency: mean over repeats of each repeat's mean "
-             f"[range over repeats]; speedup = best baseline / {t} [range of the per-repeat ratios]. Regime: "
-             f"`saturated` when the best baseline's mean exceeds {params.saturation}x the mean latency of its first "
-             f"query per block (it arrives at idle engines, under the block's own load; the isolated queries, "
-             f"`isolated.parquet`, ran before the blocks at another load). "
-             f"Wall time of this invocation {wall_s:.0f} s; the blocks' own {blocks_s:.0f} s (a resumed run "
-             f"keeps the finished blocks).", "",
-             "| app | rate (req/s) | regime | best baseline | its mean (s) | Teola mean (s) | speedup [per-repeat range] | "
-             "95% paired interval | same answers |", "|---|---|---|---|---|---|---|---|---|"]
-    for (app, rate), g in summary.groupby(["app", "rate_rps"], sort=False):
-        r = g.set_index("scheme")
-        b = r.iloc[0]
-        same = bool(r["same_answers_as_" + t].all())
-        lines.append(f"| {app} | {rate:g} | {'saturated' if b.saturated else 'unsaturated'} | {b.best_baseline} | "
-                     f"{r.loc[b.best_baseline].mean_latency_s:.3f} | {r.loc[t].mean_latency_s:.3f} | "
-                     f"{b.teola_vs_best:.2f}x [{b.teola_vs_best_min:.2f}-{b.teola_vs_best_max:.2f}] | "
-                     f"[{r.loc[b.best_baseline].speedup_ci_lo:.2f}-{r.loc[b.best_baseline].speedup_ci_hi:.2f}] | {same} |")
-    lines += ["", "| app | rate (req/s) | scheme | mean (s) | [range over repeats] | p99 (s) | Teola's speedup over it |",
-              "|---|---|---|---|---|---|---|"]
-    for r in summary.itertuples():
-        lines.append(f"| {r.app} | {r.rate_rps:g} | {r.scheme} | {r.mean_latency_s:.3f} | [{r.min_repeat_s:.3f}-"
-                     f"{r.max_repeat_s:.3f}] | {r.p99_latency_s:.3f} | {r.speedup_mean_latency:.2f}x "
-                     f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] |")
-    lines += ["", "Blocks (load average of the shared 2-core machine before and after each block; CPU time the "
-                  "hypervisor gave other machines during it, /proc/stat's steal, all cores):", "",
-              "| repeat | rate | app | scheme order | wall (s) | load before (1/5/15 min) | load after | steal (s) |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in blocks.itertuples():
-        lines.append(f"| {r.repeat} | {r.rate_rps:g} | {r.app} | {r.order} | {r.wall_s:.1f} | {r.load_before} | "
-                     f"{r.load_after} | {getattr(r, 'steal_s', float('nan')):.2f} |")
-    if params.simulation is not None:
-        lines += direction.markdown(summary, direction.simulate(params.simulation, params.rates_rps, params.schemes),
-                                    f"`{params.simulation}`")
-    return "\n".join(lines) + "\n"
 
 
 def _load() -> str:
@@ -353,8 +316,12 @@ def block_cell(rep: int, rate: float, app: str, order: list[str], params: Params
     import time
     _warm(app, params, llm_dir, pg_url, seed, ce)
     before, tb, steal, calls = _load(), time.perf_counter(), _steal_s(), []
-    rows = [dict(r, repeat=rep) for s in order
-            for r in run_cell(app, s, params, llm_dir, pg_url, seed + rep, rate, ce, calls)]
+    if params.interleave and params.runtime == "inprocess":
+        rows = [dict(r, repeat=rep) for r in run_interleaved(app, order, params, llm_dir, pg_url, seed + rep, rate, ce,
+                                                             calls)]
+    else:
+        rows = [dict(r, repeat=rep) for s in order
+                for r in run_cell(app, s, params, llm_dir, pg_url, seed + rep, rate, ce, calls)]
     block = {"repeat": rep, "rate_rps": rate, "app": app, "order": " ".join(order),
              "wall_s": time.perf_counter() - tb, "load_before": before, "load_after": _load(),
              "steal_s": _steal_s() - steal}
@@ -397,10 +364,11 @@ def run(params: Params, ctx: RunContext) -> None:
     df = pd.concat([r["queries"] for r in res[len(iso_cells):]], ignore_index=True)
     bl = pd.concat([r["block"] for r in res[len(iso_cells):]], ignore_index=True)
     calls = pd.concat([r["calls"] for r in res[len(iso_cells):]], ignore_index=True)
-    summary = summarise(df, params.schemes, iso, params.saturation)
+    summary = report.summarise(df, params.schemes, iso, params.saturation)
     for name, d in [("queries", df), ("isolated", iso), ("blocks", bl), ("summary", summary), ("calls", calls)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", d)
-    md = markdown(summary, bl, params, time.perf_counter() - t0, float(bl.wall_s.sum()))
+    md = report.markdown(summary, bl, params, time.perf_counter() - t0, float(bl.wall_s.sum()),
+                         cores=cpu_cores(params), embed_batch=embed_max_batch(params))
     if len(calls):
         md += "\n".join(real_calls.markdown(calls, summary)) + "\n"
     atomic_write_text(ctx.run_dir / "summary.md", md)

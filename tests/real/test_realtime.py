@@ -81,7 +81,8 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path, monkeypatch):
         monkeypatch.setattr(gc, name, lambda real=real, name=name: (calls.__setitem__(name, calls[name] + 1), real())[1])
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("experiment: t\nkind: teola_real_cpu\nparams:\n  n_queries: 2\n  rates_rps: {naive_rag: [20], advanced_rag: [20]}\n  repeats: 1\n"
-                   "  answer_tokens: 6\n  leaf_tokens: 6\n  schemes: [teola, llamadist-po]\n")
+                   "  answer_tokens: 6\n  leaf_tokens: 6\n  schemes: [teola, llamadist-po]\n"
+                   "  segment_gap_s: 0.001\n")      # every query its own segment: the schemes take turns per query
     assert main([str(cfg), "--results", str(tmp_path / "res"), "--no-progress"]) == 0
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
     s = pd.read_parquet(run_dir / "summary.parquet")
@@ -91,6 +92,7 @@ def test_real_cpu_experiment_teola_and_llamadist_agree(tmp_path, monkeypatch):
     q = pd.read_parquet(run_dir / "queries.parquet")
     assert len(q) == 8 and (q.latency_s > 0).all()
     assert (q.arrival_s <= q.drawn_arrival_s + 1e-9).all() and (q.idle_cut_s >= 0).all()   # idle waits cut only
+    assert sorted(q[q.scheme == "teola"].qid) == [0, 0, 1, 1]          # per app, the block's query indices
     b = pd.read_parquet(run_dir / "blocks.parquet")                # one block per (repeat, rate, app), order rotated
     assert len(b) == 2 and b.order.iloc[0] != b.order.iloc[1] and b.load_before.str.count("/").eq(2).all()
     assert (b.steal_s >= 0).all()
@@ -140,3 +142,11 @@ def test_idle_gaps_are_cut_and_overlapping_arrivals_keep_their_offsets():
     with pytest.raises(ValueError, match="idle_gap_s"):
         run_realtime(app.template(), cfgs, arr, app.build_engines(), scheme="teola", idle_gap_s=0.05,
                      host_factory=lambda **kw: object())
+
+
+def test_segments_split_the_arrivals_at_long_gaps_only():
+    from experiments.kinds.teola_real_cpu import segments
+    arr = np.array([0.0, 0.5, 4.0, 4.2, 4.3, 9.0])
+    assert segments(arr, 3.0) == [slice(0, 2), slice(2, 5), slice(5, 6)]
+    assert segments(arr, 10.0) == [slice(0, 6)]
+    assert segments(arr[:1], 3.0) == [slice(0, 1)]
