@@ -1,0 +1,49 @@
+"""Pool several ``teola_real_cpu`` runs of the same apps, rates and schemes (stop 39): every
+(run, repeat) becomes one repeat of a single run, so each speedup's paired bootstrap interval rests
+on all the runs' paired queries (resampled within each run's repeat), then the direction section
+against the simulation, as each run's own summary has it (``_teola_real_report.summarise``,
+``_teola_real_direction.markdown``).
+
+    PYTHONPATH=. python experiments/scripts/pool_real_runs.py RUN_DIR [RUN_DIR ...]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+def pooled(run_dirs: list[Path]) -> tuple[pd.DataFrame, dict]:
+    """All runs' queries with ``repeat`` renumbered over (run, repeat), and the first run's params."""
+    frames = []
+    for i, d in enumerate(run_dirs):
+        q = pd.read_parquet(d / "queries.parquet")
+        frames.append(q.assign(repeat=q.repeat + 1000 * i, run=d.name))
+    params = yaml.safe_load((run_dirs[0] / "config.yaml").read_text()).get("params") or {}
+    return pd.concat(frames, ignore_index=True), params
+
+
+def main(argv: list[str]) -> int:
+    from experiments.kinds import _teola_real_direction as direction
+    from experiments.kinds import _teola_real_report as report
+    from experiments.kinds.teola_real_cpu import Params
+    if not argv:
+        print(__doc__)
+        return 2
+    dirs = [Path(a) for a in argv]
+    df, raw = pooled(dirs)
+    p = Params(**raw)
+    summary = report.summarise(df, p.schemes, None, p.saturation)
+    n = df.groupby(["app", "rate_rps"]).apply(lambda g: g[["run", "repeat", "qid"]].drop_duplicates().shape[0])
+    print(f"# Pooled real runs: {', '.join(d.name for d in dirs)}\n")
+    print("Paired queries per (app, rate): " + ", ".join(f"{a} {r:g} req/s: {k}" for (a, r), k in n.items())
+          + f"; {df.groupby(['run', 'repeat']).ngroups} repeats in all.")
+    sim = direction.simulate(p.simulation, p.rates_rps, p.schemes) if p.simulation else pd.DataFrame()
+    print("\n".join(direction.markdown(summary, sim, f"`{p.simulation}`")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
