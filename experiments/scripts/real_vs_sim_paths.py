@@ -50,7 +50,10 @@ def real_path(q: pd.DataFrame, arrival_s: float) -> list[tuple[str, float]]:
 def real_parts(calls: pd.DataFrame, queries: pd.DataFrame, app: str, scheme: str) -> pd.Series:
     key = ["rate_rps", "repeat", "qid"]
     c = calls[(calls.app == app) & (calls.scheme == scheme)]
-    arr = queries[(queries.app == app) & (queries.scheme == scheme)].set_index(key).arrival_s
+    # arrival on the calls' clock (an interleaved run's calls count from their segment's start):
+    # the query's last call completes it
+    lat = queries[(queries.app == app) & (queries.scheme == scheme)].set_index(key).latency_s
+    arr = c.groupby(key).done_s.max() - lat
     rows = [dict(part=p, span_s=s) for k, q in c.groupby(key) for p, s in real_path(q, float(arr.loc[k]))]
     n = c.groupby(["rate_rps", "repeat", "qid"]).ngroups
     return pd.DataFrame(rows).groupby("part", sort=False).span_s.sum() / n
