@@ -1,7 +1,7 @@
 """Intervals of the experiment reports: the mean and 95% t half-width over seeds (:func:`ci95`),
 the interval clipped to what the metric can be (a share stays in [0, 1]), printed (:func:`fmt`)
-and drawn (:func:`error_bars`); a paired bootstrap interval of a ratio of means
-(:func:`ratio_ci95_paired`)."""
+and drawn (:func:`error_bars`); paired bootstrap intervals of a ratio of means
+(:func:`ratio_ci95_paired`) and of a median (:func:`median_ci95_paired`)."""
 from __future__ import annotations
 
 import math
@@ -56,9 +56,26 @@ def ratio_ci95_paired(num: np.ndarray, den: np.ndarray, strata: np.ndarray | Non
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     if len(num) < 2:
         return float("nan"), float("nan")
-    strata = np.zeros(len(num), dtype=int) if strata is None else np.asarray(strata)
-    rng = np.random.default_rng(seed)
-    idx = np.concatenate([rng.choice(np.flatnonzero(strata == s), size=(n_boot, int((strata == s).sum())))
-                          for s in np.unique(strata)], axis=1)
+    idx = _resampled(len(num), strata, n_boot, seed)
     ratios = num[idx].mean(axis=1) / den[idx].mean(axis=1)
     return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+
+
+def median_ci95_paired(x: np.ndarray, strata: np.ndarray | None = None, n_boot: int = 4000,
+                       seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of ``median(x)`` over units (e.g. a pair's log ratio),
+    resampled within each stratum as :func:`ratio_ci95_paired` does. NaN for fewer than 2 units."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float("nan"), float("nan")
+    med = np.median(x[_resampled(len(x), strata, n_boot, seed)], axis=1)
+    return float(np.quantile(med, 0.025)), float(np.quantile(med, 0.975))
+
+
+def _resampled(n: int, strata: np.ndarray | None, n_boot: int, seed: int) -> np.ndarray:
+    """``n_boot`` x ``n`` bootstrap indices, each stratum's units drawn with replacement from that
+    stratum alone (fixed seed)."""
+    strata = np.zeros(n, dtype=int) if strata is None else np.asarray(strata)
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.choice(np.flatnonzero(strata == s), size=(n_boot, int((strata == s).sum())))
+                           for s in np.unique(strata)], axis=1)

@@ -23,14 +23,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.kinds import _teola_real_typical as typical
 from flowmaker.entry import UserError
 from flowmaker.inputs import load_data
 
 
 def simulate(config: str | Path, rates_rps: Mapping[str, Sequence[float]], schemes: Sequence[str]) -> pd.DataFrame:
     """The simulation of ``config`` (a ``teola_apps`` experiment config, by name or path) at every (app, rate) of
-    ``rates_rps`` that it lists too, for ``schemes``: one row per (app, rate, scheme) with the mean
-    over the config's seeds of each seed's mean latency (the real run's statistic over repeats)."""
+    ``rates_rps`` that it lists too, for ``schemes``: one row per simulated query (app, rate_rps, scheme,
+    seed, qid, latency_s) over the config's seeds (:func:`sim_means` gives the per-cell means)."""
     from experiments.kinds import teola_apps
     from profiler.catalog import CatalogError, config_path
     try:
@@ -43,14 +44,22 @@ def simulate(config: str | Path, rates_rps: Mapping[str, Sequence[float]], schem
     if not isinstance(raw, dict) or raw.get("kind") != "teola_apps":
         raise UserError(f"field 'params.simulation': {path} is not a teola_apps experiment config")
     p = teola_apps.Params(**(raw.get("params") or {}))
-    rows = []
+    cols = ["app", "rate_rps", "scheme", "seed", "qid", "latency_s"]
+    frames = []
     for app, rates in rates_rps.items():
         sim_rates = p.rates_rps.get(app, []) if app in p.apps else []
         for rate in (r for r in rates if any(abs(r - s) < 1e-9 for s in sim_rates)):
-            for s in schemes:
-                lat = [teola_apps.cell_frame(p, app, rate, s, p.n_queries, seed).latency_s.mean() for seed in p.seeds]
-                rows.append({"app": app, "rate_rps": rate, "scheme": s, "sim_mean_latency_s": float(np.mean(lat))})
-    return pd.DataFrame(rows, columns=["app", "rate_rps", "scheme", "sim_mean_latency_s"])
+            frames += [teola_apps.cell_frame(p, app, rate, s, p.n_queries, seed).assign(rate_rps=rate)[cols]
+                       for s in schemes for seed in p.seeds]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def sim_means(sim_q: pd.DataFrame) -> pd.DataFrame:
+    """Per (app, rate, scheme) of :func:`simulate`'s queries: the mean over seeds of each seed's mean
+    latency (the real run's statistic over repeats), as ``sim_mean_latency_s``."""
+    per_seed = sim_q.groupby(["app", "rate_rps", "scheme", "seed"], sort=False).latency_s.mean()
+    return (per_seed.groupby(["app", "rate_rps", "scheme"], sort=False).mean()
+            .rename("sim_mean_latency_s").reset_index())
 
 
 def side(x: float, lo: float, hi: float) -> str:
@@ -87,9 +96,12 @@ def table(summary: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown(summary: pd.DataFrame, sim: pd.DataFrame, source: str) -> list[str]:
-    """The direction section of summary.md: the best baseline per (app, rate), then every baseline."""
-    tab = table(summary, sim)
+def markdown(summary: pd.DataFrame, sim_q: pd.DataFrame, source: str, queries: pd.DataFrame | None = None,
+             baselines: Mapping[tuple[str, float], str] | None = None) -> list[str]:
+    """The direction section of summary.md: the best baseline per (app, rate), then every baseline
+    (``sim_q``: :func:`simulate`'s queries), then, given the real ``queries``, the typical query
+    (``_teola_real_typical``) against ``baselines`` per (app, rate) (default: each unsaturated cell's best)."""
+    tab = table(summary, sim_means(sim_q))
     out = ["", f"## Direction: the real run against the simulation of this deployment ({source}, run now)", ""]
     if tab.empty:
         return out + ["No unsaturated (app, rate): no direction to compare."]
@@ -119,6 +131,11 @@ def markdown(summary: pd.DataFrame, sim: pd.DataFrame, source: str) -> list[str]
         out.append(f"| {r.app} | {r.rate_rps:g} | {r.baseline}{' (best)' if r.best else ''} | {r.real:.2f}x "
                    f"[{r.real_min:.2f}-{r.real_max:.2f}] | {_ci(r)} | {r.real_side} | {sim_x} | {r.verdict or '-'} | "
                    f"{('yes' if r.consistent else 'no') if r.verdict else '-'} |")
+    if queries is not None:
+        cells = baselines if baselines is not None else {
+            (r.app, r.rate_rps): r.best_baseline for r in summary.drop_duplicates(["app", "rate_rps"]).itertuples()
+            if not r.saturated}
+        out += typical.markdown(typical.table(queries, cells, summary.scheme.iloc[0], sim_q))
     return out
 
 

@@ -77,8 +77,9 @@ def _cores_note(params: Any, cores: int) -> str:
 
 
 def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Any, wall_s: float, blocks_s: float, *,
-             cores: int, embed_batch: int) -> str:
-    """summary.md: the headline per (app, rate), every scheme, the blocks, the direction section."""
+             cores: int, embed_batch: int, queries: pd.DataFrame | None = None) -> str:
+    """summary.md: the headline per (app, rate), every scheme, the blocks, the direction section
+    (with the typical query's statistics given the run's ``queries``)."""
     t = params.schemes[0]
     lines = ["# Teola on real engines (CPU, wall clock)", "",
              f"{params.n_queries} queries per cell, rates {params.rates_rps} req/s, {params.n_paragraphs or 'all'} "
@@ -119,5 +120,5 @@ def markdown(summary: pd.DataFrame, blocks: pd.DataFrame, params: Any, wall_s: f
                      f"{r.load_after} | {getattr(r, 'steal_s', float('nan')):.2f} |")
     if params.simulation is not None:
         lines += direction.markdown(summary, direction.simulate(params.simulation, params.rates_rps, params.schemes),
-                                    f"`{params.simulation}`")
+                                    f"`{params.simulation}`", queries)
     return "\n".join(lines) + "\n"

@@ -368,7 +368,7 @@ def run(params: Params, ctx: RunContext) -> None:
     for name, d in [("queries", df), ("isolated", iso), ("blocks", bl), ("summary", summary), ("calls", calls)]:
         atomic_write_parquet(ctx.run_dir / f"{name}.parquet", d)
     md = report.markdown(summary, bl, params, time.perf_counter() - t0, float(bl.wall_s.sum()),
-                         cores=cpu_cores(params), embed_batch=embed_max_batch(params))
+                         cores=cpu_cores(params), embed_batch=embed_max_batch(params), queries=df)
     if len(calls):
         md += "\n".join(real_calls.markdown(calls, summary)) + "\n"
     atomic_write_text(ctx.run_dir / "summary.md", md)

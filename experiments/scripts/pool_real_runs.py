@@ -4,7 +4,11 @@ on all the runs' paired queries (resampled within each run's repeat), then the d
 against the simulation, as each run's own summary has it (``_teola_real_report.summarise``,
 ``_teola_real_direction.markdown``).
 
-    PYTHONPATH=. python experiments/scripts/pool_real_runs.py RUN_DIR [RUN_DIR ...]
+    PYTHONPATH=. python experiments/scripts/pool_real_runs.py RUN_DIR [RUN_DIR ...] [--against APP:RATE=SCHEME ...]
+
+The typical-query section (stop 40, ``_teola_real_typical``) judges each unsaturated cell against the
+pooled data's best baseline, or against the baselines named by ``--against`` (fixed in advance, as the
+confirmatory runs' rule in ``docs/orchestrator.md`` fixes them), Holm-corrected over those cells.
 """
 from __future__ import annotations
 
@@ -26,22 +30,33 @@ def pooled(run_dirs: list[Path]) -> tuple[pd.DataFrame, dict]:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
     from experiments.kinds import _teola_real_direction as direction
     from experiments.kinds import _teola_real_report as report
     from experiments.kinds.teola_real_cpu import Params
-    if not argv:
-        print(__doc__)
-        return 2
-    dirs = [Path(a) for a in argv]
-    df, raw = pooled(dirs)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="teola_real_cpu run directories")
+    ap.add_argument("--against", action="append", default=[], metavar="APP:RATE=SCHEME",
+                    help="the typical-query test's baseline for one (app, rate), fixed in advance")
+    args = ap.parse_args(argv)
+    try:
+        against = {(c.split(":")[0], float(c.split(":")[1])): s for c, s in (a.split("=") for a in args.against)}
+    except (ValueError, IndexError):
+        ap.error(f"--against: expected APP:RATE=SCHEME, got {args.against}")
+    df, raw = pooled(args.runs)
     p = Params(**raw)
     summary = report.summarise(df, p.schemes, None, p.saturation)
     n = df.groupby(["app", "rate_rps"]).apply(lambda g: g[["run", "repeat", "qid"]].drop_duplicates().shape[0])
-    print(f"# Pooled real runs: {', '.join(d.name for d in dirs)}\n")
+    print(f"# Pooled real runs: {', '.join(d.name for d in args.runs)}\n")
     print("Paired queries per (app, rate): " + ", ".join(f"{a} {r:g} req/s: {k}" for (a, r), k in n.items())
           + f"; {df.groupby(['run', 'repeat']).ngroups} repeats in all.")
-    sim = direction.simulate(p.simulation, p.rates_rps, p.schemes) if p.simulation else pd.DataFrame()
-    print("\n".join(direction.markdown(summary, sim, f"`{p.simulation}`")))
+    sim = (direction.simulate(p.simulation, p.rates_rps, p.schemes) if p.simulation
+           else pd.DataFrame(columns=["app", "rate_rps", "scheme", "seed", "qid", "latency_s"]))
+    if against:
+        print("\nTypical-query cells judged against baselines fixed in advance: "
+              + ", ".join(f"{a} at {r:g} req/s: {s}" for (a, r), s in against.items()))
+    print("\n".join(direction.markdown(summary, sim, f"`{p.simulation}`", df, against or None)))
     return 0
 
 

@@ -28,3 +28,12 @@ def test_runs_pool_into_one_set_of_repeats_and_one_interval(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Paired queries per (app, rate): naive_rag 0.2 req/s: 16; 4 repeats in all." in out
     assert "against b, faster; 95% paired interval [1.1" in out          # 0.3 / 0.26: ~1.15x, every repeat
+
+
+def test_the_typical_query_is_judged_against_baselines_fixed_in_advance(tmp_path, capsys):
+    _run(tmp_path / "r1", 0, 0.25)
+    _run(tmp_path / "r2", 1, 0.27)
+    assert main([str(tmp_path / "r1"), str(tmp_path / "r2"), "--against", "naive_rag:0.2=b"]) == 0
+    out = capsys.readouterr().out
+    assert "judged against baselines fixed in advance: naive_rag at 0.2 req/s: b" in out
+    assert "| naive_rag | 0.2 | b | 16 | 100% |" in out and out.rstrip().endswith("| faster |")   # no simulation

@@ -26,14 +26,15 @@ def _summary() -> pd.DataFrame:
 
 
 def _sim(lat: dict[tuple[str, float], dict[str, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"app": a, "rate_rps": r, "scheme": s, "sim_mean_latency_s": v}
-                         for (a, r), by in lat.items() for s, v in by.items()])
+    """Simulated queries: two seeds of one query per cell and scheme, their latencies v -/+ 0.01 (mean v)."""
+    return pd.DataFrame([{"app": a, "rate_rps": r, "scheme": s, "seed": seed, "qid": 0, "latency_s": v + d}
+                         for (a, r), by in lat.items() for s, v in by.items() for seed, d in ((0, -0.01), (1, 0.01))])
 
 
 def test_every_baseline_gets_a_verdict_and_saturated_cells_none():
     sim = _sim({("naive_rag", 0.2): {"teola": 1.0, "a": 1.5, "b": 1.02},
                 ("advanced_rag", 0.1): {"teola": 1.0, "a": 1.1, "b": 0.9}})
-    tab = direction.table(_summary(), sim).set_index(["app", "baseline"])
+    tab = direction.table(_summary(), direction.sim_means(sim)).set_index(["app", "baseline"])
     assert len(tab) == 4 and not (tab.rate_rps == 0.2).loc["advanced_rag"].any()
     assert tab.loc[("naive_rag", "a"), "verdict"] == "agrees"                     # 1.20-1.40 vs 1.5
     assert tab.loc[("naive_rag", "b"), "verdict"] == "unresolved, the mean disagrees"   # straddles 1, mean 0.95
@@ -60,7 +61,9 @@ def test_a_cell_the_simulation_did_not_run_gets_no_verdict_and_the_counts_say_so
 def test_the_shipped_simulation_runs_for_the_real_run_s_cells_only():
     sim = direction.simulate("teola_real_cpu_sim", {"naive_rag": [0.2, 0.3]}, ["teola", "llamadistpc-open-to"])
     assert list(sim.rate_rps.unique()) == [0.2] and set(sim.scheme) == {"teola", "llamadistpc-open-to"}
-    assert (sim.sim_mean_latency_s > 0).all()
+    assert sim.groupby(["scheme", "seed"]).qid.nunique().eq(16).all() and (sim.latency_s > 0).all()
+    means = direction.sim_means(sim)
+    assert len(means) == 2 and (means.sim_mean_latency_s > 0).all()
 
 
 def test_a_simulation_that_is_not_a_teola_apps_config_is_a_user_error(tmp_path):
