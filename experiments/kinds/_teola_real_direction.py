@@ -27,6 +27,9 @@ from experiments.kinds import _teola_real_typical as typical
 from flowmaker.entry import UserError
 from flowmaker.inputs import load_data
 
+#: the columns of :func:`simulate`'s frame, one row per simulated query
+SIM_COLUMNS = ["app", "rate_rps", "scheme", "seed", "qid", "latency_s"]
+
 
 def simulate(config: str | Path, rates_rps: Mapping[str, Sequence[float]], schemes: Sequence[str]) -> pd.DataFrame:
     """The simulation of ``config`` (a ``teola_apps`` experiment config, by name or path) at every (app, rate) of
@@ -44,14 +47,13 @@ def simulate(config: str | Path, rates_rps: Mapping[str, Sequence[float]], schem
     if not isinstance(raw, dict) or raw.get("kind") != "teola_apps":
         raise UserError(f"field 'params.simulation': {path} is not a teola_apps experiment config")
     p = teola_apps.Params(**(raw.get("params") or {}))
-    cols = ["app", "rate_rps", "scheme", "seed", "qid", "latency_s"]
     frames = []
     for app, rates in rates_rps.items():
         sim_rates = p.rates_rps.get(app, []) if app in p.apps else []
         for rate in (r for r in rates if any(abs(r - s) < 1e-9 for s in sim_rates)):
-            frames += [teola_apps.cell_frame(p, app, rate, s, p.n_queries, seed).assign(rate_rps=rate)[cols]
+            frames += [teola_apps.cell_frame(p, app, rate, s, p.n_queries, seed).assign(rate_rps=rate)[SIM_COLUMNS]
                        for s in schemes for seed in p.seeds]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SIM_COLUMNS)
 
 
 def sim_means(sim_q: pd.DataFrame) -> pd.DataFrame:

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     print("Paired queries per (app, rate): " + ", ".join(f"{a} {r:g} req/s: {k}" for (a, r), k in n.items())
           + f"; {df.groupby(['run', 'repeat']).ngroups} repeats in all.")
     sim = (direction.simulate(p.simulation, p.rates_rps, p.schemes) if p.simulation
-           else pd.DataFrame(columns=["app", "rate_rps", "scheme", "seed", "qid", "latency_s"]))
+           else pd.DataFrame(columns=direction.SIM_COLUMNS))
     if against:
         print("\nTypical-query cells judged against baselines fixed in advance: "
               + ", ".join(f"{a} at {r:g} req/s: {s}" for (a, r), s in against.items()))
