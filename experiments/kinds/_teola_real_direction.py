@@ -99,10 +99,11 @@ def table(summary: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown(summary: pd.DataFrame, sim_q: pd.DataFrame, source: str, queries: pd.DataFrame | None = None,
-             baselines: Mapping[tuple[str, float], str] | None = None) -> list[str]:
+             baselines: Mapping[tuple[str, float], str] | None = None, alpha: float = typical.ALPHA) -> list[str]:
     """The direction section of summary.md: the best baseline per (app, rate), then every baseline
     (``sim_q``: :func:`simulate`'s queries), then, given the real ``queries``, the typical query
-    (``_teola_real_typical``) against ``baselines`` per (app, rate) (default: each unsaturated cell's best)."""
+    (``_teola_real_typical``, at the family-wise level ``alpha``) against ``baselines`` per (app, rate)
+    (default: each unsaturated cell's best)."""
     tab = table(summary, sim_means(sim_q))
     out = ["", f"## Direction: the real run against the simulation of this deployment ({source}, run now)", ""]
     if tab.empty:
@@ -137,7 +138,7 @@ def markdown(summary: pd.DataFrame, sim_q: pd.DataFrame, source: str, queries: p
         cells = baselines if baselines is not None else {
             (r.app, r.rate_rps): r.best_baseline for r in summary.drop_duplicates(["app", "rate_rps"]).itertuples()
             if not r.saturated}
-        out += typical.markdown(typical.table(queries, cells, summary.scheme.iloc[0], sim_q))
+        out += typical.markdown(typical.table(queries, cells, summary.scheme.iloc[0], sim_q, alpha))
     return out
 
 

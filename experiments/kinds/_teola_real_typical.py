@@ -69,9 +69,10 @@ def sim_median_ratio(sim_q: pd.DataFrame, app: str, rate: float, baseline: str, 
 
 
 def table(df: pd.DataFrame, baselines: Mapping[tuple[str, float], str], teola: str,
-          sim_q: pd.DataFrame | None = None) -> pd.DataFrame:
+          sim_q: pd.DataFrame | None = None, alpha: float = ALPHA) -> pd.DataFrame:
     """Per (app, rate) of ``baselines`` (its baseline): pairs, share of pairs Teola wins, median ratio
-    and its interval, the simulation's median ratio, the Holm-adjusted one-sided p-values and the verdict."""
+    and its interval, the simulation's median ratio, the Holm-adjusted one-sided p-values and the verdict
+    at the family-wise level ``alpha`` (column ``alpha``)."""
     rows = []
     for (app, rate), base in baselines.items():
         pr = paired_log_ratios(df, app, rate, base, teola)
@@ -89,12 +90,13 @@ def table(df: pd.DataFrame, baselines: Mapping[tuple[str, float], str], teola: s
     if out.empty:
         return out
     out["p_faster_holm"], out["p_slower_holm"] = holm(out.p_faster), holm(out.p_slower)
+    out["alpha"] = alpha
     out["verdict"] = [_verdict(r) for r in out.itertuples()]
     return out
 
 
 def _verdict(r) -> str:
-    real = "faster" if r.p_faster_holm < ALPHA else "slower" if r.p_slower_holm < ALPHA else "unresolved"
+    real = "faster" if r.p_faster_holm < r.alpha else "slower" if r.p_slower_holm < r.alpha else "unresolved"
     if real == "unresolved" or not np.isfinite(r.sim_median_ratio):
         return real
     return "agrees" if real == ("faster" if r.sim_median_ratio >= 1 else "slower") else "disagrees"
@@ -106,7 +108,7 @@ def markdown(tab: pd.DataFrame) -> list[str]:
         return []
     out = ["", "### The typical query (stop 40): paired signed-rank test and median ratio", "",
            (f"Per pair (same question, same arrivals) log(baseline / Teola); one-sided Wilcoxon signed-rank tests, "
-           f"Holm-corrected over the {len(tab)} cells below at a family-wise {ALPHA:g}; the median ratio with a 95% "
+           f"Holm-corrected over the {len(tab)} cells below at a family-wise {tab.alpha.iloc[0]:g}; the median ratio with a 95% "
            f"bootstrap interval (pairs resampled within each repeat); the simulation's median per-query ratio over its "
            f"(seed, query) pairs. `agrees`: the test resolves Teola faster (or slower) and the simulation's median "
            f"ratio points the same way."), "",

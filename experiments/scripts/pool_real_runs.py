@@ -4,7 +4,7 @@ on all the runs' paired queries (resampled within each run's repeat), then the d
 against the simulation, as each run's own summary has it (``_teola_real_report.summarise``,
 ``_teola_real_direction.markdown``).
 
-    PYTHONPATH=. python experiments/scripts/pool_real_runs.py RUN_DIR [RUN_DIR ...] [--against APP:RATE=SCHEME ...]
+    PYTHONPATH=. python experiments/scripts/pool_real_runs.py RUN_DIR [RUN_DIR ...] [--against APP:RATE=SCHEME ...] [--alpha A]
 
 The typical-query section (stop 40, ``_teola_real_typical``) judges each unsaturated cell against the
 pooled data's best baseline, or against the baselines named by ``--against`` (fixed in advance, as the
@@ -39,7 +39,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="teola_real_cpu run directories")
     ap.add_argument("--against", action="append", default=[], metavar="APP:RATE=SCHEME",
                     help="the typical-query test's baseline for one (app, rate), fixed in advance")
+    ap.add_argument("--alpha", type=float, default=0.05,
+                    help="the typical-query test's family-wise level (a follow-up's, fixed in advance)")
     args = ap.parse_args(argv)
+    if not 0 < args.alpha < 1:
+        ap.error(f"--alpha: expected a level in (0, 1), got {args.alpha}")
     try:
         against = {(c.split(":")[0], float(c.split(":")[1])): s for c, s in (a.split("=") for a in args.against)}
     except (ValueError, IndexError):
@@ -56,7 +60,7 @@ def main(argv: list[str]) -> int:
     if against:
         print("\nTypical-query cells judged against baselines fixed in advance: "
               + ", ".join(f"{a} at {r:g} req/s: {s}" for (a, r), s in against.items()))
-    print("\n".join(direction.markdown(summary, sim, f"`{p.simulation}`", df, against or None)))
+    print("\n".join(direction.markdown(summary, sim, f"`{p.simulation}`", df, against or None, args.alpha)))
     return 0
 
 

@@ -63,3 +63,13 @@ def test_the_median_interval_resamples_within_strata_and_needs_two_units():
     lo, hi = median_ci95_paired(x, np.r_[np.zeros(20), np.ones(20)])
     assert 0.0 <= lo <= hi <= 1.0
     assert np.isnan(median_ci95_paired(np.array([1.0]))[0])
+
+
+def test_a_stricter_level_leaves_a_marginal_gain_unresolved():
+    cells = {("naive_rag", 0.2): "b"}
+    df = _queries(1.02, noise=0.05, seed=3)
+    loose = typical.table(df, cells, "teola", _sim(1.03)).iloc[0]
+    strict = typical.table(df, cells, "teola", _sim(1.03), alpha=loose.p_faster_holm / 2).iloc[0]
+    assert loose.verdict == "agrees" and strict.verdict == "unresolved" and strict.alpha < loose.alpha == 0.05
+    assert f"family-wise {strict.alpha:g};" in "\n".join(typical.markdown(typical.table(df, cells, "teola", None,
+                                                                                         strict.alpha)))
