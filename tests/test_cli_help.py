@@ -12,7 +12,7 @@ import pytest
 
 ENTRY_POINTS = [
     "selector.cli", "selector.tokens", "harness.cli", "profiler.cli", "experiments.run",
-    "experiments.scripts.device_check",
+    "experiments.scripts.device_check", "experiments.scripts.pool_real_runs", "experiments.scripts.design_check",
     "harness.servers.torchserve", "experiments.kinds.selector_gap",
 ]
 

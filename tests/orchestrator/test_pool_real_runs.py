@@ -37,3 +37,13 @@ def test_the_typical_query_is_judged_against_baselines_fixed_in_advance(tmp_path
     out = capsys.readouterr().out
     assert "judged against baselines fixed in advance: naive_rag at 0.2 req/s: b" in out
     assert "| naive_rag | 0.2 | b | 16 | 100% |" in out and out.rstrip().endswith("| faster |")   # no simulation
+
+
+def test_a_follow_up_level_is_stated_and_a_bad_one_refused(tmp_path, capsys):
+    import pytest
+    _run(tmp_path / "r1", 0, 0.25)
+    assert main([str(tmp_path / "r1"), "--against", "naive_rag:0.2=b", "--alpha", "0.025"]) == 0
+    assert "at a family-wise 0.025;" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path / "r1"), "--alpha", "1.5"])
+    assert e.value.code == 2 and "--alpha" in capsys.readouterr().err
