@@ -28,9 +28,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, teola: str) -> tuple[pd.DataFrame,
     per baseline: Teola's median and mean paired speedups in a and b) over the (app, rate, repeat,
     qid) both runs hold."""
     key = ["app", "rate_rps", "repeat", "qid"]
-    common = sorted(set(a.scheme) & set(b.scheme))
-    m = a.merge(b, on=[*key, "scheme"], suffixes=("_a", "_b"))
-    m = m[m.scheme.isin(common)]
+    m = a.merge(b, on=[*key, "scheme"], suffixes=("_a", "_b"))      # only the schemes both runs have
+    common = sorted(m.scheme.unique())
     per_scheme = m.groupby("scheme").apply(lambda g: pd.Series({
         "queries": len(g), "mean_a_s": g.latency_s_a.mean(), "mean_b_s": g.latency_s_b.mean(),
         "b_over_a": float(np.exp(np.log(g.latency_s_b / g.latency_s_a).mean()))})).reset_index()
