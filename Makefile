@@ -28,8 +28,13 @@ setup-test: $(TESTS)
 run: $(CORE)
 	$(BIN)/python -m experiments.run configs/experiments/quickstart.yaml
 
+# The suite in two phases: the bulk on $(WORKERS) pytest-xdist workers (a test file stays on one
+# worker, so module fixtures are built once), then the `serial` tests one at a time (servers, Ray,
+# wall-clock signals: tests/conftest.py). Either phase collecting nothing exits 5 and fails.
+WORKERS ?= 2
 test: $(TESTS)
-	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+	$(BIN)/python -m pytest -q -m "not slow and not gpu and not serial" -n $(WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -m "not slow and not gpu and serial"
 
 bench: $(CORE)
 	$(BIN)/python -m experiments.run bench_selectors
