@@ -41,8 +41,9 @@ def depends(res: pd.DataFrame, agg: pd.DataFrame, agg_of, units, hourly: pd.Data
         out.append(f"- capacity rows: a static plan for {m:g}x the peak rates keeps goodput "
                    f"{agg.loc['static-right', 'goodput']:.4f} on the reported days (static-peak "
                    f"{agg.loc[REF, 'goodput']:.4f}): the selector's capacity rows leave that much slack, which the "
-                   "right-sized static plan exploits and the rate-following adaptive policy and the oracle (both "
-                   "planning at the rate they see) do not")
+                   "right-sized static plan exploits and the oracle (planning at the rate it sees) does not; adaptive "
+                   "uses it as far as its controller's `drift_up` lets the load pass a plan's capacity before it "
+                   "moves up (choices.json names the controller, the config its settings)")
     out += _sweeps(res, agg, agg_of, instances, cluster_gpus)
     if hourly is not None and len(hourly):
         rep = hourly[hourly.policy.isin(["adaptive", "oracle-hourly", PACKED, REF, PLAIN])]
@@ -160,7 +161,9 @@ def _sweeps(res: pd.DataFrame, agg: pd.DataFrame, agg_of, instances, cluster_gpu
     tune = agg_of(res[res.phase == "tune"]) if (res.phase == "tune").any() else None
     if tune is not None and REF in tune.index:
         out.append("- controller settings (tuning days; forecast = the profile's hour-of-week shape ahead, pack = "
-                   "packing up to compute busy 1, h1.1 = 10% headroom): static-peak / cost in GPU-h held = " + ", ".join(
+                   "packing up to compute busy 1, h1.1 = 10% headroom, d0.1 / d0.25 = up only past 1.1x / 1.25x "
+                   "the plan's capacity, lean = d0.1 with moves down planned for the estimate, not +10%): "
+                   "static-peak / cost in GPU-h held = " + ", ".join(
                        f"{p.removeprefix('adaptive-')} {tune.loc[REF, 'gpu_s_held'] / r.gpu_s_held:.2f}x (goodput "
                        f"{r.goodput:.4f} vs static-peak {tune.loc[REF, 'goodput']:.4f})"
                        for p, r in tune.iterrows() if p != REF))

@@ -204,16 +204,21 @@ def _choices(res: pd.DataFrame, choice: dict, params) -> list[str]:
            f"- right-sized static multiplier: **{choice['rate_x']:g}** x the peak plan (smallest whose goodput is "
            f"within {params.goodput_tol:.0%} of static-peak's on every one of seeds {params.rightsize_seeds}, each "
            "against static-peak on the same seed, as the targets are judged per seed; 1 = none smaller passed)"]
-    for r in choice.get("rightsize", []):
-        worst = r.get("worst_loss")
-        out.append(f"  - {r['policy']}: goodput {r['goodput']:.4f} (min {r.get('goodput_min', r['goodput']):.4f}"
-                   + (f"; largest loss against static-peak on the same seed {worst:.2%}" if worst is not None and np.isfinite(worst) else "")
-                   + f"), GPU-h held {r['gpu_s'] / 3600:.4g}")
-    out.append(f"- controller: **{choice['controller']}** (cheapest in GPU-h held within the goodput tolerance of "
-               "static-peak on the tuning days and seeds)")
-    for r in choice.get("tune", []):
-        out.append(f"  - {r['policy']}: goodput {r['goodput']:.4f}, GPU-h held {r['gpu_s'] / 3600:.4g}")
+    out += [_choice_line(r) for r in choice.get("rightsize", [])]
+    out.append(f"- controller: **{choice['controller']}** (cheapest in GPU-h held whose goodput is within "
+               f"{params.goodput_tol:.0%} of static-peak's on every tuning seed, each against static-peak on the "
+               "same seed and days, as for the right-sized plan)")
+    out += [_choice_line(r) for r in choice.get("tune", [])]
     return out
+
+
+def _choice_line(r: dict) -> str:
+    """One policy of a choice: mean (least) goodput, its worst loss against static-peak, GPU-h held."""
+    worst = r.get("worst_loss")
+    return (f"  - {r['policy']}: goodput {r['goodput']:.4f} (min {r.get('goodput_min', r['goodput']):.4f}"
+            + (f"; largest loss against static-peak on the same seed {worst:.2%}"
+               if worst is not None and np.isfinite(worst) else "")
+            + f"), GPU-h held {r['gpu_s'] / 3600:.4g}")
 
 
 def _extras(res: pd.DataFrame, agg: pd.DataFrame) -> list[str]:

@@ -182,35 +182,48 @@ def choose(frames: pd.DataFrame, params: Params) -> dict:
     """The tuned controller and the right-sized multiplier from stage 1's results."""
     tol = params.goodput_tol
     out: dict = {"controller": next(iter(params.controllers)), "rate_x": 1.0, "tune": [], "rightsize": []}
-    t = frames[frames.phase == "tune"].groupby("policy").agg(goodput=("goodput", "mean"), gpu_s=("gpu_s_held", "mean"))
+    t = frames[frames.phase == "tune"]
     if len(t):
-        ref = t.goodput.get("static-peak", 1.0)
-        cands = t[t.index.str.startswith("adaptive-")]
-        ok = cands[cands.goodput >= ref * (1 - tol)]
+        loss = worst_loss(t)
+        agg = _per_policy(t, loss)
+        cands = agg[agg.index.str.startswith("adaptive-")]
+        ok = cands[cands.worst_loss <= tol]
         best = ok.gpu_s.idxmin() if len(ok) else cands.goodput.idxmax()
         out["controller"] = best.removeprefix("adaptive-")
-        out["tune"] = [{"policy": p, **r} for p, r in t.to_dict("index").items()]
+        out["tune"] = [{"policy": p, **r} for p, r in agg.to_dict("index").items()]
     out.update(rightsize(frames[frames.phase == "rightsize"], params.rightsize, tol))
     return out
 
 
-def rightsize(rows: pd.DataFrame, multipliers: list[float], tol: float) -> dict:
-    """The right-sized static plan: the smallest multiplier whose goodput is within ``tol`` of
-    static-peak's on **every** right-size seed (each seed against static-peak on the same seed),
-    so that the choice carries to other seeds; the reported targets are judged per seed too.
-    ``rate_x`` 1.0 when none passes; ``rightsize``: per policy the mean goodput and GPU-s held,
-    the worst seed's goodput and its relative loss against static-peak on that seed."""
-    if not len(rows):
-        return {}
+def worst_loss(rows: pd.DataFrame) -> dict[str, float]:
+    """Per policy, its largest relative goodput loss against static-peak on the same seed, over the
+    seeds of ``rows`` (policies missing a seed are left out). The targets are judged per seed, and a
+    pooled mean lets one lucky seed carry a choice that fails on others: both choices (the right-sized
+    static plan, the tuned controller) use this rule."""
     g = rows.set_index(["policy", "seed"]).goodput
     seeds = sorted(rows.seed.unique())
-    loss = {p: max(1 - g.get((p, s), 0.0) / g[("static-peak", s)] for s in seeds)
+    return {p: max(1 - g.get((p, s), 0.0) / g[("static-peak", s)] for s in seeds)
             for p in rows.policy.unique() if all(("static-peak", s) in g.index for s in seeds)}
-    ok = [m for m in sorted(multipliers) if loss.get(f"static-x{m:g}", 1.0) <= tol]
+
+
+def _per_policy(rows: pd.DataFrame, loss: dict[str, float]) -> pd.DataFrame:
+    """Per policy: mean and least goodput, mean GPU-s held and ``worst_loss``."""
     agg = rows.groupby("policy").agg(goodput=("goodput", "mean"), goodput_min=("goodput", "min"),
                                      gpu_s=("gpu_s_held", "mean"))
+    return agg.assign(worst_loss=[loss.get(p, float("nan")) for p in agg.index])
+
+
+def rightsize(rows: pd.DataFrame, multipliers: list[float], tol: float) -> dict:
+    """The right-sized static plan: the smallest multiplier whose goodput is within ``tol`` of
+    static-peak's on **every** right-size seed (``worst_loss``), so that the choice carries to other
+    seeds. ``rate_x`` 1.0 when none passes; ``rightsize``: per policy the mean goodput and GPU-s
+    held, the worst seed's goodput and its relative loss against static-peak on that seed."""
+    if not len(rows):
+        return {}
+    loss = worst_loss(rows)
+    ok = [m for m in sorted(multipliers) if loss.get(f"static-x{m:g}", 1.0) <= tol]
     return {"rate_x": ok[0] if ok else 1.0,
-            "rightsize": [{"policy": p, **r, "worst_loss": loss.get(p, float("nan"))} for p, r in agg.to_dict("index").items()]}
+            "rightsize": [{"policy": p, **r} for p, r in _per_policy(rows, loss).to_dict("index").items()]}
 
 
 def peak_gpus(instances: pd.DataFrame, params: Params) -> int | None:
