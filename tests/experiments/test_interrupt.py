@@ -28,7 +28,7 @@ def _interrupt(args: list[str], ready, *, within_s: float = 60.0, cwd: Path = RE
             assert time.monotonic() < t_end, "never became ready"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=90)       # a busy CI machine: a CI run took over 30 s
     finally:
         if proc.poll() is None:
             proc.kill()

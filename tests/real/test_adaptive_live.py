@@ -20,13 +20,16 @@ CFG = ControllerConfig(interval_s=1.0, window_s=6.0, window_long_s=8.0, up_gap_s
 
 
 def _step_workload(seed=0):
-    """0.2 req/s for 16 s, 1.0 req/s for 24 s, 0.2 req/s for 50 s (Poisson, seeded). A server takes
-    ~15 s to start on this CPU, and the rise may take two moves up (the first window straddles the
-    step), the last ready near 60 s; the long tail leaves the move down (cooldown_s after that) and
-    the drain time before the requests run out and the control loop stops."""
+    """0.2 req/s for 16 s, 1.0 req/s for 40 s, 0.2 req/s for 50 s (Poisson, seeded). A server takes
+    ~15 s to start on this CPU (longer on a slow or busy one), and the rise may take two moves up
+    (the first window straddles the step): the high phase outlasts a slow start, so the server
+    launched mid-run is ready while calls still overlap (at 0.2 req/s each call finds the first
+    instance idle and takes it: a CI run whose server was ready only after the step failed that
+    way); the long tail leaves the move down (cooldown_s after that) and the drain time before the
+    requests run out and the control loop stops."""
     rng = np.random.default_rng(seed)
     parts, t = [], 0.0
-    for rate, span in ((0.2, 16.0), (1.0, 24.0), (0.2, 50.0)):
+    for rate, span in ((0.2, 16.0), (1.0, 40.0), (0.2, 50.0)):
         n = rng.poisson(rate * span)
         parts.append(np.sort(rng.uniform(t, t + span, n)))
         t += span
