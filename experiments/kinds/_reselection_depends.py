@@ -162,7 +162,8 @@ def _sweeps(res: pd.DataFrame, agg: pd.DataFrame, agg_of, instances, cluster_gpu
     if tune is not None and REF in tune.index:
         out.append("- controller settings (tuning days; forecast = the profile's hour-of-week shape ahead, pack = "
                    "packing up to compute busy 1, h1.1 = 10% headroom, d0.1 / d0.25 = up only past 1.1x / 1.25x "
-                   "the plan's capacity, lean = d0.1 with moves down planned for the estimate, not +10%): "
+                   "the plan's capacity, d0.25r = d0.25 but 1.1x while the load rises, lean = d0.1 with moves "
+                   "down planned for the estimate, not +10%): "
                    "static-peak / cost in GPU-h held = " + ", ".join(
                        f"{p.removeprefix('adaptive-')} {tune.loc[REF, 'gpu_s_held'] / r.gpu_s_held:.2f}x (goodput "
                        f"{r.goodput:.4f} vs static-peak {tune.loc[REF, 'goodput']:.4f})"

@@ -26,6 +26,9 @@ class ControllerConfig(BaseModel):
     window_long_s: float = Field(600.0, gt=0, description="long window: a fall must hold this long")
     headroom: float = Field(1.1, ge=1, description="plan for the estimated rate times this")
     drift_up: float = Field(0.0, ge=0, description="up when r_s * headroom > capacity * (1 + drift_up)")
+    drift_up_rising: float | None = Field(None, ge=0, description="drift_up while the load rises (the short "
+                                          "window's rate above the rest of the long window's by up_z Poisson "
+                                          "standard deviations; None: drift_up throughout)")
     up_z: float = Field(1.0, ge=0, description="up only when r_s exceeds the capacity by this many Poisson "
                                                 "standard deviations of the window's count")
     drift_down: float = Field(0.30, ge=0, lt=1, description="down when max(r_s, r_l) * headroom < the load the plan "

@@ -16,7 +16,10 @@ what other tasks already put on reused instances deducted):
 1. **up**: ``r_s * h > C' + up_z * sqrt(C' * h / window_s)``, ``C' = C * (1 + drift_up)`` (the
    count over the window exceeds what the plan carries by ``up_z`` Poisson standard deviations,
    so noise alone rarely triggers), and ``up_gap_s`` since the task's last migration: re-select
-   for ``r_s * h``;
+   for ``r_s * h``. While the load rises (the short window's count above what the rest of the
+   long window predicts by ``up_z`` standard deviations), ``drift_up_rising`` replaces
+   ``drift_up``: the slack past capacity that a level load may use is not spent on a ramp, whose
+   rate keeps rising while a new plan starts;
 2. **slo**: of the requests the serving version took in the last ``window_s``, at least
    ``slo_min_judged`` judged and more than ``slo_miss_share`` of them late or failed, and
    ``up_gap_s`` since the last migration: re-select for ``max(r_s * h, P) * slo_bump``;
@@ -135,7 +138,9 @@ class Controller:
             judged, missed = self.backend.outcomes(k, max(now - w, cur.serving_s), now, now,
                                                    tm.problem.task.latency_slo_s)
             up_ok = since >= c.up_gap_s and now >= self.next_up[name]
-            cap = self.rate_capacity(cur) * (1 + c.drift_up)
+            slack = c.drift_up_rising if c.drift_up_rising is not None and self._rising(k, now, w, wl, r_s) \
+                else c.drift_up
+            cap = self.rate_capacity(cur) * (1 + slack)
             down = max(est_down * c.headroom * (1 + c.down_margin), c.min_rate_rps, floor)
             # a Poisson count of mean cap * w / headroom has sd sqrt(that): noise alone rarely passes
             if (r_up * c.headroom > cap + c.up_z * math.sqrt(max(cap, 0.0) * c.headroom / w) + TOL and up_ok
@@ -225,6 +230,16 @@ class Controller:
             return any(self.selector.select(p, time_limit_s=self.cfg.time_limit_s).deployment is not None
                        for _, p in self._problems(k, vname, r, cluster, cur, shrink=True))
         return self.probes.feasible((k, reuse, cur.name if cur is not None else None), rate, probe)
+
+    def _rising(self, k: int, now: float, w: float, wl: float, r_s: float) -> bool:
+        """Whether task ``k``'s load rises: the short window's count (rate ``r_s``) exceeds what the
+        rest of the long window's rate predicts by ``up_z`` Poisson standard deviations of the
+        difference."""
+        if wl <= w:
+            return False
+        r_old = self.backend.arrivals(k, now - wl, now - w) / (wl - w)
+        n_s = r_s * w
+        return n_s - r_old * w > self.cfg.up_z * math.sqrt(n_s + r_old * w * w / (wl - w)) + TOL
 
     def _slo_open(self, name: str, r_s: float) -> bool:
         """Whether the SLO rule may move task ``name`` (the back-off's SLO block, module docstring)."""

@@ -116,8 +116,26 @@ def test_tuned_controller_must_keep_goodput_on_every_tuning_seed_not_on_the_mean
     worst = {r["policy"]: r["worst_loss"] for r in got["tune"]}
     assert worst["adaptive-lean"] == pytest.approx(1 - 0.965 / 0.99)
     assert choose(rows[rows.seed == 1], params)["controller"] == "lean"     # one seed cannot see it
+    # choice_tol 0.5%: `wide` (0.81% on seed 2) is too close to the target, `h1.1` (0%) is chosen
+    strict = params.model_copy(update={"choice_tol": 0.005})
+    assert choose(rows, strict)["controller"] == "h1.1"
 
 
 def test_cost_ratios_below_one_are_phrased_as_dearer():
     assert cheaper(2.0) == "2.00x cheaper" and cheaper(0.46) == "2.17x dearer" and cheaper(1.0) == "1.00x cheaper"
     assert cheaper(float("nan")) == "n/a"
+
+
+def test_targets_are_judged_again_on_the_seeds_not_looked_at():
+    """Issue 25: with ``seen_seeds`` (report seeds looked at while the candidates were revised) the
+    summary judges the targets again on the other seeds alone: here adaptive fails on a seen seed
+    and passes on the fresh ones, and both verdicts are written."""
+    from experiments.kinds._reselection_report import fresh_seeds
+    rows = pd.DataFrame([
+        {"policy": p, "seed": s, "goodput": g, "gpu_s_held": c, "reserved_gb_s": c, "busy_gpu_s": c, "usd": c}
+        for s, gs in ((0, (0.99, 0.975)), (1, (0.99, 0.989)), (2, (0.99, 0.985)))
+        for p, c, g in (("static-peak", 10.0, gs[0]), ("adaptive", 5.0, gs[1]))])
+    lines = fresh_seeds(rows, [0])
+    assert lines[0].startswith("- on the 2 seeds not looked at") and "(1, 2; seeds 0 had been)" in lines[0]
+    assert lines[1] == "  - adaptive goodput within 1% of static-peak: yes (relative loss 0.10% to 0.51%)"
+    assert fresh_seeds(rows, []) == [] and fresh_seeds(rows, [0, 1, 2]) == []

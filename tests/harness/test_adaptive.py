@@ -461,3 +461,34 @@ def test_shrink_tp_lowers_the_floor_the_memory_latency_objective_leaves():
         ctl.deploy([0.2])
         tps[shrink] = sorted(h.spec.tp for h in ctl.ledger.held.values())
     assert tps == {(): [2], (1,): [1]}
+
+
+def _first_up(cfg, rate, until=200):
+    """The first up decision of one task (one replica of capacity 10 rps, deployed at 10 rps)."""
+    back = Scripted(rate)
+    ctl = Controller([TaskModel(problem(capacity=10.0), {"w": [(100, 10)]})], problem().cluster,
+                     get_solver("flowmaker"), back, gpu="a6000", config=cfg)
+    ctl.deploy([10.0])
+    _run(ctl, until)
+    return next((d for d in ctl.decisions if d["reason"] == "up"), None)
+
+
+def ramp(t: float) -> float:
+    """10 rps, rising by 0.2 rps per second from t = 40 s."""
+    return 10.0 if t < 40 else 10.0 + 0.2 * (t - 40)
+
+
+def test_slack_past_capacity_is_dropped_while_the_load_rises():
+    """Issue 25: ``drift_up`` lets a plan run past its capacity on a level load; ``drift_up_rising``
+    replaces it while the load rises, so a ramp is met earlier and a level load still uses the
+    slack."""
+    slack = CFG.model_copy(update={"drift_up": 0.5})
+    rising = slack.model_copy(update={"drift_up_rising": 0.0})
+    late, early = _first_up(slack, ramp), _first_up(rising, ramp)
+    assert late is not None and early is not None and early["t_s"] < late["t_s"] - 10
+    for cfg in (slack, rising):                                           # 1.3x capacity, level: slack kept
+        assert _first_up(cfg, lambda t: 13.0) is None
+    assert _first_up(CFG, lambda t: 13.0) is not None                      # no slack: it moves
+    ctl, _ = _controller(ramp, cfg=rising)
+    on_ramp = Scripted(ramp).arrivals(0, 120.0, 140.0) / 20.0
+    assert ctl._rising(0, 140.0, 20.0, 40.0, on_ramp) and not ctl._rising(0, 140.0, 20.0, 40.0, 10.0)
