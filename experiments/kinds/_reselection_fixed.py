@@ -46,7 +46,23 @@ def fixed_workflow(res: pd.DataFrame, tasks: pd.DataFrame | None, instances: pd.
                f"{s.residency_s:.0f} s (the day: {a.day_s:.0f} s); GPU-h held after the day: {tail[FIXED[1]] / 3600:.3g} "
                f"and {tail[FIXED[0]] / 3600:.3g} (a backlog keeps every instance held)")
     out += _retries(decisions, seed) + _probes(a)
-    return out
+    return out + _over_seeds(rows)
+
+
+def _over_seeds(rows: pd.DataFrame) -> list[str]:
+    """The pair's comparison on every seed both ran (the section above details the first)."""
+    r = rows.pivot_table(index="seed", columns="policy", values=["gpu_s_held", "goodput", "served_in_slo"])
+    r = r.dropna()
+    if len(r) < 2:
+        return []
+    s, a = FIXED
+    cost = r.gpu_s_held[a] / r.gpu_s_held[s]
+    per_k = (r.gpu_s_held[a] / r.served_in_slo[a]) / (r.gpu_s_held[s] / r.served_in_slo[s])
+    more = int((r.served_in_slo[a] > r.served_in_slo[s]).sum())
+    return [f"- over the {len(r)} seeds both ran ({', '.join(map(str, r.index))}): {a} holds {cost.min():.2f}-"
+            f"{cost.max():.2f}x {s}'s GPU-h (mean {cost.mean():.2f}x), {per_k.min():.2f}-{per_k.max():.2f}x per "
+            f"request within SLO; goodput {r.goodput[a].min():.4f}-{r.goodput[a].max():.4f} against "
+            f"{r.goodput[s].min():.4f}-{r.goodput[s].max():.4f}; more requests within SLO on {more} of {len(r)} seeds"]
 
 
 def _per_k(x: pd.Series) -> float:

@@ -16,7 +16,8 @@ sizes come from the Azure 2023 traces. Every run deploys the tasks in order on t
    (with ``oracle_pack``, also one whose planner packs instances onto shared GPUs);
 2. **report** (the ``report`` days and seeds): ``adaptive`` (the tuned controller),
    ``adaptive-fixed-workflow`` (the same controller, the selector restricted to the developer's
-   workflow: compared with ``static-peak-fixed-workflow``; both on the first report seed), ``static-right`` (the chosen
+   workflow: compared with ``static-peak-fixed-workflow``; both on the first ``fixed_workflow_seeds``
+   report seeds), ``static-right`` (the chosen
    multiplier); on the first report seed the start-up sweep (``startup_sweep``: every instance
    ready after that many profile seconds) and the GPU cap (``gpu_cap``); and the uncompressed
    segment (``uncompressed``: compression 1, static-peak and adaptive).
@@ -95,7 +96,9 @@ class Params(BaseModel):
     oracle_pack: float | None = Field(None, gt=0, le=1, description="also the hourly oracle whose planner packs "
                                       "(pack_busy = this): the bound for a planner that shares GPUs")
     uncompressed: Segment | None = Field(None, description="a segment run at compression 1")
-    fixed_workflow: bool = Field(True, description="run the fixed-workflow pair (on the first report seed)")
+    fixed_workflow: bool = Field(True, description="run the fixed-workflow pair")
+    fixed_workflow_seeds: int = Field(1, ge=1, description="the fixed-workflow pair runs on this many of the first "
+                                      "report seeds (summary.md details the first, and gives the range over all)")
     seeds_overlap_ok: bool = Field(False, description="allow tuning and right-size seeds among the reported")
     price_per_gb_s: float = Field(1e-6, ge=0, description="USD per GB-second of reserved memory")
     data_dir: str | None = Field(None, description="shared data folder (Azure traces)")
@@ -174,7 +177,7 @@ def choice_arms(params: Params) -> list[Arm]:
         if params.selector_plan and params.planner:
             arms.append(_arm(params, "report", "static-peak-selector", params.report, s, first, adaptive=False,
                              plain=True))
-        if params.fixed_workflow and s == params.report.seeds[0]:
+        if params.fixed_workflow and s in params.report.seeds[:params.fixed_workflow_seeds]:
             arms.append(_arm(params, "report", "static-peak-fixed-workflow", params.report, s, first,
                              adaptive=False, fixed_workflow=True))
     if params.uncompressed is not None:
@@ -245,7 +248,7 @@ def report_arms(params: Params, choice: dict) -> list[Arm]:
     arms = []
     for s in seg.seeds:
         arms.append(_arm(params, "report", "adaptive", seg, s, ctl, adaptive=True))
-        if params.fixed_workflow and s == first:
+        if params.fixed_workflow and s in seg.seeds[:params.fixed_workflow_seeds]:
             arms.append(_arm(params, "report", "adaptive-fixed-workflow", seg, s, ctl, adaptive=True,
                              fixed_workflow=True))
         if choice["rate_x"] < 1.0:

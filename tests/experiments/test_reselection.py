@@ -139,3 +139,16 @@ def test_targets_are_judged_again_on_the_seeds_not_looked_at():
     assert lines[0].startswith("- on the 2 seeds not looked at") and "(1, 2; seeds 0 had been)" in lines[0]
     assert lines[1] == "  - adaptive goodput within 1% of static-peak: yes (relative loss 0.10% to 0.51%)"
     assert fresh_seeds(rows, []) == [] and fresh_seeds(rows, [0, 1, 2]) == []
+
+
+def test_the_fixed_workflow_pair_is_summed_up_over_every_seed_it_ran():
+    """``fixed_workflow_seeds``: the pair's ratios as ranges over the seeds both ran (none with one)."""
+    from experiments.kinds._reselection_fixed import _over_seeds
+    rows = pd.DataFrame([
+        {"policy": p, "seed": s, "gpu_s_held": c, "goodput": g, "served_in_slo": n}
+        for s, (ca, ga, na) in ((0, (15.0, 0.9, 900)), (1, (20.0, 0.8, 700)))
+        for p, c, g, n in (("static-peak-fixed-workflow", 10.0, 0.75, 750), ("adaptive-fixed-workflow", ca, ga, na))])
+    line, = _over_seeds(rows)
+    assert "over the 2 seeds both ran (0, 1)" in line and "1.50-2.00x" in line and "(mean 1.75x)" in line
+    assert "1.25-2.14x per request within SLO" in line and "more requests within SLO on 1 of 2 seeds" in line
+    assert _over_seeds(rows[rows.seed == 0]) == []
