@@ -212,7 +212,7 @@ def _report_rows(frames: dict[str, pd.DataFrame], table: str) -> pd.DataFrame | 
 
 
 def _choices(res: pd.DataFrame, choice: dict, params) -> list[str]:
-    tol = params.goodput_tol if params.choice_tol is None else params.choice_tol
+    tol = params.choice_limit
     out = ["", "## Choices made on other seeds / days", "",
            f"- right-sized static multiplier: **{choice['rate_x']:g}** x the peak plan (smallest whose goodput is "
            f"within {tol:.1%} of static-peak's on every one of seeds {params.rightsize_seeds}, each "

@@ -105,6 +105,12 @@ class Params(BaseModel):
     scheduler: str = Field("vllm", pattern="^(vllm-v1|vllm|padded|sarathi)$")
     publish: bool = Field(False, description="copy the summary, figures and small tables to results/<experiment>/")
 
+    @property
+    def choice_limit(self) -> float:
+        """The largest loss a choice may show on a seed it is chosen on (``choice_tol``, else
+        ``goodput_tol``)."""
+        return self.goodput_tol if self.choice_tol is None else self.choice_tol
+
     @model_validator(mode="after")
     def _held_out(self) -> Params:
         bad = set(self.planner) - set(PLAIN)
@@ -188,7 +194,7 @@ def choice_arms(params: Params) -> list[Arm]:
 
 def choose(frames: pd.DataFrame, params: Params) -> dict:
     """The tuned controller and the right-sized multiplier from stage 1's results."""
-    tol = params.goodput_tol if params.choice_tol is None else params.choice_tol
+    tol = params.choice_limit
     out: dict = {"controller": next(iter(params.controllers)), "rate_x": 1.0, "tune": [], "rightsize": []}
     t = frames[frames.phase == "tune"]
     if len(t):
