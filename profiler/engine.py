@@ -59,7 +59,8 @@ class EngineConfig(BaseModel):
                                  "(vLLM enable_prefix_caching); off for load runs")
     async_scheduling: bool = Field(False, description="vLLM async scheduling: the engine core schedules step "
                                    "n+1 while the GPU runs step n, so the per-step CPU time overlaps the forward "
-                                   "(step = max(forward, CPU) instead of forward + CPU). vLLM's default from 0.14 "
+                                   "(step = max(forward, CPU) instead of forward + CPU), and a request reaching a busy "
+                                   "engine during step n is first scheduled in step n+2. vLLM's default from 0.14 "
                                    "on (vllm-project/vllm#27614; not with pipeline parallelism), opt-in "
                                    "--async-scheduling in 0.10-0.13; off here: the default engine models vLLM "
                                    "V1 0.10-0.13 (async_scheduling_default)")

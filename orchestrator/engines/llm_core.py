@@ -50,7 +50,7 @@ class LLMCore(QuietStretches, Event):
                  "step", "sink", "loop", "policy", "_quiet_decode", "gpus", "colocation", "chunks", "n_decode",
                  "busy", "kicked", "outstanding", "iter_start", "iterations", "rejected", "completed",
                  "prefill_iterations", "busy_s", "tokens", "_decode_coef", "_prefill_memo", "_me", "coast",
-                 "_repeats", "_run", "_entry", "_solo")
+                 "_repeats", "_run", "_entry", "_solo", "_lag")
 
     def __init__(self, *, name: str, step: StepTime, kv_tokens: int, sink: Sink, config: EngineConfig,
                  policy: Policy | None = None, on_piece: PieceSink | None = None,
@@ -77,6 +77,7 @@ class LLMCore(QuietStretches, Event):
         self._me = (self,)
         self.coast = coast
         self._repeats = bool(getattr(self.policy, "decode_only_repeats", False))
+        self._lag = config.async_scheduling       # admissions planned one iteration ahead (_late)
         self._run = self._entry = None            # no quiet stretch under way (QuietStretches)
         for g in self.gpus:
             for other in g.cores:
@@ -270,14 +271,21 @@ class LLMCore(QuietStretches, Event):
         if (self._quiet_decode and running and not (self.waiting or self.prefilling or self.ready or self.background)
                 and self.free >= self.groups[-self.dit % self.block_size]):
             plan = DECODE_ONLY          # what the policy answers here (Policy.decodes_when_quiet)
+            late = None
         else:
             if self.ready:
                 events = []
                 self._admit_ready(now, events)
+            late = self._late(now) if self._lag and self.waiting else None
             plan = self.policy.schedule(self)
+            if late:
+                self.waiting.extend(late)
+                if not (plan.decode or plan.chunks):     # nothing was planned: an idle engine admits at once
+                    late = None
+                    plan = self.policy.schedule(self)
         quiet = False
         if plan is DECODE_ONLY and running:        # most iterations: the whole batch decodes
-            quiet = self.coast and self._solo and not events
+            quiet = self.coast and self._solo and not events and not late
             self.free = free = self.free - self.groups[-self.dit % self.block_size]
             self.n_decode = n = len(running)
             self.chunks = ()
@@ -314,6 +322,19 @@ class LLMCore(QuietStretches, Event):
                 and self._coast():
             return None
         return self._me
+
+    def _late(self, now: float) -> list[Seq] | None:
+        """Async scheduling: vLLM plans step n+1 as step n starts (``step_with_batch_queue``), so
+        the queue's tail that arrived after the step just ended had started is taken off (returned
+        in order) for this plan; an engine that was idle (no step ended now) admits at once."""
+        if self.time != now or not self.iterations:
+            return None
+        w, cut = self.waiting, self.iter_start
+        late: list[Seq] = []
+        while w and w[-1].arrival_s > cut:
+            late.append(w.pop())
+        late.reverse()
+        return late
 
     def end_iteration(self, now: float) -> list[Event] | None:
         """End the running iteration at ``now``; the next one starts at the instant's end."""
