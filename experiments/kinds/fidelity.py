@@ -95,13 +95,17 @@ def _not_sensitivity(df: pd.DataFrame) -> pd.Series:
 
 
 def sensitivity_lines(df: pd.DataFrame) -> list[str]:
-    """The sources' points at the prompt lengths they do not state (rows with ``prompt_tokens``)."""
+    """The sources' points at the prompt lengths they do not state and out of step (rows with
+    ``prompt_tokens``)."""
     if "prompt_tokens" not in df or df["prompt_tokens"].isna().all():
         return []
     sens = df[df["prompt_tokens"].notna() & (df.calibration == "after")]
-    lines = ["## Prompt-length sensitivity (after; not in the MAPE)", "",
+    lines = ["## Sensitivity (after; not in the MAPE)", "",
              "Points re-run at other prompt lengths than the recorded one (configs/calibration/"
-             "public_serving.yaml `prompt_sensitivity`): how much of a miss a wrong length could explain.", "",
+             "public_serving.yaml `prompt_sensitivity`): how much of a miss a wrong length could explain; "
+             "and points of several clients re-run out of step (each answer 0-16 tokens short of the "
+             "recorded output, seeded), as real clients are: equal requests end together and find the "
+             "engine idle, which hides async scheduling's admission lag (docs/profiler.md).", "",
              "| source | load | prompt tokens | metric | measured | simulated | error % |", "|---|---|---|---|---|---|---|"]
     for r in sens.itertuples(index=False):
         lines.append(f"| {r.source} | {r.load} | {int(r.prompt_tokens)} | {r.metric} | {r.measured:.4g} | "
