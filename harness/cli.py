@@ -98,7 +98,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def format_summary(s: dict) -> str:
     from harness.metrics import fmt
-    head = (f"{s['model']} on {s['replicas']}x {s['gpu']} tp{s['tp']} pp{s['pp']}, {s['scheduler']}, "
+    mode = " (async scheduling)" if s.get("async_scheduling") else ""
+    head = (f"{s['model']} on {s['replicas']}x {s['gpu']} tp{s['tp']} pp{s['pp']}, {s['scheduler']}{mode}, "
             f"trace {s['trace']}")
     served = f", served {fmt(s['served_rps'])} req/s" if s.get("served_rps") is not None else ""
     load = f", {s['load']}" if s.get("load") else ""

@@ -126,7 +126,7 @@ def simulate(trace: Trace, cfg: SimulateConfig, *, step: StepTime | None = None)
     failed = int(table["failed"].sum())
     summary: dict[str, Any] = {
         "model": cfg.model, "gpu": cfg.gpu, "tp": cfg.tp, "pp": cfg.pp, "replicas": cfg.replicas,
-        "scheduler": cfg.engine.scheduler, "trace": trace.name,
+        "scheduler": cfg.engine.scheduler, "async_scheduling": cfg.engine.async_scheduling, "trace": trace.name,
         "load": _load_name(cfg),
         "requests": len(calls), "completed": len(calls) - failed, "failed": failed,
         "simulated_s": sim.makespan_s, "wall_s": wall,
