@@ -29,8 +29,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.context import RunContext, atomic_write_parquet, atomic_write_text
-from experiments.kinds._fidelity_sources import (LLMD, closed_loop_rows, llmd_files, llmd_point, llmd_rows,
-                                                 real_serving_dir, splitwise_rows, step_rows, steps_for)
+from experiments.kinds._fidelity_sources import (LLMD, OUT_OF_STEP, closed_loop_rows, llmd_files, llmd_point,
+                                                 llmd_rows, real_serving_dir, splitwise_rows, step_rows, steps_for)
 
 OUT = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "real_serving.yaml"
 CALIBRATIONS = ("before", "after")
@@ -103,8 +103,8 @@ def sensitivity_lines(df: pd.DataFrame) -> list[str]:
     lines = ["## Sensitivity (after; not in the MAPE)", "",
              "Points re-run at other prompt lengths than the recorded one (configs/calibration/"
              "public_serving.yaml `prompt_sensitivity`): how much of a miss a wrong length could explain; "
-             "and points of several clients re-run out of step (each answer 0-16 tokens short of the "
-             "recorded output, seeded), as real clients are: equal requests end together and find the "
+             f"and points of several clients re-run out of step (each answer 0-{OUT_OF_STEP} tokens short of "
+             "the recorded output, seeded), as real clients are: equal requests end together and find the "
              "engine idle, which hides async scheduling's admission lag (docs/profiler.md).", "",
              "| source | load | prompt tokens | metric | measured | simulated | error % |", "|---|---|---|---|---|---|---|"]
     for r in sens.itertuples(index=False):
