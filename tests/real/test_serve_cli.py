@@ -137,4 +137,7 @@ def test_launch_then_replay_on_a_stand_in(tiny_llama_dir, tmp_path, capsys):
     sim_keys = {"requests", "completed", "failed", "simulated_s", "wall_s", "e2e_s", "ttft_s", "tpot_s", "queue_s",
                 "kv_capacity_tokens", "preemptions", "iterations", "replicas", "trace", "model"}
     assert sim_keys <= set(s) and s["completed"] == 3 and s["failed"] == 0
-    assert 0 < s["ttft_s"]["mean"] <= s["e2e_s"]["mean"] and s["tpot_s"]["mean"] > 0 and s["queue_s"]["mean"] is None
+    # TPOT is measured (not None) but may be 0: the stand-in server can send a short answer's text in one
+    # stream event (seen once on a loaded CI machine: TPOT mean 0.0 over the three calls), and the client,
+    # as vllm bench serve does, times token events, not tokens
+    assert 0 < s["ttft_s"]["mean"] <= s["e2e_s"]["mean"] and s["tpot_s"]["mean"] >= 0 and s["queue_s"]["mean"] is None
