@@ -57,7 +57,8 @@ class EngineConfig(BaseModel):
                                            "capacity (tokens per instance)")
     prefix_caching: bool = Field(False, description="reuse the KV of a prompt prefix seen before "
                                  "(vLLM enable_prefix_caching); off for load runs")
-    async_scheduling: bool = Field(False, description="vLLM async scheduling: the engine core schedules step "
+    async_scheduling: bool = Field(False, description="vLLM async scheduling (scheduler vllm-v1 only): the engine "
+                                   "core schedules step "
                                    "n+1 while the GPU runs step n, so the per-step CPU time overlaps the forward "
                                    "(step = max(forward, CPU) instead of forward + CPU), and a request reaching a busy "
                                    "engine during step n is first scheduled in step n+2. vLLM's default from 0.14 "
@@ -70,6 +71,9 @@ class EngineConfig(BaseModel):
         if self.scheduler == "sarathi" and self.max_num_seqs >= self.token_budget:
             raise ValueError("max_num_seqs: sarathi needs it below the token budget "
                              "min(chunk_size, max_num_batched_tokens)")
+        if self.async_scheduling and self.scheduler != "vllm-v1":
+            raise ValueError(f"async_scheduling: vLLM's V1 scheduler only (scheduler: vllm-v1); the "
+                             f"'{self.scheduler}' policy schedules between steps")
         if self.scheduler == "vllm-v1" and self.max_num_seqs > self.max_num_batched_tokens:
             raise ValueError("max_num_batched_tokens: vllm-v1 needs it >= max_num_seqs (vLLM's SchedulerConfig "
                              "rule: every running request must get its token in a step)")

@@ -55,3 +55,12 @@ def test_the_engine_config_chooses_the_step_models_scheduling():
             return 0.01
     t = Table()
     assert engine_step(t, EngineConfig(async_scheduling=True)) is t
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "padded"])
+def test_async_scheduling_is_a_v1_scheduler_setting(scheduler):
+    """vLLM's async scheduling (and its admission lag, LLMCore._late) belongs to the V1 scheduler:
+    v0, Sarathi and the padded fork schedule between steps, so the pair is a user error."""
+    with pytest.raises(ValueError, match="async_scheduling: .*vllm-v1"):
+        EngineConfig(scheduler=scheduler, async_scheduling=True)
+    assert EngineConfig(scheduler=scheduler).async_scheduling is False
